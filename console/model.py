@@ -1,0 +1,328 @@
+"""The immutable host snapshot and its parts.
+
+Every source produces pieces of this model; the collector assembles one frozen `HostSnapshot` per tick.
+Field names are a public interface (`nodeconsole snapshot --json`): add fields, never rename them.
+
+Conventions:
+- IDs are ints; CPU sets are sorted tuples of ints (lists in JSON).
+- A metric that NVML reports as NOT_SUPPORTED is the string ``NA`` ("N/A"), never 0.
+  ``None`` means "not read" (e.g. a GPU that NVML cannot see because it sits on vfio-pci).
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass, field
+from typing import Any, Union
+
+SCHEMA = 1
+NA = "N/A"
+
+# A value NVML may not support: a number, NA when not supported, None when not read at all.
+Metric = Union[int, float, str, None]
+
+
+def is_na(value: Any) -> bool:
+    return value == NA
+
+
+@dataclass(frozen=True)
+class HostInfo:
+    hostname: str = ""
+    kernel: str = ""
+    cmdline: str = ""
+    cpu_vendor: str = ""  # "intel", "amd", "arm", "" when unknown (drives the IOMMU kernel flag advice)
+
+
+@dataclass(frozen=True)
+class Cpu:
+    id: int
+    package: int  # physical_package_id, -1 when unknown (offline CPUs have no topology files)
+    core: int  # unique physical core number within its package (see sources/sysfs.py), -1 unknown
+    numa_node: int | None
+    online: bool
+    die: int = 0
+    core_id: int = -1  # raw sysfs core_id (repeats across dies)
+    siblings: tuple[int, ...] = ()  # hyperthread siblings including itself
+
+
+@dataclass(frozen=True)
+class NumaNode:
+    id: int
+    cpus: tuple[int, ...]
+    memory_kib: int
+    distances: tuple[int, ...] = ()  # in the order of the snapshot's numa_nodes
+    hugepages: tuple[tuple[int, int], ...] = ()  # (page size kib, nr pages)
+    online: bool = True
+
+
+@dataclass(frozen=True)
+class PciLink:
+    current_speed: str = ""  # as sysfs writes it, e.g. "16.0 GT/s PCIe"
+    current_width: int | None = None
+    max_speed: str = ""
+    max_width: int | None = None
+
+    @property
+    def downtrained(self) -> bool:
+        """Width below max is the downtraining signal (speed drops at idle on GPUs, width does not)."""
+        if self.current_width and self.max_width:
+            return self.current_width < self.max_width
+        return False
+
+
+@dataclass(frozen=True)
+class PciDevice:
+    address: str  # canonical DDDD:BB:DD.F (domain may have more than 4 hex digits)
+    vendor_id: int
+    device_id: int
+    class_id: int  # 24-bit class code, e.g. 0x030200
+    driver: str | None
+    numa_node: int | None
+    iommu_group: int | None
+    parent: str | None  # address of the upstream PCI bridge/port, None under a host bridge
+    subsystem_vendor_id: int | None = None
+    subsystem_device_id: int | None = None
+    driver_override: str | None = None
+    vendor_name: str = ""
+    device_name: str = ""
+    class_name: str = ""
+    local_cpus: tuple[int, ...] = ()
+    link: PciLink = field(default_factory=PciLink)
+    sriov_totalvfs: int | None = None
+    sriov_numvfs: int | None = None
+    physfn: str | None = None  # for a VF: its PF
+    vfs: tuple[str, ...] = ()  # for a PF: its VFs
+    boot_vga: bool = False
+    is_bridge: bool = False
+
+    @property
+    def base_class(self) -> int:
+        return self.class_id >> 16
+
+
+@dataclass(frozen=True)
+class IommuGroup:
+    id: int
+    devices: tuple[str, ...]
+    viable: bool
+    reason: str = ""
+
+
+@dataclass(frozen=True)
+class Iommu:
+    enabled: bool
+    groups: tuple[IommuGroup, ...] = ()
+    cmdline_flags: tuple[str, ...] = ()  # iommu related kernel command line words
+    acs_override: bool = False
+    how_to_enable: str = ""  # advice when disabled
+
+
+@dataclass(frozen=True)
+class MigInstance:
+    profile: str  # e.g. "3g.40gb"
+    start: int
+    size: int
+    uuid: str | None = None
+    vm: str | None = None
+    gi_id: int | None = None
+    profile_id: int | None = None
+    compute_instances: tuple[str, ...] = ()  # CI profile names
+
+
+@dataclass(frozen=True)
+class Mig:
+    mode: str = NA  # "enabled" / "disabled" / NA (not capable or not readable)
+    pending_mode: str = NA
+    instances: tuple[MigInstance, ...] = ()
+    memory_slices: int = 0
+
+
+@dataclass(frozen=True)
+class VgpuType:
+    id: str  # mdev type name ("nvidia-123") or creatable id ("1414")
+    name: str
+    available: int | None = None
+    max_instances: int | None = None
+    framebuffer_mib: int | None = None
+    via: str = ""  # "mdev", "sriov" or "nvml"
+    parent: str = ""  # PCI address offering this type (the GPU or one of its VFs)
+
+
+@dataclass(frozen=True)
+class VgpuInstance:
+    uuid: str  # mdev UUID, or VF address for SR-IOV vGPU
+    type_name: str
+    parent: str  # PCI address of the GPU/VF it lives on
+    vm: str | None = None
+
+
+@dataclass(frozen=True)
+class Vgpu:
+    types: tuple[VgpuType, ...] = ()
+    instances: tuple[VgpuInstance, ...] = ()
+
+
+@dataclass(frozen=True)
+class GpuOwner:
+    kind: str  # "host", "vfio", "mig", "vgpu", "unbound"
+    vms: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class GpuProcess:
+    pid: int
+    name: str
+    used_memory_mib: Metric = None
+    kind: str = "compute"
+
+
+@dataclass(frozen=True)
+class Gpu:
+    address: str
+    name: str
+    uuid: str | None
+    driver: str | None
+    numa_node: int | None
+    owner: GpuOwner
+    mig: Mig = field(default_factory=Mig)
+    vgpu: Vgpu = field(default_factory=Vgpu)
+    index: int = 0  # console index, stable: order of PCI address
+    nvml_index: int | None = None  # None = NVML does not see it
+    memory_total_mib: Metric = None
+    memory_used_mib: Metric = None
+    utilization_gpu: Metric = None  # percent
+    utilization_memory: Metric = None
+    temperature_c: Metric = None
+    power_w: Metric = None
+    power_limit_w: Metric = None
+    ecc_volatile_uncorrected: Metric = None
+    ecc_aggregate_uncorrected: Metric = None
+    retired_pages: Metric = None
+    remapped_rows_pending: Metric = None
+    remapped_rows_failure: Metric = None
+    pcie_gen: Metric = None
+    pcie_width: Metric = None
+    pcie_max_gen: Metric = None
+    pcie_max_width: Metric = None
+    link: PciLink = field(default_factory=PciLink)  # from sysfs; works on vfio too
+    processes: tuple[GpuProcess, ...] = ()
+    iommu_group: int | None = None
+    nvml_error: str = ""  # e.g. "GPU is lost" for one GPU while others read fine
+
+
+@dataclass(frozen=True)
+class VcpuPin:
+    vcpu: int
+    cpus: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class Hostdev:
+    type: str  # "pci" or "mdev"
+    address: str | None = None  # host PCI address for type pci
+    uuid: str | None = None  # mdev uuid
+    gpu: str | None = None  # host PCI address of the GPU this hostdev maps to, if any
+    managed: bool = True
+
+
+@dataclass(frozen=True)
+class Vm:
+    name: str
+    state: str  # "running", "paused", "shut off", "crashed", ...
+    vcpus: int
+    pins: tuple[VcpuPin, ...] = ()
+    emulator_pins: tuple[int, ...] = ()
+    memory_kib: int = 0
+    hostdevs: tuple[Hostdev, ...] = ()
+    cpu_percent: float | None = None  # of one host CPU × 100 per vCPU-time; None until two samples
+    uuid: str = ""
+    numa_mode: str | None = None  # numatune memory mode ("strict", "preferred", "interleave")
+    numa_nodeset: tuple[int, ...] = ()
+    threads_per_core: int = 1  # guest CPU topology
+
+
+@dataclass(frozen=True)
+class Load:
+    cpu_percent: tuple[float, ...] = ()  # per online CPU, index = position in psutil's order
+    memory_total_kib: int = 0
+    memory_available_kib: int = 0
+    load_avg: tuple[float, float, float] = (0.0, 0.0, 0.0)
+
+
+@dataclass(frozen=True)
+class Sources:
+    sysfs: str = "ok"
+    nvml: str = "ok"
+    libvirt: str = "ok"
+    psutil: str = "ok"
+
+
+@dataclass(frozen=True)
+class HostSnapshot:
+    schema: int
+    taken_at: float
+    host: HostInfo
+    cpus: tuple[Cpu, ...]
+    numa_nodes: tuple[NumaNode, ...]
+    pci_devices: tuple[PciDevice, ...]
+    iommu: Iommu
+    gpus: tuple[Gpu, ...]
+    vms: tuple[Vm, ...]
+    load: Load
+    sources: Sources
+    nvml_driver_version: str | None = None
+    problems: tuple["Problem", ...] = ()
+
+    # -- lookups (cheap, used by screens and actions) --
+    def pci(self, address: str) -> PciDevice | None:
+        for d in self.pci_devices:
+            if d.address == address:
+                return d
+        return None
+
+    def gpu(self, address: str) -> Gpu | None:
+        for g in self.gpus:
+            if g.address == address:
+                return g
+        return None
+
+    def vm(self, name: str) -> Vm | None:
+        for v in self.vms:
+            if v.name == name:
+                return v
+        return None
+
+    def group(self, gid: int | None) -> IommuGroup | None:
+        for g in self.iommu.groups:
+            if g.id == gid:
+                return g
+        return None
+
+    def cpu_node(self) -> dict[int, int | None]:
+        return {c.id: c.numa_node for c in self.cpus}
+
+    def to_dict(self) -> dict[str, Any]:
+        return to_jsonable(self)
+
+    def to_json(self, indent: int | None = 2) -> str:
+        return json.dumps(self.to_dict(), indent=indent, sort_keys=False)
+
+
+@dataclass(frozen=True)
+class Problem:
+    severity: str  # "error", "warning", "info"
+    subject: str  # what it is about: a GPU address, VM name, "iommu", a source
+    message: str
+    fix: str = ""
+
+
+def to_jsonable(obj: Any) -> Any:
+    """Dataclasses → dicts, tuples → lists; recursion without copying twice."""
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        return {f.name: to_jsonable(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
+    if isinstance(obj, (list, tuple)):
+        return [to_jsonable(x) for x in obj]
+    if isinstance(obj, dict):
+        return {str(k): to_jsonable(v) for k, v in obj.items()}
+    return obj

@@ -1,0 +1,64 @@
+"""What each source hands the collector. Sources raise `SourceError` (or any exception) on failure; the
+collector turns that into `sources.<name> = "unavailable: reason"` and keeps going."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from console.model import (Cpu, GpuProcess, HostInfo, Iommu, Load, Metric, Mig, NumaNode, PciDevice,
+                           PciLink, VgpuInstance, VgpuType, Vm)
+
+
+class SourceError(Exception):
+    """A source cannot be read; the message is shown to the admin as the reason."""
+
+
+@dataclass(frozen=True)
+class SysfsData:
+    host: HostInfo
+    cpus: tuple[Cpu, ...]
+    numa_nodes: tuple[NumaNode, ...]
+    pci_devices: tuple[PciDevice, ...]
+    iommu: Iommu  # groups with viable/reason computed from sysfs drivers
+    vgpu_types: tuple[VgpuType, ...] = ()  # mdev_supported_types and nvidia/creatable_vgpu_types
+    vgpu_instances: tuple[VgpuInstance, ...] = ()  # mdev devices and VFs with current_vgpu_type != 0
+
+
+@dataclass(frozen=True)
+class NvmlGpu:
+    """One GPU as NVML sees it. Metrics follow model.Metric: NA when NOT_SUPPORTED."""
+    address: str  # canonical PCI address (lower-case, 4+ digit domain)
+    nvml_index: int
+    name: str
+    uuid: str | None
+    memory_total_mib: Metric = None
+    memory_used_mib: Metric = None
+    utilization_gpu: Metric = None
+    utilization_memory: Metric = None
+    temperature_c: Metric = None
+    power_w: Metric = None
+    power_limit_w: Metric = None
+    ecc_volatile_uncorrected: Metric = None
+    ecc_aggregate_uncorrected: Metric = None
+    retired_pages: Metric = None
+    remapped_rows_pending: Metric = None
+    remapped_rows_failure: Metric = None
+    pcie_gen: Metric = None
+    pcie_width: Metric = None
+    pcie_max_gen: Metric = None
+    pcie_max_width: Metric = None
+    mig: Mig = field(default_factory=Mig)
+    vgpu_types: tuple[VgpuType, ...] = ()
+    vgpu_instances: tuple[VgpuInstance, ...] = ()  # vm = VM id/name NVML reports
+    processes: tuple[GpuProcess, ...] = ()
+    error: str = ""  # this GPU failed (e.g. "GPU is lost"); others are still read
+
+
+@dataclass(frozen=True)
+class NvmlData:
+    driver_version: str | None
+    gpus: tuple[NvmlGpu, ...]
+
+
+@dataclass(frozen=True)
+class LibvirtData:
+    vms: tuple[Vm, ...]
