@@ -1,14 +1,8 @@
-# The two entry points of the README. Both set up what they need first.
-.PHONY: demo test setup bench
-
+# Shortcuts for the README's two commands.
+.PHONY: demo test bench
 demo:
-	@bash scripts/setup.sh
-	.venv/bin/nodeconsole --demo
-
+	bash scripts/demo.sh
 test:
-	@bash scripts/setup.sh --test
-	.venv/bin/python -m pytest -q
-
+	bash scripts/test.sh
 bench:
-	@bash scripts/setup.sh --test
-	.venv/bin/python benchmarks/run.py
+	bash scripts/setup.sh --test && .venv/bin/python benchmarks/run.py

@@ -1,0 +1,102 @@
+"""The problems an admin should see first, derived from one snapshot (no I/O).
+
+Ordered by severity; each says what is wrong and, where we know, how to fix it.
+"""
+from __future__ import annotations
+
+from console.cpulist import format_cpulist
+from console.model import NA, HostSnapshot, Problem, Vm
+
+_RANK = {"error": 0, "warning": 1, "info": 2}
+
+
+def vm_numa_nodes(snap: HostSnapshot, vm: Vm) -> set[int]:
+    """NUMA nodes the VM's pinned vCPUs sit on (empty when unpinned)."""
+    node = snap.cpu_node()
+    return {n for p in vm.pins for c in p.cpus if (n := node.get(c)) is not None}
+
+
+def vm_gpu_nodes(snap: HostSnapshot, vm: Vm) -> set[int]:
+    """NUMA nodes of the GPUs the VM uses."""
+    nodes = set()
+    for h in vm.hostdevs:
+        g = snap.gpu(h.gpu) if h.gpu else None
+        if g is not None and g.numa_node is not None:
+            nodes.add(g.numa_node)
+    return nodes
+
+
+def vm_alignment(snap: HostSnapshot, vm: Vm) -> str:
+    """"aligned", "cross-numa", "unpinned", or "" (no GPU, nothing to align with)."""
+    gpu_nodes = vm_gpu_nodes(snap, vm)
+    if not gpu_nodes:
+        return ""
+    if not vm.pins:
+        return "unpinned"
+    return "aligned" if vm_numa_nodes(snap, vm) <= gpu_nodes else "cross-numa"
+
+
+def find_problems(snap: HostSnapshot) -> tuple[Problem, ...]:
+    out: list[Problem] = []
+    for name in ("sysfs", "nvml", "libvirt", "psutil"):
+        status = getattr(snap.sources, name)
+        if status != "ok":
+            out.append(Problem("error" if name == "sysfs" else "warning", name,
+                               f"{name} {status}", _source_fix(name)))
+    if snap.sources.sysfs == "ok" and not snap.iommu.enabled:
+        out.append(Problem("warning", "iommu", "IOMMU is off: no GPU can be passed through to a VM",
+                           snap.iommu.how_to_enable))
+    if snap.iommu.acs_override:
+        out.append(Problem("warning", "iommu", "ACS override is on the kernel command line: IOMMU "
+                           "groups do not reflect real isolation", "remove pcie_acs_override"))
+    for g in snap.gpus:
+        label = f"GPU {g.index} {g.address}"
+        if g.nvml_error:
+            out.append(Problem("error", g.address, f"{label}: {g.nvml_error}",
+                               "check `dmesg` for Xid errors; the GPU may need a reset or reboot"))
+        for field, what in (("ecc_volatile_uncorrected", "uncorrected ECC errors"),
+                            ("remapped_rows_failure", "row remapping failures")):
+            v = getattr(g, field)
+            if isinstance(v, int) and v > 0:
+                out.append(Problem("error", g.address, f"{label}: {v} {what}",
+                                   "drain the GPU and reset it; replace if it repeats"))
+        if isinstance(g.remapped_rows_pending, int) and g.remapped_rows_pending > 0:
+            out.append(Problem("warning", g.address, f"{label}: row remapping pending",
+                               "reset the GPU when idle to apply the remap"))
+        if g.link.downtrained:
+            out.append(Problem("warning", g.address,
+                               f"{label}: PCIe link x{g.link.current_width} of x{g.link.max_width}",
+                               "reseat the card or check the riser/slot; the link trained below its width"))
+        grp = snap.group(g.iommu_group)
+        if grp is not None and not grp.viable and g.owner.kind != "vfio":
+            out.append(Problem("warning", g.address, f"{label}: cannot be passed through: {grp.reason}",
+                               "move the card to a slot with its own IOMMU group, or enable ACS"))
+        if g.mig.mode != NA and g.mig.pending_mode != NA and g.mig.mode != g.mig.pending_mode:
+            out.append(Problem("info", g.address, f"{label}: MIG mode {g.mig.pending_mode} is pending",
+                               "reset the GPU (stops everything on it) or reboot to apply"))
+        if g.owner.kind == "vfio" and not g.owner.vms:
+            out.append(Problem("info", g.address, f"{label}: on vfio-pci but no VM uses it",
+                               f"`nodeconsole release {g.address}` gives it back to the host"))
+    for vm in snap.vms:
+        align = vm_alignment(snap, vm)
+        if align == "cross-numa":
+            cpus = format_cpulist(c for p in vm.pins for c in p.cpus)
+            out.append(Problem("warning", vm.name,
+                               f"VM {vm.name}: vCPUs on node(s) "
+                               f"{','.join(map(str, sorted(vm_numa_nodes(snap, vm))))} (CPUs {cpus}) but its "
+                               f"GPU on node(s) {','.join(map(str, sorted(vm_gpu_nodes(snap, vm))))}",
+                               f"`nodeconsole pin {vm.name}` proposes a pinning on the GPU's node"))
+        elif align == "unpinned" and vm.state == "running":
+            out.append(Problem("info", vm.name, f"VM {vm.name}: GPU VM with unpinned vCPUs",
+                               f"`nodeconsole pin {vm.name}`"))
+    out.sort(key=lambda p: _RANK.get(p.severity, 3))
+    return tuple(out)
+
+
+def _source_fix(name: str) -> str:
+    return {
+        "sysfs": "run on the host itself, or pass --root to a captured tree",
+        "nvml": "load the NVIDIA driver (nvidia-smi should work); GPUs on vfio-pci are still shown",
+        "libvirt": "start libvirtd, or pass --libvirt URI; run as root or a member of group libvirt",
+        "psutil": "install psutil",
+    }[name]

@@ -1,0 +1,126 @@
+"""The `nodeconsole` command. Without a subcommand it starts the console (Textual, imported lazily);
+every subcommand runs headless on the same core. Every subcommand takes --demo, --root and --libvirt.
+Bad arguments: one line on stderr, exit 2."""
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Callable, Sequence
+
+from console import __version__
+
+EXIT_USAGE = 2
+
+
+class UsageError(Exception):
+    """Bad user input: one line, exit 2, nothing changed."""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # one line, not argparse's usage block
+        raise UsageError(message)
+
+
+def _common() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(add_help=False)
+    g = p.add_argument_group("host")
+    g.add_argument("--demo", action="store_true", default=argparse.SUPPRESS,
+                   help="use the bundled simulated host")
+    g.add_argument("--root", metavar="DIR", default=argparse.SUPPRESS,
+                   help="read sysfs/procfs below DIR instead of / (a captured host)")
+    g.add_argument("--libvirt", metavar="URI", default=argparse.SUPPRESS,
+                   help="libvirt URI (default qemu:///system; test:///ABS/node.xml for the test driver)")
+    return p
+
+
+# Subcommands registered by other modules: name → (configure(parser), run(args) -> int)
+SUBCOMMANDS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None], Callable]] = {}
+
+
+def subcommand(name: str, help: str):
+    """Decorator: register `configure(parser)`; the parser's `func` default runs it."""
+    def wrap(configure):
+        SUBCOMMANDS[name] = (help, configure)
+        return configure
+    return wrap
+
+
+def build_parser() -> argparse.ArgumentParser:
+    common = _common()
+    parser = _Parser(prog="nodeconsole", parents=[common],
+                     description="Console for GPU virtualization hosts (KVM/libvirt + NVIDIA GPUs).")
+    parser.add_argument("--version", action="version", version=f"nodeconsole {__version__}")
+    parser.add_argument("--interval", type=float, default=1.0, metavar="S",
+                        help="refresh interval of the console in seconds (default 1)")
+    parser.add_argument("--theme", default=None, help="console theme (nodeconsole-dark, -light, -contrast)")
+    sub = parser.add_subparsers(dest="command", parser_class=_Parser, metavar="COMMAND")
+    _load_subcommands()
+    for name, (help_text, configure) in SUBCOMMANDS.items():
+        sp = sub.add_parser(name, parents=[common], help=help_text, description=help_text)
+        configure(sp)
+    return parser
+
+
+def _load_subcommands() -> None:
+    # Each module registers its subcommands on import.
+    import console.commands.snapshot  # noqa: F401
+    import console.commands.demo  # noqa: F401
+    for optional in ("console.commands.actions", "console.commands.nccl"):
+        try:
+            __import__(optional)
+        except ModuleNotFoundError as e:
+            if e.name != optional:
+                raise
+
+
+def seams_from_args(args: argparse.Namespace):
+    """Turn --demo/--root/--libvirt into Seams (validated: bad input is a UsageError)."""
+    import os
+
+    from console.seams import demo_host, real_host
+
+    demo = getattr(args, "demo", False)
+    root = getattr(args, "root", None)
+    uri = getattr(args, "libvirt", None)
+    if demo and root:
+        raise UsageError("--demo and --root are exclusive")
+    if uri is not None and not uri.strip():
+        raise UsageError("--libvirt needs a URI")
+    if demo:
+        return demo_host(libvirt_uri=uri)
+    if root is not None:
+        if not os.path.isdir(root):
+            raise UsageError(f"--root {root}: not a directory")
+        if not (os.path.isdir(os.path.join(root, "sys")) or os.path.isdir(os.path.join(root, "proc"))):
+            raise UsageError(f"--root {root}: no sys/ or proc/ below it")
+    return real_host(root or "/", uri)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    try:
+        parser = build_parser()
+        args = parser.parse_args(argv)
+        if args.interval <= 0:
+            raise UsageError("--interval must be positive")
+        if args.command is None:
+            return _run_console(args)
+        return int(args.func(args) or 0)
+    except UsageError as e:
+        print(f"nodeconsole: error: {e}", file=sys.stderr)
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        return 130
+    except BrokenPipeError:
+        return 0
+
+
+def _run_console(args: argparse.Namespace) -> int:
+    seams = seams_from_args(args)
+    from console.app import run_app  # Textual is imported only here
+
+    return run_app(seams, interval=args.interval, theme=args.theme)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

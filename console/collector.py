@@ -1,0 +1,251 @@
+"""Assemble one frozen HostSnapshot from the sources.
+
+Each source is read inside its own guard: an exception becomes `sources.<name> = "unavailable: reason"`
+and the rest of the snapshot is still built. Slow, static facts (the sysfs tree) are cached for a few
+seconds; fast facts (NVML metrics, VM CPU time, per-CPU load) are read on every call. One Collector is
+used by one poller at a time (the app never starts a poll while one runs).
+"""
+from __future__ import annotations
+
+import errno
+import threading
+import time
+from dataclasses import replace
+
+from console.model import (SCHEMA, Gpu, GpuOwner, HostInfo, HostSnapshot, Iommu, Load, Mig,
+                           MigInstance, PciDevice, Sources, Vgpu, VgpuInstance, Vm)
+from console.seams import Seams
+from console.sources.types import LibvirtData, NvmlData, NvmlGpu, SourceError, SysfsData
+
+NVIDIA = 0x10DE
+VFIO_DRIVERS = ("vfio-pci", "pci-stub")
+HOST_GPU_DRIVERS = ("nvidia", "nouveau")
+
+
+def describe_error(exc: BaseException) -> str:
+    """A one-line reason an admin can act on."""
+    if isinstance(exc, PermissionError):
+        return f"permission denied ({exc.filename or exc}); run as root or check access"
+    if isinstance(exc, OSError) and exc.errno == errno.ENOENT:
+        return f"missing {exc.filename}"
+    text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    if isinstance(exc, SourceError):
+        return text
+    return f"{type(exc).__name__}: {text}"
+
+
+def is_gpu(dev: PciDevice) -> bool:
+    """NVIDIA display/3D controllers (not their audio functions, not NVSwitches)."""
+    return dev.vendor_id == NVIDIA and dev.base_class == 0x03 and dev.physfn is None
+
+
+def slot_of(address: str) -> str:
+    """`dddd:bb:dd.f` → `dddd:bb:dd` (all functions of one card)."""
+    return address.rsplit(".", 1)[0]
+
+
+class Collector:
+    """Reads the host through `seams` and returns a HostSnapshot per `collect()`."""
+
+    def __init__(self, seams: Seams, sysfs_ttl: float = 5.0) -> None:
+        self.seams = seams
+        self.sysfs_ttl = sysfs_ttl
+        self._sysfs: SysfsData | None = None
+        self._sysfs_at = 0.0
+        self._nvml = None
+        self._libvirt = None
+        self._lock = threading.Lock()
+        # Fault injection for tests and the demo ("kill the source mid-run"): name → reason
+        self.disabled: dict[str, str] = {}
+
+    def invalidate(self) -> None:
+        """Forget cached static facts (after an action changed the host)."""
+        self._sysfs = None
+
+    # -- sources ---------------------------------------------------------------------------------
+    def _read_sysfs(self) -> SysfsData:
+        now = time.monotonic()
+        if self._sysfs is None or now - self._sysfs_at > self.sysfs_ttl:
+            from console.sources.sysfs import read_sysfs
+
+            self._sysfs = read_sysfs(self.seams.root)
+            self._sysfs_at = now
+        return self._sysfs
+
+    def _read_nvml(self) -> NvmlData:
+        if not self.seams.use_real_nvml and self.seams.nvml_lib is None:
+            raise SourceError("not read for a captured tree")
+        if self._nvml is None:
+            from console.sources.nvml import NvmlSource
+
+            self._nvml = NvmlSource(self.seams.nvml_lib)
+        return self._nvml.read()
+
+    def _read_libvirt(self) -> LibvirtData:
+        if self.seams.libvirt_uri is None:
+            raise SourceError("no libvirt URI for a captured tree (use --libvirt URI)")
+        if self._libvirt is None:
+            from console.sources.libvirt_src import LibvirtSource
+
+            self._libvirt = LibvirtSource(self.seams.libvirt_uri)
+        return self._libvirt.poll()
+
+    def _read_load(self) -> Load:
+        from console.sources.load import read_load
+
+        return read_load()
+
+    def _guard(self, name: str, fn):
+        if name in self.disabled:
+            return None, f"unavailable: {self.disabled[name]}"
+        try:
+            return fn(), "ok"
+        except Exception as exc:  # noqa: BLE001 - every failure degrades, never escapes
+            return None, f"unavailable: {describe_error(exc)}"
+
+    # -- assembly ---------------------------------------------------------------------------------
+    def collect(self) -> HostSnapshot:
+        with self._lock:
+            sysfs, s_sysfs = self._guard("sysfs", self._read_sysfs)
+            nvml, s_nvml = self._guard("nvml", self._read_nvml)
+            virt, s_virt = self._guard("libvirt", self._read_libvirt)
+            load, s_load = self._guard("psutil", self._read_load)
+        sources = Sources(sysfs=s_sysfs, nvml=s_nvml, libvirt=s_virt, psutil=s_load)
+        return assemble(sysfs, nvml, virt, load, sources)
+
+
+def assemble(sysfs: SysfsData | None, nvml: NvmlData | None, virt: LibvirtData | None,
+             load: Load | None, sources: Sources) -> HostSnapshot:
+    """Pure merge of source data into a snapshot (tested directly)."""
+    pci = sysfs.pci_devices if sysfs else ()
+    by_addr = {d.address: d for d in pci}
+    vms = virt.vms if virt else ()
+    vgpu_instances = list(sysfs.vgpu_instances if sysfs else ())
+    vms = _map_hostdevs(vms, by_addr, vgpu_instances)
+    gpus = _merge_gpus(pci, by_addr, nvml, vms, sysfs)
+    snap = HostSnapshot(
+        schema=SCHEMA,
+        taken_at=time.time(),
+        host=sysfs.host if sysfs else HostInfo(),
+        cpus=sysfs.cpus if sysfs else (),
+        numa_nodes=sysfs.numa_nodes if sysfs else (),
+        pci_devices=pci,
+        iommu=sysfs.iommu if sysfs else Iommu(enabled=False),
+        gpus=gpus,
+        vms=vms,
+        load=load or Load(),
+        sources=sources,
+        nvml_driver_version=nvml.driver_version if nvml else None,
+    )
+    from console.checks import find_problems
+
+    return replace(snap, problems=find_problems(snap))
+
+
+def _gpu_of(address: str, by_addr: dict[str, PciDevice]) -> str | None:
+    """The GPU a host PCI function belongs to: the GPU itself, a companion function on the same
+    card (audio, USB-C), or an SR-IOV VF of the GPU."""
+    dev = by_addr.get(address)
+    if dev is not None and dev.physfn:
+        parent = by_addr.get(dev.physfn)
+        return dev.physfn if parent is not None and is_gpu(parent) else None
+    if dev is not None and is_gpu(dev):
+        return address
+    slot = slot_of(address)
+    for other in by_addr.values():
+        if slot_of(other.address) == slot and is_gpu(other):
+            return other.address
+    return None
+
+
+def _map_hostdevs(vms, by_addr, vgpu_instances) -> tuple[Vm, ...]:
+    mdev_parent = {v.uuid: v.parent for v in vgpu_instances}
+    out = []
+    for vm in vms:
+        devs = []
+        for h in vm.hostdevs:
+            gpu = None
+            if h.type == "pci" and h.address:
+                gpu = _gpu_of(h.address, by_addr)
+            elif h.type == "mdev" and h.uuid and h.uuid in mdev_parent:
+                gpu = _gpu_of(mdev_parent[h.uuid], by_addr)
+            devs.append(replace(h, gpu=gpu) if gpu != h.gpu else h)
+        out.append(replace(vm, hostdevs=tuple(devs)))
+    return tuple(out)
+
+
+def _merge_gpus(pci, by_addr, nvml: NvmlData | None, vms, sysfs: SysfsData | None) -> tuple[Gpu, ...]:
+    nv = {g.address: g for g in (nvml.gpus if nvml else ())}
+    addrs = sorted({d.address for d in pci if is_gpu(d)} | set(nv))
+    users: dict[str, list[str]] = {}
+    for vm in vms:
+        for h in vm.hostdevs:
+            if h.gpu and vm.name not in users.setdefault(h.gpu, []):
+                users[h.gpu].append(vm.name)
+    vm_by_uuid = {vm.uuid: vm.name for vm in vms if vm.uuid}
+    # vGPU types/instances from sysfs, attached to the GPU they live on (directly or via a VF)
+    s_types = sysfs.vgpu_types if sysfs else ()
+    s_inst = sysfs.vgpu_instances if sysfs else ()
+    mdev_vm = {h.uuid: vm.name for vm in vms for h in vm.hostdevs if h.type == "mdev"}
+    vf_vm = {h.address: vm.name for vm in vms for h in vm.hostdevs if h.type == "pci"}
+
+    gpus = []
+    for index, addr in enumerate(addrs):
+        dev = by_addr.get(addr)
+        n: NvmlGpu | None = nv.get(addr)
+        driver = dev.driver if dev else ("nvidia" if n else None)
+        types = tuple(t for t in s_types if _gpu_of(t.parent, by_addr) == addr)
+        insts = tuple(replace(i, vm=i.vm or mdev_vm.get(i.uuid) or vf_vm.get(i.uuid))
+                      for i in s_inst if _gpu_of(i.parent, by_addr) == addr)
+        if n is not None:
+            types = types or n.vgpu_types
+            if not insts:
+                insts = tuple(replace(i, vm=vm_by_uuid.get(i.vm or "", i.vm)) for i in n.vgpu_instances)
+        mig = n.mig if n else Mig()
+        if mig.instances:
+            mig = replace(mig, instances=tuple(_mig_vm(mi, vm_by_uuid) for mi in mig.instances))
+        vm_names = list(users.get(addr, []))
+        for i in insts:
+            if i.vm and i.vm not in vm_names:
+                vm_names.append(i.vm)
+        for mi in mig.instances:
+            if mi.vm and mi.vm not in vm_names:
+                vm_names.append(mi.vm)
+        kind = _owner_kind(driver, mig, insts)
+        name = n.name if n else (dev.device_name or "NVIDIA GPU" if dev else "NVIDIA GPU")
+        gpu = Gpu(
+            address=addr, name=name, uuid=n.uuid if n else None, driver=driver,
+            numa_node=dev.numa_node if dev else None, owner=GpuOwner(kind, tuple(vm_names)),
+            mig=mig, vgpu=Vgpu(types=types, instances=insts), index=index,
+            nvml_index=n.nvml_index if n else None,
+            iommu_group=dev.iommu_group if dev else None,
+            link=dev.link if dev else Gpu.__dataclass_fields__["link"].default_factory(),
+            processes=n.processes if n else (), nvml_error=n.error if n else "",
+            **({k: getattr(n, k) for k in _NVML_METRICS} if n else {}),
+        )
+        gpus.append(gpu)
+    return tuple(gpus)
+
+
+_NVML_METRICS = ("memory_total_mib", "memory_used_mib", "utilization_gpu", "utilization_memory",
+                 "temperature_c", "power_w", "power_limit_w", "ecc_volatile_uncorrected",
+                 "ecc_aggregate_uncorrected", "retired_pages", "remapped_rows_pending",
+                 "remapped_rows_failure", "pcie_gen", "pcie_width", "pcie_max_gen", "pcie_max_width")
+
+
+def _mig_vm(mi: MigInstance, vm_by_uuid: dict[str, str]) -> MigInstance:
+    if mi.vm and mi.vm in vm_by_uuid:
+        return replace(mi, vm=vm_by_uuid[mi.vm])
+    return mi
+
+
+def _owner_kind(driver: str | None, mig: Mig, insts: tuple[VgpuInstance, ...]) -> str:
+    if driver in VFIO_DRIVERS:
+        return "vfio"
+    if driver is None:
+        return "unbound"
+    if mig.mode == "enabled":
+        return "mig"
+    if insts:
+        return "vgpu"
+    return "host"

@@ -1,0 +1,22 @@
+"""`nodeconsole demo reset`: throw the demo host's state away and generate it afresh."""
+from __future__ import annotations
+
+import argparse
+
+from console.cli import UsageError, subcommand
+
+
+@subcommand("demo", "manage the bundled demo host (demo reset)")
+def configure(p: argparse.ArgumentParser) -> None:
+    p.add_argument("what", choices=["reset"], help="reset: regenerate the demo host's state")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from console.demo.state import reset_demo
+
+    if getattr(args, "root", None):
+        raise UsageError("demo reset works on the demo host, not on --root")
+    host = reset_demo()
+    print(f"demo host regenerated in {host.root.parent}")
+    return 0

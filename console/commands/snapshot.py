@@ -1,0 +1,65 @@
+"""`nodeconsole snapshot`: one collection, printed as a readable summary or as JSON."""
+from __future__ import annotations
+
+import argparse
+
+from console.cli import seams_from_args, subcommand
+from console.model import NA, HostSnapshot
+
+
+@subcommand("snapshot", "read the host once and print a summary (or --json)")
+def configure(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--json", action="store_true", help="print the whole snapshot as JSON")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from console.collector import Collector
+
+    snap = Collector(seams_from_args(args)).collect()
+    print(snap.to_json() if args.json else summary(snap))
+    return 0
+
+
+def _fmt(v, unit: str = "") -> str:
+    if v is None:
+        return "-"
+    if v == NA:
+        return NA
+    if isinstance(v, float):
+        return f"{v:.0f}{unit}"
+    return f"{v}{unit}"
+
+
+def summary(snap: HostSnapshot) -> str:
+    h = snap.host
+    online = sum(1 for c in snap.cpus if c.online)
+    cores = len({(c.package, c.core) for c in snap.cpus if c.online and c.core >= 0})
+    pkgs = len({c.package for c in snap.cpus if c.package >= 0})
+    lines = [
+        f"host {h.hostname or '?'}  kernel {h.kernel or '?'}  "
+        f"IOMMU {'on' if snap.iommu.enabled else 'off'}",
+        f"cpus {online} online of {len(snap.cpus)}, {cores} cores, {pkgs} packages; "
+        f"NUMA nodes {', '.join(f'{n.id} ({len(n.cpus)} cpus, {n.memory_kib // 1048576} GiB)' for n in snap.numa_nodes) or '-'}",
+        f"pci functions {len(snap.pci_devices)}, iommu groups {len(snap.iommu.groups)} "
+        f"({sum(1 for g in snap.iommu.groups if not g.viable)} not viable)",
+        "sources " + "  ".join(f"{k}: {getattr(snap.sources, k)}" for k in ("sysfs", "nvml", "libvirt", "psutil")),
+        "",
+        f"GPUs ({len(snap.gpus)})",
+    ]
+    for g in snap.gpus:
+        owner = g.owner.kind + (f"→{','.join(g.owner.vms)}" if g.owner.vms else "")
+        mig = ""
+        if g.mig.mode == "enabled":
+            mig = "  MIG " + " ".join(f"{i.profile}@{i.start}" for i in g.mig.instances)
+        lines.append(f"  {g.index:>2} {g.address} {g.name[:28]:28} node {_fmt(g.numa_node)}  "
+                     f"{owner:20} util {_fmt(g.utilization_gpu, '%')} temp {_fmt(g.temperature_c, 'C')}{mig}")
+    lines += ["", f"VMs ({len(snap.vms)})"]
+    for v in snap.vms:
+        gpus = sorted({hd.gpu for hd in v.hostdevs if hd.gpu})
+        lines.append(f"  {v.name:20} {v.state:9} vcpus {v.vcpus:>3}  cpu {_fmt(v.cpu_percent, '%'):>5}  "
+                     f"pinned {'yes' if v.pins else 'no '}  gpus {','.join(gpus) or '-'}")
+    if snap.problems:
+        lines += ["", "Problems"]
+        lines += [f"  [{p.severity}] {p.message}" for p in snap.problems]
+    return "\n".join(lines)

@@ -1,0 +1,47 @@
+"""The seams a host is read (and written) through. A real host, a captured tree, the demo host and a
+test fixture differ only in these values."""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from console.root import Root
+
+SYSTEM_URI = "qemu:///system"
+
+
+@dataclass
+class Seams:
+    root: Root
+    libvirt_uri: str | None  # None: no libvirt source (e.g. a captured tree alone)
+    nvml_lib: object | None = None  # pynvml's library object; None = the real libnvidia-ml
+    use_real_nvml: bool = True  # False: do not try NVML at all (captured tree)
+    demo_dir: Path | None = None  # the demo state directory when running on the demo host
+    state_dir: Path | None = None  # where audit logs and locks live for this host
+
+    @property
+    def is_demo(self) -> bool:
+        return self.demo_dir is not None
+
+
+def real_host(root: str = "/", libvirt_uri: str | None = None) -> Seams:
+    """Seams for the machine we run on, or for a captured tree when root is not `/`.
+
+    A captured tree has no NVML and no libvirt unless a URI is given explicitly."""
+    captured = os.path.abspath(root) != "/"
+    uri = libvirt_uri if libvirt_uri is not None else (None if captured else SYSTEM_URI)
+    return Seams(root=Root(root), libvirt_uri=uri, use_real_nvml=not captured,
+                 state_dir=None if captured else Path("/var/log/nodeconsole"))
+
+
+def demo_host(state_dir: Path | None = None, libvirt_uri: str | None = None) -> Seams:
+    """Seams for the bundled simulated host (generated on first use, kept until `demo reset`)."""
+    from console.demo.nvml_sim import SimulatedNvml
+    from console.demo.state import ensure_demo
+
+    host = ensure_demo(state_dir)
+    root = Root(host.root)
+    lib = SimulatedNvml.from_file(host.nvml_state, root=root)
+    return Seams(root=root, libvirt_uri=libvirt_uri or host.libvirt_uri, nvml_lib=lib,
+                 demo_dir=Path(host.root).parent, state_dir=Path(host.root).parent)

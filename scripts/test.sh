@@ -1,0 +1,7 @@
+#!/bin/bash
+# Set up everything the test suite needs (incl. a real libvirtd + QEMU for the end-to-end tests) and
+# run the whole suite.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/setup.sh --test
+exec .venv/bin/python -m pytest -q -p no:cacheprovider "$@"
