@@ -1,0 +1,160 @@
+"""The app glue: the only core module that imports Textual.
+
+Polling: a one-shot timer starts a thread worker that collects one snapshot; when it finishes, the
+UI swaps the snapshot in, renders the visible screen and re-arms the timer. Polls never overlap and
+the UI thread never touches the host.
+"""
+from __future__ import annotations
+
+import time
+from collections import deque
+from typing import Iterable
+
+from textual import work
+from textual.app import App, SystemCommand
+from textual.screen import Screen
+
+from console.collector import Collector
+from console.model import HostSnapshot
+from console.seams import Seams
+from screens.commands import COMMANDS, bindings
+from screens.gpus import GpusScreen
+from screens.iommu import IommuScreen
+from screens.overview import OverviewScreen
+from screens.topology import TopologyScreen
+from screens.vms import VmsScreen
+from themes import CSS_PATH, NAMES, THEMES, resolve
+
+HISTORY = 30  # samples of VM CPU % kept for the sparklines
+
+
+class NodeConsoleApp(App):
+    TITLE = "nodeconsole"
+    CSS_PATH = CSS_PATH
+    MODES = {"overview": OverviewScreen, "topology": TopologyScreen, "iommu": IommuScreen,
+             "gpus": GpusScreen, "vms": VmsScreen}
+    BINDINGS = bindings()
+
+    def __init__(self, seams: Seams, interval: float = 1.0, theme: str | None = None,
+                 collector: Collector | None = None) -> None:
+        super().__init__()
+        self.seams = seams
+        self.interval = interval
+        self.collector = collector or Collector(seams)
+        self.snapshot: HostSnapshot | None = None
+        self.vm_history: dict[str, deque] = {}
+        self.paused = False
+        self.note = ""
+        self.polls = 0
+        self.first_frame_at: float | None = None
+        self._theme_name = resolve(theme)
+        self._timer = None
+
+    def on_mount(self) -> None:
+        for t in THEMES:
+            self.register_theme(t)
+        self.theme = self._theme_name
+        self.switch_mode("overview")
+        self.poll_now()
+
+    # -- polling -----------------------------------------------------------------------------------
+    def poll_now(self) -> None:
+        self._timer = None
+        if not self.paused:
+            self._poll()
+
+    @work(thread=True, exclusive=True, group="poll", exit_on_error=False)
+    def _poll(self) -> None:
+        try:
+            snap = self.collector.collect()
+        except Exception as exc:  # noqa: BLE001 - the collector degrades; this is a last resort
+            self.call_from_thread(self._poll_failed, exc)
+            return
+        self.call_from_thread(self._apply, snap)
+
+    def _poll_failed(self, exc: Exception) -> None:
+        self.note = f"collection failed: {exc}"
+        self._rearm()
+
+    def _apply(self, snap: HostSnapshot) -> None:
+        self.polls += 1
+        self.note = ""
+        self.snapshot = snap
+        for v in snap.vms:
+            self.vm_history.setdefault(v.name, deque(maxlen=HISTORY)).append(v.cpu_percent)
+        for gone in set(self.vm_history) - {v.name for v in snap.vms}:
+            del self.vm_history[gone]
+        self.render_current()
+        if self.first_frame_at is None and snap.gpus:
+            self.first_frame_at = time.monotonic()
+        self._rearm()
+
+    def _rearm(self) -> None:
+        if not self.paused and self._timer is None:
+            self._timer = self.set_timer(self.interval, self.poll_now)
+
+    def render_current(self) -> None:
+        screen = self.screen
+        refresh = getattr(screen, "refresh_from_app", None)
+        if refresh is not None:
+            refresh()
+        else:  # a modal is on top: refresh the screen below it
+            for s in reversed(self.screen_stack):
+                if hasattr(s, "refresh_from_app"):
+                    s.refresh_from_app()
+                    break
+
+    # -- actions -----------------------------------------------------------------------------------
+    def action_show(self, mode: str) -> None:
+        if self.current_mode != mode:
+            self.switch_mode(mode)
+
+    def action_toggle_pause(self) -> None:
+        self.paused = not self.paused
+        if self.paused and self._timer is not None:
+            self._timer.stop()
+            self._timer = None
+        self.render_current()
+        if not self.paused:
+            self.poll_now()
+        self.notify("refresh paused" if self.paused else "refresh resumed", timeout=2)
+
+    def action_filter(self) -> None:
+        opener = getattr(self.screen, "open_filter", None)
+        if opener is not None:
+            opener()
+
+    def action_details(self) -> None:
+        table_getter = getattr(self.screen, "main_table", None)
+        table = table_getter() if table_getter else None
+        if table is not None and table.selected_key() is not None:
+            self.screen.open_details(table, table.selected_key())
+
+    def action_help(self) -> None:
+        from screens.modals.help import HelpModal
+
+        self.push_screen(HelpModal())
+
+    def action_cycle_theme(self) -> None:
+        i = NAMES.index(self.theme) if self.theme in NAMES else -1
+        self.theme = NAMES[(i + 1) % len(NAMES)]
+
+    def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
+        # The palette lists the same registry as the bindings and the help screen.
+        for c in COMMANDS:
+            if c.key == "enter":
+                continue
+            yield SystemCommand(c.title, c.help, lambda a=c.action: self.run_action(a))
+        for name in NAMES:
+            yield SystemCommand(f"Theme: {name}", "switch theme", lambda n=name: setattr(self, "theme", n))
+
+
+def run_app(seams: Seams, interval: float = 1.0, theme: str | None = None) -> int:
+    from console.cli import UsageError
+
+    try:
+        resolve(theme)
+    except ValueError as e:
+        raise UsageError(str(e)) from None
+    NodeConsoleApp(seams, interval=interval, theme=theme).run()
+    return 0

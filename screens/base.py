@@ -1,0 +1,138 @@
+"""The frame every console screen shares: header, source banner, body, filter line, footer.
+
+Screens never read the host: the app hands them each new snapshot (and the per-VM CPU history) and
+they render it. A hidden screen does nothing; it renders the latest snapshot when it is shown again.
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from textual.app import ComposeResult
+from textual.containers import Vertical
+from textual.screen import Screen
+from textual.widgets import Footer, Input, Static
+
+from screens.widgets.keyed_table import KeyedTable
+
+if TYPE_CHECKING:
+    from console.model import HostSnapshot
+
+
+class Banner(Static):
+    """Shows sources that are unavailable (and why), and the paused state. Hidden when all is well."""
+
+    def show_state(self, snap: "HostSnapshot | None", paused: bool, note: str = "") -> None:
+        parts = []
+        if paused:
+            parts.append("⏸ refresh paused (p resumes)")
+        if snap is not None:
+            for name in ("sysfs", "nvml", "libvirt", "psutil"):
+                status = getattr(snap.sources, name)
+                if status != "ok":
+                    parts.append(f"{name} {status}")
+        if note:
+            parts.append(note)
+        self.update("\n".join(parts))
+        self.display = bool(parts)
+
+
+class HostLine(Static):
+    pass
+
+
+class SnapshotScreen(Screen):
+    """Base for the five live screens."""
+
+    TITLE = ""
+
+    def compose(self) -> ComposeResult:
+        yield HostLine(id="hostline")
+        yield Banner(id="banner")
+        with Vertical(id="body"):
+            yield from self.compose_body()
+        yield Input(placeholder="filter rows (Esc clears)", id="filter")
+        yield Footer()
+
+    def compose_body(self) -> ComposeResult:  # pragma: no cover - abstract
+        yield Static()
+
+    def on_mount(self) -> None:
+        self.query_one("#filter", Input).display = False
+        self.query_one(Banner).display = False
+
+    def on_screen_resume(self) -> None:
+        self.refresh_from_app()
+
+    def refresh_from_app(self) -> None:
+        app = self.app
+        snap = getattr(app, "snapshot", None)
+        self.query_one(Banner).show_state(snap, getattr(app, "paused", False), getattr(app, "note", ""))
+        if snap is not None:
+            self.query_one(HostLine).update(host_line(snap, self.TITLE))
+            self.render_snapshot(snap)
+
+    def render_snapshot(self, snap: "HostSnapshot") -> None:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    # -- filter ----------------------------------------------------------------------------------
+    def main_table(self) -> KeyedTable | None:
+        tables = list(self.query(KeyedTable))
+        focused = self.focused
+        for t in tables:
+            if t is focused:
+                return t
+        return tables[0] if tables else None
+
+    def open_filter(self) -> None:
+        box = self.query_one("#filter", Input)
+        box.display = True
+        box.focus()
+
+    def on_input_changed(self, event: Input.Changed) -> None:
+        if event.input.id == "filter":
+            table = self.main_table()
+            if table is not None:
+                table.filter_text = event.value
+                self.refresh_from_app()
+
+    def on_input_submitted(self, event: Input.Submitted) -> None:
+        if event.input.id == "filter":
+            table = self.main_table()
+            if table is not None:
+                table.focus()
+
+    def key_escape(self) -> None:
+        box = self.query_one("#filter", Input)
+        if box.display:
+            box.value = ""
+            box.display = False
+            table = self.main_table()
+            if table is not None:
+                table.filter_text = ""
+                table.focus()
+            self.refresh_from_app()
+
+    # -- details ---------------------------------------------------------------------------------
+    def details_for(self, table: KeyedTable, key: str) -> tuple[str, str] | None:
+        """(title, body) for a row; None when the row has no details."""
+        return None
+
+    def on_data_table_row_selected(self, event) -> None:
+        table = event.data_table
+        if isinstance(table, KeyedTable) and event.row_key is not None:
+            self.open_details(table, event.row_key.value)
+
+    def open_details(self, table: KeyedTable, key: str) -> None:
+        got = self.details_for(table, key)
+        if got is not None:
+            from screens.modals.details import DetailsModal
+
+            self.app.push_screen(DetailsModal(*got))
+
+
+def host_line(snap: "HostSnapshot", title: str) -> str:
+    h = snap.host
+    iommu = "IOMMU on" if snap.iommu.enabled else "IOMMU OFF"
+    bad = [n for n in ("sysfs", "nvml", "libvirt", "psutil") if getattr(snap.sources, n) != "ok"]
+    src = f"  degraded: {', '.join(bad)}" if bad else ""
+    return f"[b]{title}[/b]  {h.hostname or '?'}  {h.kernel}  {iommu}  {len(snap.gpus)} GPUs  {len(snap.vms)} VMs{src}"

@@ -1,0 +1,43 @@
+"""One registry of commands: it drives the key bindings, the Footer, the help screen and the command
+palette, so they can never disagree."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from textual.binding import Binding
+
+
+@dataclass(frozen=True)
+class Command:
+    key: str
+    action: str  # Textual action string on the app
+    title: str
+    help: str
+    group: str = "General"
+    footer: bool = True
+
+
+COMMANDS: tuple[Command, ...] = (
+    Command("1", "show('overview')", "Overview", "GPUs, VMs and the most important problems", "Screens"),
+    Command("2", "show('topology')", "Topology", "PCIe tree per NUMA node and the GPU/NIC matrix", "Screens"),
+    Command("3", "show('iommu')", "IOMMU", "IOMMU groups and their passthrough verdict", "Screens"),
+    Command("4", "show('gpus')", "GPUs", "Ownership, MIG slices, vGPU, processes, health", "Screens"),
+    Command("5", "show('vms')", "VMs", "VM load, vCPU pins against host CPUs, hostdevs", "Screens"),
+    Command("slash", "filter", "Filter", "Filter the rows of the current table", "Table"),
+    Command("enter", "details", "Details", "Open the details of the selected row", "Table", footer=False),
+    Command("p", "toggle_pause", "Pause", "Pause or resume the live refresh"),
+    Command("t", "cycle_theme", "Theme", "Switch to the next nodeconsole theme", footer=False),
+    Command("question_mark", "help", "Help", "This list of keys"),
+    Command("q", "quit", "Quit", "Leave nodeconsole"),
+)
+
+KEY_LABELS = {"slash": "/", "question_mark": "?", "enter": "Enter"}
+
+
+def bindings() -> list[Binding]:
+    # Enter is handled by the tables themselves (row selected); it is listed for help only.
+    return [Binding(c.key, c.action, c.title, show=c.footer) for c in COMMANDS if c.key != "enter"]
+
+
+def key_label(c: Command) -> str:
+    return KEY_LABELS.get(c.key, c.key)

@@ -1,0 +1,72 @@
+"""Plain-text details of one GPU, VM or IOMMU group (used by the details modal)."""
+from __future__ import annotations
+
+from console.checks import vm_alignment, vm_gpu_nodes, vm_numa_nodes
+from console.cpulist import format_cpulist
+from console.model import Gpu, HostSnapshot, IommuGroup, Vm
+from screens.widgets.text import metric
+
+
+def gpu_details(snap: HostSnapshot, g: Gpu) -> str:
+    lines = [
+        f"{g.name}  uuid {g.uuid or '-'}",
+        f"address {g.address}  NUMA node {metric(g.numa_node)}  IOMMU group {metric(g.iommu_group)}",
+        f"driver {g.driver or 'none'}  owner {g.owner.kind}  VMs {', '.join(g.owner.vms) or '-'}",
+        f"PCIe link x{metric(g.link.current_width)} of x{metric(g.link.max_width)}, "
+        f"{g.link.current_speed or '-'} of {g.link.max_speed or '-'}",
+        f"utilization {metric(g.utilization_gpu, '%')}  memory {metric(g.memory_used_mib)}/"
+        f"{metric(g.memory_total_mib)} MiB  temp {metric(g.temperature_c, 'C')}  "
+        f"power {metric(g.power_w, 'W')}/{metric(g.power_limit_w, 'W')}",
+        f"ECC uncorrected volatile {metric(g.ecc_volatile_uncorrected)} aggregate "
+        f"{metric(g.ecc_aggregate_uncorrected)}  retired pages {metric(g.retired_pages)}  "
+        f"remapped rows pending {metric(g.remapped_rows_pending)} failed {metric(g.remapped_rows_failure)}",
+        f"MIG mode {g.mig.mode} (pending {g.mig.pending_mode})",
+    ]
+    if g.nvml_index is None:
+        lines.append("NVML does not see this GPU (bound to another driver): metrics come from sysfs only")
+    if g.nvml_error:
+        lines.append(f"NVML error: {g.nvml_error}")
+    for i in g.mig.instances:
+        lines.append(f"  MIG {i.profile} slices {i.start}-{i.start + i.size - 1}  {i.uuid or ''}  VM {i.vm or '-'}")
+    for t in g.vgpu.types:
+        lines.append(f"  vGPU type {t.id} {t.name} available {metric(t.available)} ({t.via} on {t.parent})")
+    for i in g.vgpu.instances:
+        lines.append(f"  vGPU {i.uuid} {i.type_name} on {i.parent} VM {i.vm or '-'}")
+    for p in g.processes:
+        lines.append(f"  process {p.pid} {p.name} {metric(p.used_memory_mib)} MiB")
+    grp = snap.group(g.iommu_group)
+    if grp is not None:
+        lines.append(f"IOMMU group {grp.id}: {'viable' if grp.viable else 'NOT viable'} {grp.reason}")
+    return "\n".join(lines)
+
+
+def vm_details(snap: HostSnapshot, v: Vm) -> str:
+    node = snap.cpu_node()
+    lines = [
+        f"state {v.state}  vCPUs {v.vcpus}  memory {v.memory_kib // 1024} MiB  CPU {metric(v.cpu_percent, '%')}",
+        f"NUMA alignment {vm_alignment(snap, v) or 'no GPU'}: vCPUs on nodes "
+        f"{sorted(vm_numa_nodes(snap, v)) or '-'}, GPUs on nodes {sorted(vm_gpu_nodes(snap, v)) or '-'}",
+        f"memory policy {v.numa_mode or 'none'} {format_cpulist(v.numa_nodeset)}",
+        f"emulator pins {format_cpulist(v.emulator_pins) or '-'}",
+    ]
+    for p in v.pins:
+        nodes = sorted({node.get(c) for c in p.cpus if node.get(c) is not None})
+        lines.append(f"  vCPU {p.vcpu:>3} → CPUs {format_cpulist(p.cpus)}  (node {','.join(map(str, nodes))})")
+    if not v.pins:
+        lines.append("  vCPUs not pinned (float over all host CPUs)")
+    for h in v.hostdevs:
+        what = h.address if h.type == "pci" else h.uuid
+        lines.append(f"  hostdev {h.type} {what}" + (f" → GPU {h.gpu}" if h.gpu else ""))
+    return "\n".join(lines)
+
+
+def group_details(snap: HostSnapshot, grp: IommuGroup) -> str:
+    lines = [f"{'viable for passthrough' if grp.viable else 'NOT viable'}" + (f": {grp.reason}" if grp.reason else "")]
+    for a in grp.devices:
+        d = snap.pci(a)
+        if d is None:
+            lines.append(f"  {a}")
+            continue
+        lines.append(f"  {a} {d.class_name or ''}: {d.device_name or d.vendor_name} [{d.driver or 'no driver'}]"
+                     + ("  (bridge, exempt)" if d.is_bridge else ""))
+    return "\n".join(lines)

@@ -1,0 +1,89 @@
+"""4 GPUs: ownership, MIG state with the slice bar, vGPU types and instances, processes, health."""
+from __future__ import annotations
+
+from rich.console import Group
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.containers import VerticalScroll
+from textual.widgets import DataTable, Static
+
+from console.model import HostSnapshot
+from screens.base import SnapshotScreen
+from screens.details import gpu_details
+from screens.overview import link_text, owner_text
+from screens.widgets.keyed_table import KeyedTable
+from screens.widgets.slice_bar import slice_bar
+from screens.widgets.text import metric
+
+COLS = [("idx", "#"), ("addr", "Address"), ("owner", "Owner"), ("drv", "Driver"), ("mig", "MIG"),
+        ("vgpu", "vGPU"), ("ecc", "ECC"), ("proc", "Procs"), ("link", "Link")]
+
+
+def mig_text(g) -> str:
+    m = g.mig
+    if m.mode == "enabled" or m.pending_mode == "enabled":
+        pend = "" if m.pending_mode == m.mode else f"→{m.pending_mode}"
+        return f"{m.mode}{pend} {len(m.instances)}GI"
+    return m.mode if m.mode != "disabled" else "off"
+
+
+def gpu_rows(snap: HostSnapshot):
+    for g in snap.gpus:
+        yield g.address, (str(g.index), g.address, owner_text(g)[:22], g.driver or "none", mig_text(g),
+                          str(len(g.vgpu.instances)) if g.vgpu.instances or g.vgpu.types else "-",
+                          metric(g.ecc_volatile_uncorrected), str(len(g.processes)), link_text(g))
+
+
+def gpu_panel(snap: HostSnapshot, address: str | None):
+    g = snap.gpu(address) if address else None
+    if g is None:
+        return Text("select a GPU")
+    parts: list = [Text(f"GPU {g.index} {g.address}  {g.name}  owner {owner_text(g)}", style="bold")]
+    if g.nvml_index is None:
+        parts.append(Text(f"NVML does not see it (driver {g.driver or 'none'}): identity and link from sysfs"))
+    if g.mig.mode in ("enabled",) or g.mig.pending_mode == "enabled":
+        parts.append(Text(f"MIG {g.mig.mode} (pending {g.mig.pending_mode})"))
+        parts.append(slice_bar(g.mig))
+        for i in g.mig.instances:
+            parts.append(Text(f"  {i.profile:10} slices {i.start}-{i.start + i.size - 1}  util N/A  "
+                              f"{i.uuid or ''}  VM {i.vm or '-'}"))
+    if g.vgpu.types or g.vgpu.instances:
+        avail = ", ".join(f"{t.name} ({metric(t.available)} free)" for t in g.vgpu.types[:4])
+        parts.append(Text(f"vGPU types: {avail or '-'}"))
+        for i in g.vgpu.instances:
+            parts.append(Text(f"  vGPU {i.type_name} {i.uuid} → VM {i.vm or '-'}"))
+    if g.processes:
+        parts.append(Text("processes: " + ", ".join(f"{p.pid} {p.name} {metric(p.used_memory_mib)}MiB"
+                                                    for p in g.processes)))
+    parts.append(Text(f"ECC uncorrected {metric(g.ecc_volatile_uncorrected)}  retired pages "
+                      f"{metric(g.retired_pages)}  remapped rows pending {metric(g.remapped_rows_pending)} "
+                      f"failed {metric(g.remapped_rows_failure)}  temp {metric(g.temperature_c, 'C')}  "
+                      f"power {metric(g.power_w, 'W')}"))
+    grp = snap.group(g.iommu_group)
+    if grp is not None:
+        parts.append(Text(f"IOMMU group {grp.id}: {'viable' if grp.viable else 'NOT viable — ' + grp.reason}"))
+    return Group(*parts)
+
+
+class GpusScreen(SnapshotScreen):
+    TITLE = "GPUs"
+
+    def compose_body(self) -> ComposeResult:
+        yield KeyedTable(COLS, id="gpu-table")
+        with VerticalScroll(id="gpu-panel-scroll"):
+            yield Static(id="gpu-panel")
+
+    def render_snapshot(self, snap: HostSnapshot) -> None:
+        table = self.query_one("#gpu-table", KeyedTable)
+        table.sync(gpu_rows(snap))
+        self.query_one("#gpu-panel", Static).update(gpu_panel(snap, table.selected_key()))
+
+    def on_data_table_row_highlighted(self, event: DataTable.RowHighlighted) -> None:
+        snap = self.app.snapshot
+        if snap is not None and event.row_key is not None:
+            self.query_one("#gpu-panel", Static).update(gpu_panel(snap, event.row_key.value))
+
+    def details_for(self, table, key):
+        snap = self.app.snapshot
+        g = snap.gpu(key)
+        return (f"GPU {g.index} {key}", gpu_details(snap, g)) if g else None

@@ -1,0 +1,93 @@
+"""1 Overview: GPUs, VMs and the most important problems."""
+from __future__ import annotations
+
+from textual.app import ComposeResult
+from textual.widgets import Static
+
+from console.checks import vm_alignment
+from console.model import HostSnapshot
+from screens.base import SnapshotScreen
+from screens.details import gpu_details, vm_details
+from screens.widgets.keyed_table import KeyedTable
+from screens.widgets.text import metric, severity_text, spark
+
+GPU_COLS = [("idx", "#"), ("addr", "Address"), ("name", "Name"), ("owner", "Owner"), ("util", "Util"),
+            ("mem", "Memory"), ("temp", "Temp"), ("link", "Link")]
+VM_COLS = [("name", "VM"), ("state", "State"), ("vcpus", "vCPU"), ("cpu", "CPU%"), ("hist", "History"),
+           ("numa", "NUMA"), ("gpus", "GPUs")]
+
+
+def owner_text(g) -> str:
+    vms = ",".join(g.owner.vms)
+    return f"{g.owner.kind}→{vms}" if vms else g.owner.kind
+
+
+def memory_text(g) -> str:
+    if g.memory_total_mib in (None,) or g.memory_used_mib is None:
+        return metric(g.memory_total_mib if g.memory_total_mib is not None else None)
+    if isinstance(g.memory_used_mib, (int, float)) and isinstance(g.memory_total_mib, (int, float)):
+        return f"{g.memory_used_mib / 1024:.0f}/{g.memory_total_mib / 1024:.0f}G"
+    return metric(g.memory_used_mib)
+
+
+def link_text(g) -> str:
+    if g.link.current_width is None:
+        return "-"
+    state = f"x{g.link.current_width}"
+    if g.link.max_width and g.link.current_width < g.link.max_width:
+        return f"{state}/x{g.link.max_width} DOWN"
+    return state
+
+
+def gpu_rows(snap: HostSnapshot):
+    for g in snap.gpus:
+        util = metric(g.utilization_gpu, "%")
+        if g.owner.kind == "vfio":
+            util = "(in VM)"
+        yield g.address, (str(g.index), g.address, g.name.replace("NVIDIA ", "")[:22], owner_text(g)[:24],
+                          util, memory_text(g), metric(g.temperature_c, "C"), link_text(g))
+
+
+def vm_rows(snap: HostSnapshot, history: dict[str, list]):
+    for v in snap.vms:
+        align = vm_alignment(snap, v)
+        mark = {"cross-numa": "✖ cross", "aligned": "ok", "unpinned": "unpinned"}.get(align, "")
+        gpus = sorted({f"GPU{snap.gpu(h.gpu).index}" for h in v.hostdevs if h.gpu and snap.gpu(h.gpu)})
+        yield v.name, (v.name, v.state, str(v.vcpus), metric(v.cpu_percent, "", 0),
+                       spark(history.get(v.name, [])), mark, ",".join(gpus))
+
+
+class OverviewScreen(SnapshotScreen):
+    TITLE = "Overview"
+
+    def compose_body(self) -> ComposeResult:
+        yield Static("GPUs", classes="section")
+        yield KeyedTable(GPU_COLS, id="gpus")
+        yield Static("VMs", classes="section")
+        yield KeyedTable(VM_COLS, id="vms")
+        yield Static("Problems", classes="section")
+        yield Static(id="problems")
+
+    def render_snapshot(self, snap: HostSnapshot) -> None:
+        self.query_one("#gpus", KeyedTable).sync(gpu_rows(snap))
+        self.query_one("#vms", KeyedTable).sync(vm_rows(snap, self.app.vm_history))
+        probs = snap.problems[:6]
+        box = self.query_one("#problems", Static)
+        if not probs:
+            box.update("nothing to report")
+        else:
+            from rich.console import Group
+
+            more = len(snap.problems) - len(probs)
+            items = [severity_text(p.severity, p.message) for p in probs]
+            if more:
+                items.append(severity_text("info", f"{more} more (GPUs and VMs screens)"))
+            box.update(Group(*items))
+
+    def details_for(self, table, key):
+        snap = self.app.snapshot
+        if table.id == "gpus" and snap.gpu(key):
+            return f"GPU {snap.gpu(key).index} {key}", gpu_details(snap, snap.gpu(key))
+        if table.id == "vms" and snap.vm(key):
+            return f"VM {key}", vm_details(snap, snap.vm(key))
+        return None

@@ -1,0 +1,69 @@
+"""5 VMs: live load with history, vCPU pins drawn against host CPUs, emulator pins, memory policy,
+hostdevs; VMs whose vCPUs sit on another NUMA node than their GPU are marked."""
+from __future__ import annotations
+
+from rich.console import Group
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.containers import VerticalScroll
+from textual.widgets import DataTable, Static
+
+from console.checks import vm_alignment
+from console.cpulist import format_cpulist
+from console.model import HostSnapshot
+from screens.base import SnapshotScreen
+from screens.details import vm_details
+from screens.widgets.cpu_map import cpu_map
+from screens.widgets.keyed_table import KeyedTable
+from screens.widgets.text import metric, spark
+
+COLS = [("name", "VM"), ("state", "State"), ("vcpus", "vCPU"), ("cpu", "CPU%"), ("hist", "History"),
+        ("pins", "Pinned to"), ("numa", "NUMA"), ("mem", "Mem GiB"), ("hostdevs", "Hostdevs")]
+
+
+def vm_rows(snap: HostSnapshot, history):
+    for v in snap.vms:
+        align = vm_alignment(snap, v)
+        mark = {"cross-numa": "✖ CROSS", "aligned": "ok", "unpinned": "unpinned"}.get(align, "")
+        pins = format_cpulist(c for p in v.pins for c in p.cpus) or "-"
+        yield v.name, (v.name, v.state, str(v.vcpus), metric(v.cpu_percent), spark(history.get(v.name, [])),
+                       pins[:16], mark, f"{v.memory_kib / 1048576:.0f}", str(len(v.hostdevs)))
+
+
+def vm_panel(snap: HostSnapshot, name: str | None):
+    v = snap.vm(name) if name else None
+    if v is None:
+        return Text("select a VM")
+    head = Text(f"{v.name}  {v.state}  memory policy {v.numa_mode or 'none'} "
+                f"{format_cpulist(v.numa_nodeset)}  emulator {format_cpulist(v.emulator_pins) or '-'}",
+                style="bold")
+    if vm_alignment(snap, v) == "cross-numa":
+        head.append("  ✖ vCPUs not on the GPU's NUMA node", style="bold red")
+    devs = Text("hostdevs: " + (", ".join(
+        (h.address or h.uuid or "?") + (f"→GPU{snap.gpu(h.gpu).index}" if h.gpu and snap.gpu(h.gpu) else "")
+        for h in v.hostdevs) or "-"))
+    return Group(head, devs, cpu_map(snap, v))
+
+
+class VmsScreen(SnapshotScreen):
+    TITLE = "VMs"
+
+    def compose_body(self) -> ComposeResult:
+        yield KeyedTable(COLS, id="vm-table")
+        with VerticalScroll(id="vm-panel-scroll"):
+            yield Static(id="vm-panel")
+
+    def render_snapshot(self, snap: HostSnapshot) -> None:
+        table = self.query_one("#vm-table", KeyedTable)
+        table.sync(vm_rows(snap, self.app.vm_history))
+        self.query_one("#vm-panel", Static).update(vm_panel(snap, table.selected_key()))
+
+    def on_data_table_row_highlighted(self, event: DataTable.RowHighlighted) -> None:
+        snap = self.app.snapshot
+        if snap is not None and event.row_key is not None:
+            self.query_one("#vm-panel", Static).update(vm_panel(snap, event.row_key.value))
+
+    def details_for(self, table, key):
+        snap = self.app.snapshot
+        v = snap.vm(key)
+        return (f"VM {key}", vm_details(snap, v)) if v else None

@@ -1,0 +1,69 @@
+"""A DataTable updated cell by cell from rows keyed by stable ids: no clear() per tick, so the
+cursor and scroll position stay where the admin left them."""
+from __future__ import annotations
+
+from typing import Iterable, Sequence
+
+from rich.text import Text
+from textual.widgets import DataTable
+
+
+class KeyedTable(DataTable):
+    DEFAULT_CSS = "KeyedTable { height: auto; max-height: 100%; }"
+
+    def __init__(self, columns: Sequence[tuple[str, str]], **kw) -> None:
+        super().__init__(cursor_type="row", zebra_stripes=False, **kw)
+        self._columns = list(columns)
+        self._rows: dict[str, tuple] = {}
+        self.filter_text = ""
+
+    def on_mount(self) -> None:
+        for key, label in self._columns:
+            self.add_column(label, key=key)
+
+    def _visible(self, cells: tuple) -> bool:
+        if not self.filter_text:
+            return True
+        needle = self.filter_text.lower()
+        return any(needle in (c.plain if isinstance(c, Text) else str(c)).lower() for c in cells)
+
+    def sync(self, rows: Iterable[tuple[str, tuple]]) -> None:
+        """Make the table show exactly `rows` (key, cells), touching only what changed."""
+        wanted = [(k, cells) for k, cells in rows if self._visible(cells)]
+        wanted_keys = [k for k, _ in wanted]
+        if list(self._rows) != wanted_keys and set(self._rows) - set(wanted_keys):
+            for k in list(self._rows):
+                if k not in wanted_keys:
+                    self.remove_row(k)
+                    del self._rows[k]
+        order_ok = [k for k in self._rows] == [k for k in wanted_keys if k in self._rows]
+        if not order_ok:  # membership reshuffled (rare): rebuild keeping the cursor on its key
+            cursor_key = self._cursor_key()
+            self.clear()
+            self._rows.clear()
+            for k, cells in wanted:
+                self.add_row(*cells, key=k)
+                self._rows[k] = cells
+            if cursor_key in self._rows:
+                self.move_cursor(row=self.get_row_index(cursor_key))
+            return
+        for k, cells in wanted:
+            old = self._rows.get(k)
+            if old is None:
+                self.add_row(*cells, key=k)
+            elif old != cells:
+                for (col, _), a, b in zip(self._columns, old, cells):
+                    if a != b:
+                        self.update_cell(k, col, b)
+            self._rows[k] = cells
+
+    def _cursor_key(self) -> str | None:
+        if not self._rows or self.cursor_row < 0:
+            return None
+        try:
+            return self.coordinate_to_cell_key(self.cursor_coordinate).row_key.value
+        except Exception:  # noqa: BLE001 - empty table
+            return None
+
+    def selected_key(self) -> str | None:
+        return self._cursor_key()

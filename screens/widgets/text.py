@@ -1,0 +1,42 @@
+"""Small text renderings shared by screens: sparklines, bars, N/A-aware numbers."""
+from __future__ import annotations
+
+from typing import Iterable
+
+from rich.text import Text
+
+from console.model import NA
+
+BLOCKS = " ▁▂▃▄▅▆▇█"
+
+
+def spark(values: Iterable[float | None], width: int = 12, top: float | None = None) -> str:
+    vals = [v for v in values if v is not None][-width:]
+    if not vals:
+        return ""
+    hi = top or max(max(vals), 1.0)
+    return "".join(BLOCKS[min(8, max(0, round(v / hi * 8)))] for v in vals)
+
+
+def metric(v, unit: str = "", digits: int = 0) -> str:
+    """Numbers with a unit; N/A stays N/A (never 0); unknown is '-'."""
+    if v is None:
+        return "-"
+    if v == NA:
+        return NA
+    if isinstance(v, float):
+        return f"{v:.{digits}f}{unit}"
+    return f"{v}{unit}"
+
+
+def severity_text(sev: str, message: str) -> Text:
+    style = {"error": "bold $error", "warning": "$warning", "info": "$text-muted"}.get(sev, "")
+    mark = {"error": "✖", "warning": "▲", "info": "•"}.get(sev, "•")
+    t = Text()
+    t.append(f"{mark} ", style=_rich_style(sev))
+    t.append(message)
+    return t
+
+
+def _rich_style(sev: str) -> str:
+    return {"error": "bold red", "warning": "yellow", "info": "dim"}.get(sev, "")

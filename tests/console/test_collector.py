@@ -1,0 +1,123 @@
+"""The merge of source data into a snapshot: GPU union keyed by PCI address, ownership, hostdev
+mapping, problems — and a collector that keeps going when a source raises."""
+from __future__ import annotations
+
+import json
+
+from console.collector import Collector, assemble
+from console.model import (NA, Cpu, HostInfo, Hostdev, Iommu, IommuGroup, Load, Mig, MigInstance,
+                           NumaNode, PciDevice, PciLink, Sources, VcpuPin, VgpuInstance, Vm)
+from console.root import Root
+from console.seams import Seams
+from console.sources.types import LibvirtData, NvmlData, NvmlGpu, SysfsData
+
+
+def _gpu_dev(addr, driver, node, group, width=16):
+    return PciDevice(address=addr, vendor_id=0x10DE, device_id=0x2330, class_id=0x030200, driver=driver,
+                     numa_node=node, iommu_group=group, parent=None,
+                     link=PciLink("32.0 GT/s PCIe", width, "32.0 GT/s PCIe", 16))
+
+
+def _sysfs():
+    cpus = tuple(Cpu(id=i, package=i // 4, core=i % 4, numa_node=i // 4, online=True) for i in range(8))
+    nodes = (NumaNode(0, (0, 1, 2, 3), 1 << 20), NumaNode(1, (4, 5, 6, 7), 1 << 20))
+    devs = (
+        _gpu_dev("0000:17:00.0", "nvidia", 0, 10),
+        PciDevice("0000:17:00.1", 0x10DE, 0x22A3, 0x040300, "vfio-pci", 0, 10, None),  # audio fn
+        _gpu_dev("0000:31:00.0", "vfio-pci", 0, 11),
+        _gpu_dev("0000:4b:00.0", "nvidia", 1, 12, width=8),
+        _gpu_dev("0000:ca:00.0", None, 1, 13),
+        _gpu_dev("0000:cb:00.0", "nvidia", 1, 14),
+    )
+    groups = (IommuGroup(10, ("0000:17:00.0", "0000:17:00.1"), True),
+              IommuGroup(11, ("0000:31:00.0",), True),
+              IommuGroup(12, ("0000:4b:00.0", "0000:4c:00.0"), False,
+                         "shares group 12 with 0000:4c:00.0 Non-Volatile memory controller bound to nvme"),
+              IommuGroup(13, ("0000:ca:00.0",), True), IommuGroup(14, ("0000:cb:00.0",), True))
+    inst = (VgpuInstance("aaaaaaaa-0000-0000-0000-000000000001", "NVIDIA H100-4C", "0000:cb:00.0"),)
+    return SysfsData(HostInfo("h", "6.1", "intel_iommu=on"), cpus, nodes, devs, Iommu(True, groups),
+                     vgpu_instances=inst)
+
+
+def _nvml():
+    mig = Mig("enabled", "enabled", (MigInstance("3g.40gb", 0, 4, "MIG-1", vm="vm-uuid-2"),), 8)
+    return NvmlData("550.90", (
+        NvmlGpu("0000:17:00.0", 0, "NVIDIA H100", "GPU-a", utilization_gpu=40, power_w=NA),
+        NvmlGpu("0000:4b:00.0", 1, "NVIDIA H100", "GPU-b", mig=mig),
+        NvmlGpu("0000:cb:00.0", 2, "NVIDIA H100", "GPU-c"),
+    ))
+
+
+def _libvirt():
+    return LibvirtData((
+        Vm("train", "running", 4, pins=tuple(VcpuPin(i, (4 + i,)) for i in range(4)),
+           hostdevs=(Hostdev("pci", "0000:31:00.0"),), uuid="vm-uuid-1"),
+        Vm("infer", "running", 2, uuid="vm-uuid-2"),
+        Vm("desk", "shut off", 2, hostdevs=(Hostdev("mdev", uuid="aaaaaaaa-0000-0000-0000-000000000001"),),
+           uuid="vm-uuid-3"),
+    ))
+
+
+def test_assemble_ownership_and_union():
+    snap = assemble(_sysfs(), _nvml(), _libvirt(), Load(), Sources())
+    kinds = {g.address: (g.owner.kind, g.owner.vms) for g in snap.gpus}
+    assert kinds == {
+        "0000:17:00.0": ("host", ()),
+        "0000:31:00.0": ("vfio", ("train",)),
+        "0000:4b:00.0": ("mig", ("infer",)),  # MIG instance's VM uuid mapped to its name
+        "0000:ca:00.0": ("unbound", ()),
+        "0000:cb:00.0": ("vgpu", ("desk",)),
+    }
+    # the audio function is not a GPU; indices follow PCI order
+    assert [g.index for g in snap.gpus] == [0, 1, 2, 3, 4]
+    vfio = snap.gpu("0000:31:00.0")
+    assert vfio.nvml_index is None and vfio.utilization_gpu is None and vfio.numa_node == 0
+    assert snap.gpu("0000:17:00.0").power_w == NA  # NOT_SUPPORTED stays N/A
+    assert snap.vm("train").hostdevs[0].gpu == "0000:31:00.0"
+    assert snap.vm("desk").hostdevs[0].gpu == "0000:cb:00.0"
+
+
+def test_problems_name_what_is_wrong():
+    snap = assemble(_sysfs(), _nvml(), _libvirt(), Load(), Sources())
+    msgs = [p.message for p in snap.problems]
+    assert any("x8 of x16" in m for m in msgs)
+    assert any("cannot be passed through" in m and "nvme" in m for m in msgs)
+    assert any(m.startswith("VM train: vCPUs on node(s) 1") and "GPU on node(s) 0" in m for m in msgs)
+
+
+def test_json_shape_uses_numbers_and_lists():
+    snap = assemble(_sysfs(), _nvml(), _libvirt(), Load(), Sources())
+    d = json.loads(snap.to_json())
+    assert d["schema"] == 1
+    for key in ("host", "cpus", "numa_nodes", "pci_devices", "iommu", "gpus", "vms", "sources"):
+        assert key in d
+    assert d["numa_nodes"][0]["cpus"] == [0, 1, 2, 3]
+    assert d["iommu"]["groups"][2]["viable"] is False
+    g = d["gpus"][2]
+    assert g["owner"] == {"kind": "mig", "vms": ["infer"]}
+    assert g["mig"]["instances"][0] == {**g["mig"]["instances"][0], "profile": "3g.40gb", "start": 0, "size": 4}
+    assert d["vms"][0]["pins"][0] == {"vcpu": 0, "cpus": [4]}
+    assert set(d["sources"]) == {"sysfs", "nvml", "libvirt", "psutil"}
+
+
+def test_every_source_failing_still_gives_a_snapshot(tmp_path):
+    class Boom(Collector):
+        def _read_sysfs(self):
+            raise PermissionError(13, "Permission denied", "/sys/bus/pci/devices")
+
+        def _read_nvml(self):
+            raise RuntimeError("GPU is lost")
+
+        def _read_libvirt(self):
+            raise ConnectionError("connection closed")
+
+        def _read_load(self):
+            raise OSError("psutil broke")
+
+    snap = Boom(Seams(root=Root(tmp_path), libvirt_uri="test:///default")).collect()
+    assert snap.sources.sysfs.startswith("unavailable: permission denied")
+    assert snap.sources.nvml == "unavailable: RuntimeError: GPU is lost"
+    assert snap.sources.libvirt.startswith("unavailable: ConnectionError")
+    assert snap.sources.psutil.startswith("unavailable:")
+    assert snap.gpus == () and snap.vms == ()
+    assert {p.subject for p in snap.problems} >= {"sysfs", "nvml", "libvirt", "psutil"}
