@@ -54,6 +54,7 @@ class Collector:
         self._sysfs_at = 0.0
         self._nvml = None
         self._libvirt = None
+        self._load = None
         self._lock = threading.Lock()
         # Fault injection for tests and the demo ("kill the source mid-run"): name → reason
         self.disabled: dict[str, str] = {}
@@ -61,6 +62,8 @@ class Collector:
     def invalidate(self) -> None:
         """Forget cached static facts (after an action changed the host)."""
         self._sysfs = None
+        if self._libvirt is not None:
+            self._libvirt.invalidate()
 
     # -- sources ---------------------------------------------------------------------------------
     def _read_sysfs(self) -> SysfsData:
@@ -91,9 +94,12 @@ class Collector:
         return self._libvirt.poll()
 
     def _read_load(self) -> Load:
-        from console.sources.load import read_load
+        # A stateful reader: per-CPU load is a delta between this call and the previous one.
+        if self._load is None:
+            from console.sources.load import LoadReader
 
-        return read_load()
+            self._load = LoadReader()
+        return self._load.read()
 
     def _guard(self, name: str, fn):
         if name in self.disabled:

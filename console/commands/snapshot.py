@@ -16,7 +16,12 @@ def configure(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from console.collector import Collector
 
-    snap = Collector(seams_from_args(args)).collect()
+    import time
+
+    collector = Collector(seams_from_args(args))
+    collector.collect()  # CPU load and VM CPU % are deltas: prime them, then read for real
+    time.sleep(0.25)
+    snap = collector.collect()
     print(snap.to_json() if args.json else summary(snap))
     return 0
 

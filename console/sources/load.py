@@ -1,0 +1,77 @@
+"""Host load through psutil: per-CPU busy percent, memory, load average.
+
+Per-CPU percent is the busy share of each CPU between two calls (non-blocking). The first call only
+takes the starting sample and returns no percentages (`cpu_percent == ()`). We keep that sample
+ourselves instead of using `psutil.cpu_percent(interval=None)`, whose previous sample is kept per
+calling thread: the collector polls from a new worker thread each tick, so it would always see a
+"first call" and get zeros.
+"""
+from __future__ import annotations
+
+import threading
+from typing import Any, Sequence
+
+from console.model import Load
+from console.sources.types import SourceError
+
+try:
+    import psutil
+except ImportError:
+    psutil = None  # type: ignore[assignment]
+
+
+def _total(t: Any) -> float:
+    # guest time is already counted in user/nice on Linux (psutil and htop subtract it the same way)
+    return sum(t) - getattr(t, "guest", 0.0) - getattr(t, "guest_nice", 0.0)
+
+
+def _idle(t: Any) -> float:
+    # iowait is idle time: the CPU waits, it does not work
+    return t.idle + getattr(t, "iowait", 0.0)
+
+
+def busy_percent(before: Sequence[Any], after: Sequence[Any]) -> tuple[float, ...]:
+    """Busy percent per CPU between two `psutil.cpu_times(percpu=True)` samples; () when the CPU
+    count changed between them (hotplug), since positions would no longer match."""
+    if len(before) != len(after):
+        return ()
+    out = []
+    for b, a in zip(before, after):
+        total = _total(a) - _total(b)
+        busy = total - (_idle(a) - _idle(b))
+        pct = 100.0 * busy / total if total > 0 else 0.0
+        out.append(round(min(100.0, max(0.0, pct)), 1))
+    return tuple(out)
+
+
+class LoadReader:
+    """Keeps the previous per-CPU sample; `read()` is safe to call from any thread."""
+
+    def __init__(self) -> None:
+        self._prev: list[Any] | None = None
+        self._lock = threading.Lock()
+
+    def read(self) -> Load:
+        if psutil is None:
+            raise SourceError("psutil is not installed (pip install psutil)")
+        try:
+            times = psutil.cpu_times(percpu=True)
+            mem = psutil.virtual_memory()
+            load_avg = tuple(float(x) for x in psutil.getloadavg())
+        except (OSError, RuntimeError, AttributeError, psutil.Error) as e:
+            raise SourceError(f"psutil cannot read the host load: {e}") from None
+        with self._lock:
+            percent = busy_percent(self._prev, times) if self._prev is not None else ()
+            self._prev = list(times)
+        return Load(cpu_percent=percent, memory_total_kib=int(mem.total) // 1024,
+                    memory_available_kib=int(mem.available) // 1024,
+                    load_avg=(load_avg[0], load_avg[1], load_avg[2]))
+
+
+_reader = LoadReader()
+
+
+def read_load() -> Load:
+    """Host load now. The first call in a process returns `cpu_percent == ()` (it primes the sample);
+    later calls give the busy percent of each CPU since the previous call."""
+    return _reader.read()
