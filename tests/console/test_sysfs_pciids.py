@@ -1,0 +1,94 @@
+"""PCI names: the pci.ids parser, its lazy single load, and the built-in fallback."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from console.pciids import CLASSES, PciIds
+from console.root import Root
+from console.sources.sysfs import read_sysfs
+from tests.console.sysfs_tree import FakeSys
+
+SAMPLE = """\
+#
+#	List of PCI ID's
+#
+# Syntax:
+# vendor  vendor_name
+#	device  device_name				<-- single tab
+#		subvendor subdevice  subsystem_name	<-- two tabs
+
+10de  NVIDIA Corporation
+	2330  GH100 [H100 SXM5 80GB]
+		10de 16c1  H100 SXM5 80GB
+	22a3  GH100 [H100 NVSwitch]
+15b3  Mellanox Technologies
+# a comment between entries
+	101d  MT2892 Family [ConnectX-6 Dx]
+ffff  Illegal Vendor ID
+
+# List of known device classes, subclasses and programming interfaces
+C 03  Display controller
+	00  VGA compatible controller
+		00  VGA controller
+	02  3D controller
+C 04  Multimedia controller
+	03  Audio device
+C 0c  Serial bus controller
+	03  USB controller
+		30  XHCI
+"""
+
+
+def test_parses_vendors_devices_and_classes(tmp_path: Path) -> None:
+    path = tmp_path / "pci.ids"
+    path.write_text(SAMPLE)
+    ids = PciIds((path,))
+    assert ids.vendor_name(0x10DE) == "NVIDIA Corporation"
+    assert ids.device_name(0x10DE, 0x2330) == "GH100 [H100 SXM5 80GB]"
+    assert ids.device_name(0x10DE, 0x16C1) == ""  # a subsystem line is no device
+    assert ids.device_name(0x15B3, 0x101D) == "MT2892 Family [ConnectX-6 Dx]"
+    assert ids.class_name(0x030200) == "3D controller"
+    assert ids.class_name(0x0C0330) == "USB controller"
+    assert ids.class_name(0x040300) == "Audio device"
+    assert ids.source == path
+
+
+def test_builtin_names_fill_what_the_database_lacks(tmp_path: Path) -> None:
+    path = tmp_path / "pci.ids"
+    path.write_text(SAMPLE)
+    ids = PciIds((path,))
+    assert ids.device_name(0x10DE, 0x2335) == "GH100 [H200 SXM 141GB]"  # newer than this database
+    assert ids.vendor_name(0x8086) == "Intel Corporation"
+    assert ids.class_name(0x060400) == "PCI bridge"
+    assert ids.class_name(0x030000) == "VGA compatible controller"
+
+
+def test_no_database_uses_builtin_names() -> None:
+    ids = PciIds((Path("/nonexistent/pci.ids"),))
+    assert ids.source is None
+    assert ids.vendor_name(0x10DE) == "NVIDIA Corporation"
+    assert ids.vendor_name(0x15B3) == "Mellanox Technologies"
+    assert ids.vendor_name(0x1234) == ""
+    assert ids.class_name(0x020700) == "Infiniband controller"
+    assert ids.class_name(0x12FF00) == "Processing accelerators"  # unknown subclass: the base class
+    assert ids.class_name(0x7F0000) == ""
+    assert all(name for name, _ in CLASSES.values())
+
+
+def test_loaded_lazily_and_once(tmp_path: Path) -> None:
+    path = tmp_path / "pci.ids"
+    ids = PciIds((path,))
+    path.write_text(SAMPLE.replace("NVIDIA Corporation", "Nvidia From File"))  # after construction
+    assert ids.vendor_name(0x10DE) == "Nvidia From File"
+    path.write_text(SAMPLE.replace("NVIDIA Corporation", "Changed Later"))
+    assert ids.vendor_name(0x10DE) == "Nvidia From File"
+
+
+def test_names_come_from_the_console_machine_not_the_captured_root(tmp_path: Path) -> None:
+    t = FakeSys(tmp_path)
+    t.write("usr/share/misc/pci.ids", SAMPLE.replace("NVIDIA Corporation", "Captured Root Vendor"))
+    t.write("usr/share/hwdata/pci.ids", SAMPLE.replace("NVIDIA Corporation", "Captured Root Vendor"))
+    t.pci("0000:17:00.0", 0x10DE, 0x2330, 0x030200)
+    dev = read_sysfs(Root(tmp_path)).pci_devices[0]
+    assert dev.vendor_name != "Captured Root Vendor"
+    assert dev.class_name == "3D controller"
