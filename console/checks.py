@@ -5,6 +5,7 @@ Ordered by severity; each says what is wrong and, where we know, how to fix it.
 from __future__ import annotations
 
 from console.cpulist import format_cpulist
+from console.iommu import blocker_reasons, slot_of
 from console.model import NA, HostSnapshot, Problem, Vm
 
 _RANK = {"error": 0, "warning": 1, "info": 2}
@@ -49,6 +50,7 @@ def find_problems(snap: HostSnapshot) -> tuple[Problem, ...]:
     if snap.iommu.acs_override:
         out.append(Problem("warning", "iommu", "ACS override is on the kernel command line: IOMMU "
                            "groups do not reflect real isolation", "remove pcie_acs_override"))
+    by_addr = {d.address: d for d in snap.pci_devices}
     for g in snap.gpus:
         label = f"GPU {g.index} {g.address}"
         if g.nvml_error:
@@ -68,9 +70,14 @@ def find_problems(snap: HostSnapshot) -> tuple[Problem, ...]:
                                f"{label}: PCIe link x{g.link.current_width} of x{g.link.max_width}",
                                "reseat the card or check the riser/slot; the link trained below its width"))
         grp = snap.group(g.iommu_group)
-        if grp is not None and not grp.viable and g.owner.kind != "vfio":
-            out.append(Problem("warning", g.address, f"{label}: cannot be passed through: {grp.reason}",
-                               "move the card to a slot with its own IOMMU group, or enable ACS"))
+        if grp is not None and g.owner.kind != "vfio":
+            # Judge the group from this GPU's side: its own card's functions never block it.
+            blockers = blocker_reasons(grp, by_addr, [slot_of(g.address)])
+            if blockers:
+                out.append(Problem("warning", g.address,
+                                   f"{label}: cannot be passed through: {'; '.join(blockers)}",
+                                   "move the card to a slot with its own IOMMU group, or enable ACS "
+                                   "on the switch above it"))
         if g.mig.mode != NA and g.mig.pending_mode != NA and g.mig.mode != g.mig.pending_mode:
             out.append(Problem("info", g.address, f"{label}: MIG mode {g.mig.pending_mode} is pending",
                                "reset the GPU (stops everything on it) or reboot to apply"))

@@ -64,6 +64,8 @@ class Collector:
         self._sysfs = None
         if self._libvirt is not None:
             self._libvirt.invalidate()
+        if self._nvml is not None:
+            self._nvml.invalidate()
 
     # -- sources ---------------------------------------------------------------------------------
     def _read_sysfs(self) -> SysfsData:

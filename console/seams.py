@@ -42,6 +42,7 @@ def demo_host(state_dir: Path | None = None, libvirt_uri: str | None = None) -> 
 
     host = ensure_demo(state_dir)
     root = Root(host.root)
-    lib = SimulatedNvml.from_file(host.nvml_state, root=root)
+    # The demo stands for a root session: MIG changes are allowed as they would be for root.
+    lib = SimulatedNvml.from_file(host.nvml_state, root=root, privileged=True)
     return Seams(root=root, libvirt_uri=libvirt_uri or host.libvirt_uri, nvml_lib=lib,
                  demo_dir=Path(host.root).parent, state_dir=Path(host.root).parent)

@@ -135,4 +135,4 @@ def host_line(snap: "HostSnapshot", title: str) -> str:
     iommu = "IOMMU on" if snap.iommu.enabled else "IOMMU OFF"
     bad = [n for n in ("sysfs", "nvml", "libvirt", "psutil") if getattr(snap.sources, n) != "ok"]
     src = f"  degraded: {', '.join(bad)}" if bad else ""
-    return f"[b]{title}[/b]  {h.hostname or '?'}  {h.kernel}  {iommu}  {len(snap.gpus)} GPUs  {len(snap.vms)} VMs{src}"
+    return f"[b]{title}[/b] │ {h.hostname or '?'}  {h.kernel}  {iommu}  {len(snap.gpus)} GPUs  {len(snap.vms)} VMs{src}"

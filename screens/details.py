@@ -61,7 +61,8 @@ def vm_details(snap: HostSnapshot, v: Vm) -> str:
 
 
 def group_details(snap: HostSnapshot, grp: IommuGroup) -> str:
-    lines = [f"{'viable for passthrough' if grp.viable else 'NOT viable'}" + (f": {grp.reason}" if grp.reason else "")]
+    verdict = "viable for passthrough" if grp.viable else "NOT viable for passthrough"
+    lines = [verdict + (f": {grp.reason}" if grp.reason else "")]
     for a in grp.devices:
         d = snap.pci(a)
         if d is None:

@@ -15,7 +15,7 @@ from screens.widgets.keyed_table import KeyedTable
 from screens.widgets.slice_bar import slice_bar
 from screens.widgets.text import metric
 
-COLS = [("idx", "#"), ("addr", "Address"), ("owner", "Owner"), ("drv", "Driver"), ("mig", "MIG"),
+COLS = [("idx", "#"), ("addr", "Address"), ("owner", "Owner"), ("mig", "MIG"),
         ("vgpu", "vGPU"), ("ecc", "ECC"), ("proc", "Procs"), ("link", "Link")]
 
 
@@ -29,7 +29,7 @@ def mig_text(g) -> str:
 
 def gpu_rows(snap: HostSnapshot):
     for g in snap.gpus:
-        yield g.address, (str(g.index), g.address, owner_text(g)[:22], g.driver or "none", mig_text(g),
+        yield g.address, (str(g.index), g.address, owner_text(g)[:20], mig_text(g),
                           str(len(g.vgpu.instances)) if g.vgpu.instances or g.vgpu.types else "-",
                           metric(g.ecc_volatile_uncorrected), str(len(g.processes)), link_text(g))
 
@@ -45,8 +45,9 @@ def gpu_panel(snap: HostSnapshot, address: str | None):
         parts.append(Text(f"MIG {g.mig.mode} (pending {g.mig.pending_mode})"))
         parts.append(slice_bar(g.mig))
         for i in g.mig.instances:
-            parts.append(Text(f"  {i.profile:10} slices {i.start}-{i.start + i.size - 1}  util N/A  "
-                              f"{i.uuid or ''}  VM {i.vm or '-'}"))
+            uuid = (i.uuid[:12] + "…") if i.uuid and len(i.uuid) > 13 else (i.uuid or "")
+            parts.append(Text(f"  {i.profile:9} slices {i.start}-{i.start + i.size - 1}  util N/A  "
+                              f"{uuid:13}  VM {i.vm or '-'}"))
     if g.vgpu.types or g.vgpu.instances:
         avail = ", ".join(f"{t.name} ({metric(t.available)} free)" for t in g.vgpu.types[:4])
         parts.append(Text(f"vGPU types: {avail or '-'}"))

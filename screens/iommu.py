@@ -2,28 +2,35 @@
 from __future__ import annotations
 
 from textual.app import ComposeResult
-from textual.widgets import Static
+from textual.containers import VerticalScroll
+from textual.widgets import DataTable, Static
 
 from console.model import HostSnapshot
 from screens.base import SnapshotScreen
 from screens.details import group_details
 from screens.widgets.keyed_table import KeyedTable
 
-COLS = [("id", "Group"), ("verdict", "Verdict"), ("devices", "Devices"), ("reason", "Reason")]
+COLS = [("id", "Group"), ("verdict", "Verdict"), ("devices", "Devices [driver]")]
+
+
+def _members(snap: HostSnapshot, grp) -> list[str]:
+    gpu_addrs = {g.address for g in snap.gpus}
+    names = []
+    for a in grp.devices:
+        d = snap.pci(a)
+        if d is not None and d.is_bridge:
+            continue  # bridges never block passthrough; they are listed in the details
+        tag = "GPU " if a in gpu_addrs else ""
+        names.append(f"{tag}{a}[{d.driver if d and d.driver else '-'}]")
+    return names
 
 
 def group_rows(snap: HostSnapshot):
-    gpu_addrs = {g.address for g in snap.gpus}
-    for grp in sorted(snap.iommu.groups, key=lambda g: g.id):
-        names = []
-        for a in grp.devices:
-            d = snap.pci(a)
-            if d is not None and d.is_bridge:
-                continue
-            tag = "GPU " if a in gpu_addrs else ""
-            names.append(f"{tag}{a}[{d.driver if d and d.driver else '-'}]")
-        verdict = "viable" if grp.viable else "NOT viable"
-        yield str(grp.id), (str(grp.id), verdict, " ".join(names), grp.reason)
+    """Groups with at least one endpoint, the non-viable ones first, then by id."""
+    groups = [g for g in snap.iommu.groups if _members(snap, g)]
+    for grp in sorted(groups, key=lambda g: (g.viable, g.id)):
+        verdict = "viable" if grp.viable else "✖ NOT viable"
+        yield str(grp.id), (str(grp.id), verdict, " ".join(_members(snap, grp)))
 
 
 class IommuScreen(SnapshotScreen):
@@ -32,6 +39,8 @@ class IommuScreen(SnapshotScreen):
     def compose_body(self) -> ComposeResult:
         yield Static(id="iommu-state")
         yield KeyedTable(COLS, id="groups")
+        with VerticalScroll(id="group-panel-scroll"):
+            yield Static(id="group-panel")
 
     def render_snapshot(self, snap: HostSnapshot) -> None:
         state = self.query_one("#iommu-state", Static)
@@ -40,9 +49,21 @@ class IommuScreen(SnapshotScreen):
         else:
             bad = sum(1 for g in snap.iommu.groups if not g.viable)
             flags = " ".join(snap.iommu.cmdline_flags) or "none"
-            state.update(f"IOMMU on, {len(snap.iommu.groups)} groups, {bad} not viable for passthrough; "
-                         f"kernel flags: {flags}")
-        self.query_one("#groups", KeyedTable).sync(group_rows(snap))
+            bridges = sum(1 for g in snap.iommu.groups if not _members(snap, g))
+            state.update(f"IOMMU on: {len(snap.iommu.groups)} groups, {bad} not viable for passthrough "
+                         f"({bridges} bridge-only groups not listed); kernel flags: {flags}")
+        table = self.query_one("#groups", KeyedTable)
+        table.sync(group_rows(snap))
+        self._show_group(snap, table.selected_key())
+
+    def _show_group(self, snap: HostSnapshot, key: str | None) -> None:
+        grp = snap.group(int(key)) if key else None
+        self.query_one("#group-panel", Static).update(
+            f"group {grp.id}: " + group_details(snap, grp) if grp else "")
+
+    def on_data_table_row_highlighted(self, event: DataTable.RowHighlighted) -> None:
+        if self.app.snapshot is not None and event.row_key is not None:
+            self._show_group(self.app.snapshot, event.row_key.value)
 
     def details_for(self, table, key):
         snap = self.app.snapshot

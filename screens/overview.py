@@ -11,10 +11,17 @@ from screens.details import gpu_details, vm_details
 from screens.widgets.keyed_table import KeyedTable
 from screens.widgets.text import metric, severity_text, spark
 
-GPU_COLS = [("idx", "#"), ("addr", "Address"), ("name", "Name"), ("owner", "Owner"), ("util", "Util"),
-            ("mem", "Memory"), ("temp", "Temp"), ("link", "Link")]
+GPU_COLS = [("idx", "#"), ("addr", "Address"), ("name", "Model"), ("owner", "Owner"), ("util", "Util"),
+            ("mem", "Mem"), ("temp", "Temp"), ("link", "Link")]
 VM_COLS = [("name", "VM"), ("state", "State"), ("vcpus", "vCPU"), ("cpu", "CPU%"), ("hist", "History"),
            ("numa", "NUMA"), ("gpus", "GPUs")]
+
+
+def short_name(name: str, width: int = 12) -> str:
+    """"NVIDIA H100 80GB HBM3" → "H100 80GB HB"; pci.ids "GH100 [H100 SXM5 80GB]" → "H100 SXM5 80"."""
+    if "[" in name and "]" in name:
+        name = name[name.index("[") + 1:name.rindex("]")]
+    return name.replace("NVIDIA ", "").strip()[:width]
 
 
 def owner_text(g) -> str:
@@ -23,11 +30,11 @@ def owner_text(g) -> str:
 
 
 def memory_text(g) -> str:
-    if g.memory_total_mib in (None,) or g.memory_used_mib is None:
-        return metric(g.memory_total_mib if g.memory_total_mib is not None else None)
-    if isinstance(g.memory_used_mib, (int, float)) and isinstance(g.memory_total_mib, (int, float)):
-        return f"{g.memory_used_mib / 1024:.0f}/{g.memory_total_mib / 1024:.0f}G"
-    return metric(g.memory_used_mib)
+    """Used/total GiB; N/A or '-' when NVML has no value."""
+    used, total = g.memory_used_mib, g.memory_total_mib
+    if isinstance(used, (int, float)) and isinstance(total, (int, float)):
+        return f"{used / 1024:.0f}/{total / 1024:.0f}G"
+    return metric(used)
 
 
 def link_text(g) -> str:
@@ -35,7 +42,7 @@ def link_text(g) -> str:
         return "-"
     state = f"x{g.link.current_width}"
     if g.link.max_width and g.link.current_width < g.link.max_width:
-        return f"{state}/x{g.link.max_width} DOWN"
+        return f"{state}/{g.link.max_width}↓"
     return state
 
 
@@ -44,7 +51,7 @@ def gpu_rows(snap: HostSnapshot):
         util = metric(g.utilization_gpu, "%")
         if g.owner.kind == "vfio":
             util = "(in VM)"
-        yield g.address, (str(g.index), g.address, g.name.replace("NVIDIA ", "")[:22], owner_text(g)[:24],
+        yield g.address, (str(g.index), g.address, short_name(g.name), owner_text(g)[:16],
                           util, memory_text(g), metric(g.temperature_c, "C"), link_text(g))
 
 

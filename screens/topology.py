@@ -1,6 +1,7 @@
 """2 Topology: the PCIe tree per NUMA node and the GPU/NIC matrix (nvidia-smi topo -m style)."""
 from __future__ import annotations
 
+from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 from textual.app import ComposeResult
@@ -30,18 +31,26 @@ def tree_text(snap: HostSnapshot) -> Text:
     return out
 
 
-def matrix_table(snap: HostSnapshot) -> Table:
+def _short(label: str) -> str:
+    return label.replace("GPU", "G").replace("NIC", "N")
+
+
+def matrix_table(snap: HostSnapshot) -> Group:
+    """The matrix with short column heads (fits 80 columns for 8 GPUs + 4 NICs), then one line per
+    device with its address, NUMA node and CPU affinity."""
     devs, rows = matrix(snap)
-    t = Table(box=None, pad_edge=False, padding=(0, 1))
+    t = Table(box=None, pad_edge=False, padding=(0, 1), collapse_padding=True)
     t.add_column("")
     for d in devs:
-        t.add_column(d.label, justify="center")
-    t.add_column("CPU affinity")
-    t.add_column("NUMA")
+        t.add_column(_short(d.label), justify="center", min_width=4, no_wrap=True)
     for d, row in zip(devs, rows):
-        t.add_row(d.label, *[Text(c, style="dim" if c in ("X",) else ("red" if c == "SYS" else "")) for c in row],
-                  format_cpulist(d.cpus), "-" if d.numa_node is None else str(d.numa_node))
-    return t
+        t.add_row(_short(d.label), *[Text(c, style="dim" if c == "X" else ("red" if c == "SYS" else ""))
+                                    for c in row])
+    legend = Text()
+    for d in devs:
+        node = "-" if d.numa_node is None else str(d.numa_node)
+        legend.append(f"{_short(d.label):>3} {d.label:5} {d.address}  NUMA {node}  CPUs {format_cpulist(d.cpus) or '-'}\n")
+    return Group(t, legend)
 
 
 class TopologyScreen(SnapshotScreen):
@@ -49,8 +58,9 @@ class TopologyScreen(SnapshotScreen):
 
     def compose_body(self) -> ComposeResult:
         with VerticalScroll(id="topo-scroll"):
-            yield Static("Matrix  (X self, PIX one switch, PXB several switches, PHB host bridge, "
-                         "NODE same NUMA node, SYS across sockets)", classes="section")
+            yield Static("GPU/NIC matrix", classes="section")
+            yield Static("X self  PIX one switch  PXB several switches  PHB host bridge  NODE same "
+                         "NUMA node  SYS across sockets", classes="legend")
             yield Static(id="matrix")
             yield Static("PCIe tree", classes="section")
             yield Static(id="tree")

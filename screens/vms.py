@@ -18,7 +18,7 @@ from screens.widgets.keyed_table import KeyedTable
 from screens.widgets.text import metric, spark
 
 COLS = [("name", "VM"), ("state", "State"), ("vcpus", "vCPU"), ("cpu", "CPU%"), ("hist", "History"),
-        ("pins", "Pinned to"), ("numa", "NUMA"), ("mem", "Mem GiB"), ("hostdevs", "Hostdevs")]
+        ("pins", "Pinned to"), ("numa", "NUMA"), ("hostdevs", "Devs")]
 
 
 def vm_rows(snap: HostSnapshot, history):
@@ -27,14 +27,14 @@ def vm_rows(snap: HostSnapshot, history):
         mark = {"cross-numa": "✖ CROSS", "aligned": "ok", "unpinned": "unpinned"}.get(align, "")
         pins = format_cpulist(c for p in v.pins for c in p.cpus) or "-"
         yield v.name, (v.name, v.state, str(v.vcpus), metric(v.cpu_percent), spark(history.get(v.name, [])),
-                       pins[:16], mark, f"{v.memory_kib / 1048576:.0f}", str(len(v.hostdevs)))
+                       pins[:16], mark, str(len(v.hostdevs)))
 
 
 def vm_panel(snap: HostSnapshot, name: str | None):
     v = snap.vm(name) if name else None
     if v is None:
         return Text("select a VM")
-    head = Text(f"{v.name}  {v.state}  memory policy {v.numa_mode or 'none'} "
+    head = Text(f"{v.name}  {v.state}  {v.memory_kib / 1048576:.0f} GiB  memory policy {v.numa_mode or 'none'} "
                 f"{format_cpulist(v.numa_nodeset)}  emulator {format_cpulist(v.emulator_pins) or '-'}",
                 style="bold")
     if vm_alignment(snap, v) == "cross-numa":

@@ -1,0 +1,437 @@
+"""A simulated libnvidia-ml: a Python object placed as `pynvml.nvmlLib` so the real pynvml wrappers run on
+top of it (two-call size patterns, versioned structs, return code → exception mapping all unchanged).
+
+The GPUs come from an nvml.json state (docs/demo-host.md). Every C symbol is a method named `c_<symbol>`;
+`__getattr__` hands pynvml a callable for it and raises AttributeError for unknown symbols, which pynvml
+reports as NVMLError_FunctionNotFound, exactly as against an older driver.
+
+Behaviour kept from the real library: C int return codes, UNINITIALIZED before nvmlInit (init is
+reference counted), INVALID_ARGUMENT for bad handles/indices, NOT_SUPPORTED per metric, GPU_IS_LOST,
+GPUs visible only while bound to the nvidia driver (when given a root), MIG and vGPU rules. Arguments are
+checked like the ABI needs them (see nvml_abi): a struct by value where a pointer belongs raises
+`NvmlAbiError` instead of returning a code, because against the real library that call crashes.
+"""
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import tempfile
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pynvml
+from pynvml import (NVML_ERROR_GPU_IS_LOST, NVML_ERROR_INVALID_ARGUMENT, NVML_ERROR_NOT_SUPPORTED,
+                    NVML_ERROR_UNINITIALIZED, NVML_SUCCESS)
+
+from console.demo.nvml_abi import NvmlAbiError, NvmlReturn, handle_value, in_int, out_ref, write_str
+from console.demo.nvml_sim_ci import MigComputeSymbols
+from console.demo.nvml_sim_device import DeviceSymbols
+from console.demo.nvml_sim_mig import MigSymbols
+from console.demo.nvml_sim_vgpu import VgpuSymbols
+from console.pciaddr import parse_pci_address
+from console.root import Root
+
+__all__ = ["SimulatedNvml", "NvmlAbiError", "install", "uninstall", "METRIC_SYMBOLS"]
+
+# Handle addresses: a kind tag in the top byte, then GPU position (in the state), GI id, CI id.
+_KIND_DEVICE, _KIND_MIG, _KIND_GI, _KIND_CI = 0xD0, 0xE0, 0xA0, 0xB0
+
+# Names accepted in a GPU's "not_supported" list, and the symbols that then answer NOT_SUPPORTED.
+# A raw symbol name is accepted too.
+METRIC_SYMBOLS: dict[str, tuple[str, ...]] = {
+    "utilization": ("nvmlDeviceGetUtilizationRates",),
+    "memory": ("nvmlDeviceGetMemoryInfo", "nvmlDeviceGetMemoryInfo_v2"),
+    "temperature": ("nvmlDeviceGetTemperature", "nvmlDeviceGetTemperatureV"),
+    "power": ("nvmlDeviceGetPowerUsage",),
+    "power_limit": ("nvmlDeviceGetEnforcedPowerLimit",),
+    "ecc": ("nvmlDeviceGetTotalEccErrors",),
+    "retired_pages": ("nvmlDeviceGetRetiredPages",),
+    "remapped_rows": ("nvmlDeviceGetRemappedRows",),
+    "pcie": ("nvmlDeviceGetCurrPcieLinkGeneration", "nvmlDeviceGetCurrPcieLinkWidth"),
+    "pcie_max": ("nvmlDeviceGetMaxPcieLinkGeneration", "nvmlDeviceGetMaxPcieLinkWidth"),
+    "serial": ("nvmlDeviceGetSerial",),
+    "processes": ("nvmlDeviceGetComputeRunningProcesses_v3", "nvmlDeviceGetGraphicsRunningProcesses_v3"),
+}
+_NO_INIT = {"nvmlInitWithFlags", "nvmlInit_v2", "nvmlInit", "nvmlErrorString"}
+# A lost GPU still has a handle and the PCI identity the driver probed at boot; nothing else answers.
+_LOST_OK = {"nvmlDeviceGetHandleByIndex_v2", "nvmlDeviceGetHandleByPciBusId_v2", "nvmlDeviceGetPciInfo_v3",
+            "nvmlDeviceGetPciInfo_v2", "nvmlDeviceIsMigDeviceHandle"}
+
+
+def install(lib: object) -> None:
+    """Put `lib` underneath pynvml, replacing whatever library (real or simulated) was there."""
+    pynvml.nvmlLib = lib
+    pynvml._nvmlGetFunctionPointer_cache.clear()
+
+
+def uninstall() -> None:
+    """Forget the installed library: the next nvmlInit loads libnvidia-ml.so.1 again."""
+    pynvml.nvmlLib = None
+    pynvml._nvmlGetFunctionPointer_cache.clear()
+    pynvml._nvmlLib_refcount = 0
+
+
+@dataclass
+class _Fault:
+    symbol: str  # C symbol or "*"
+    code: int
+    after: int  # matching calls that still succeed first
+    times: int | None  # how many calls fail, None = all following
+    address: str | None
+    seen: int = 0
+    fired: int = 0
+
+
+@dataclass(frozen=True)
+class Target:
+    """What a handle points at: a physical GPU, or a MIG device (gi_id/ci_id set) on it."""
+    gpu: dict[str, Any]
+    pos: int
+    gi_id: int | None = None
+    ci_id: int | None = None
+
+    @property
+    def is_mig(self) -> bool:
+        return self.gi_id is not None
+
+
+class _CFunction:
+    """What pynvml gets for a symbol: callable, and accepts attribute assignment (pynvml sets
+    `.restype` on nvmlErrorString)."""
+
+    def __init__(self, sim: "SimulatedNvml", name: str, impl: Callable[..., Any]) -> None:
+        self._sim, self._name, self._impl = sim, name, impl
+        self.restype: Any = ctypes.c_int
+        self.argtypes: Any = None
+        self.__name__ = name
+
+    def __call__(self, *args: Any) -> Any:
+        return self._sim._dispatch(self._name, self._impl, args)
+
+
+class SimulatedNvml(DeviceSymbols, MigSymbols, MigComputeSymbols, VgpuSymbols):
+    """The simulated library. `state` is a dict or the path of an nvml.json file (changes to MIG are then
+    written back atomically and changes by other processes are picked up). `root`: GPUs are visible only
+    while root/sys/bus/pci/devices/ADDR/driver points at `nvidia`. `clock` drives utilization (defaults to
+    time.time). `privileged`: whether the caller is root (MIG changes need it); None reads the state's
+    "privileged" key (default False)."""
+
+    _name = "simulated libnvidia-ml"
+
+    def __init__(self, state: dict[str, Any] | str | os.PathLike[str], root: Root | str | None = None,
+                 clock: Callable[[], float] | None = None, privileged: bool | None = None) -> None:
+        self.path: Path | None = None
+        self._stamp: tuple[int, int] | None = None
+        if isinstance(state, dict):
+            self.state = state
+        else:
+            self.path = Path(state)
+            self.state = self._read_file()
+        self.root = Root(root) if isinstance(root, (str, os.PathLike)) else root
+        self.clock = clock or time.time
+        self._privileged = privileged
+        self._refcount = 0
+        self._enum: list[int] = []  # state positions of the GPUs enumerated at init, in NVML order
+        self._faults: list[_Fault] = []
+        self._lost: set[str] = set()  # set_lost() marks, kept apart from the state so reloads keep them
+        self.init_error: int | None = None  # whole-library failure returned by nvmlInit
+        self.calls: Counter[str] = Counter()  # C symbol → number of calls (tests check caching)
+        # one call at a time, like the driver's own locking (a poller and an action may share us)
+        self._lock = threading.RLock()
+
+    @classmethod
+    def from_file(cls, path: str | os.PathLike[str], root: Root | str | None = None,
+                  clock: Callable[[], float] | None = None,
+                  privileged: bool | None = None) -> "SimulatedNvml":
+        """A library serving (and persisting to) the nvml.json at `path`."""
+        return cls(Path(path), root=root, clock=clock, privileged=privileged)
+
+    # -- installation -------------------------------------------------------------------------------
+    def install(self) -> "SimulatedNvml":
+        install(self)
+        return self
+
+    def uninstall(self) -> None:
+        if pynvml.nvmlLib is self:
+            uninstall()
+
+    @property
+    def privileged(self) -> bool:
+        if self._privileged is not None:
+            return self._privileged
+        return bool(self.state.get("privileged", False))
+
+    @privileged.setter
+    def privileged(self, value: bool) -> None:
+        self._privileged = value
+
+    # -- fault injection ----------------------------------------------------------------------------
+    def fail_next(self, symbol: str, code: int, address: str | None = None) -> None:
+        """The next call of `symbol` (on the GPU at `address`, if given) returns `code`."""
+        self.fail_on(symbol, code, after=0, times=1, address=address)
+
+    def fail_on(self, symbol: str, code: int, after: int = 0, times: int | None = None,
+                address: str | None = None) -> None:
+        """After `after` successful matching calls, `symbol` ("*" = any) returns `code` — `times` times,
+        or for good when None."""
+        addr = parse_pci_address(address) if address else None
+        self._faults.append(_Fault(symbol, code, after, times, addr))
+
+    def clear_faults(self) -> None:
+        self._faults.clear()
+        self.init_error = None
+
+    def set_no_driver(self, code: int | None = pynvml.NVML_ERROR_LIBRARY_NOT_FOUND) -> None:
+        """Whole-library failure: nvmlInit returns `code` (LIBRARY_NOT_FOUND, DRIVER_NOT_LOADED,
+        NO_PERMISSION, ...). None restores the driver."""
+        self.init_error = code
+
+    def set_lost(self, address: str, lost: bool = True) -> None:
+        """Mark one GPU fallen off the bus (or recovered): its calls answer GPU_IS_LOST. The state's
+        "lost" key does the same from the file."""
+        addr = parse_pci_address(self.gpu_state(address)["address"])
+        if lost:
+            self._lost.add(addr)
+        else:
+            self._lost.discard(addr)
+            self.gpu_state(address)["lost"] = False
+
+    # -- state ----------------------------------------------------------------------------------------
+    def gpu_state(self, address: str) -> dict[str, Any]:
+        """The state dict of the GPU at `address` (any PCI address spelling); KeyError when unknown."""
+        want = parse_pci_address(address)
+        for gpu in self.state.get("gpus", []):
+            if parse_pci_address(gpu["address"]) == want:
+                return gpu
+        raise KeyError(address)
+
+    def save(self) -> None:
+        """Write the state back to its file atomically (temp file + rename); no-op for dict states."""
+        if self.path is None:
+            return
+        fd, tmp = tempfile.mkstemp(prefix=".nvml-", suffix=".json", dir=self.path.parent)
+        try:
+            with os.fdopen(fd, "w") as f:
+                json.dump(self.state, f, indent=2)
+                f.write("\n")
+            os.replace(tmp, self.path)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+        self._stamp = self._file_stamp()
+
+    def reload_if_changed(self) -> bool:
+        """Pick up a state file rewritten by another process (e.g. a MIG change made from the CLI)."""
+        if self.path is None or self._file_stamp() == self._stamp:
+            return False
+        try:
+            self.state = self._read_file()
+        except (OSError, ValueError):
+            return False  # unreadable right now: keep serving what we had
+        return True
+
+    def _read_file(self) -> dict[str, Any]:
+        assert self.path is not None
+        with open(self.path) as f:
+            data = json.load(f)
+        self._stamp = self._file_stamp()
+        return data
+
+    def _file_stamp(self) -> tuple[int, int] | None:
+        try:
+            st = os.stat(self.path)  # type: ignore[arg-type]
+        except OSError:
+            return None
+        return (st.st_mtime_ns, st.st_size)
+
+    def _visible(self, gpu: dict[str, Any]) -> bool:
+        if self.root is None:
+            return True
+        addr = parse_pci_address(gpu["address"])
+        return self.root.link_name(f"sys/bus/pci/devices/{addr}/driver") == "nvidia"
+
+    def _enumerate(self) -> list[int]:
+        gpus = self.state.get("gpus", [])
+        # NVML orders devices by PCI bus id
+        order = sorted(range(len(gpus)), key=lambda i: parse_pci_address(gpus[i]["address"]))
+        return [i for i in order if self._visible(gpus[i])]
+
+    # -- dispatch -------------------------------------------------------------------------------------
+    def __getattr__(self, name: str) -> Any:
+        if not name.startswith("nvml"):
+            raise AttributeError(name)
+        impl = getattr(type(self), "c_" + name, None)
+        if impl is None:
+            raise AttributeError(name)  # pynvml: NVMLError_FunctionNotFound
+        return _CFunction(self, name, impl)
+
+    def _dispatch(self, name: str, impl: Callable[..., Any], args: tuple[Any, ...]) -> Any:
+        with self._lock:
+            return self._dispatch_locked(name, impl, args)
+
+    def _dispatch_locked(self, name: str, impl: Callable[..., Any], args: tuple[Any, ...]) -> Any:
+        self.calls[name] += 1
+        code = self._injected(name, args)
+        if code is not None:
+            return code
+        if name not in _NO_INIT and self._refcount == 0:
+            return NVML_ERROR_UNINITIALIZED
+        try:
+            result = impl(self, *args)
+        except NvmlReturn as r:
+            return r.code
+        return NVML_SUCCESS if result is None else result
+
+    def _injected(self, name: str, args: tuple[Any, ...]) -> int | None:
+        for f in self._faults:
+            if f.symbol not in (name, "*"):
+                continue
+            if f.address is not None and self._call_address(name, args) != f.address:
+                continue
+            f.seen += 1
+            if f.seen > f.after and (f.times is None or f.fired < f.times):
+                f.fired += 1
+                return f.code
+        return None
+
+    def _call_address(self, name: str, args: tuple[Any, ...]) -> str | None:
+        """Best effort: the GPU a call is about, for address-filtered faults."""
+        gpus = self.state.get("gpus", [])
+        try:
+            if name == "nvmlDeviceGetHandleByIndex_v2":
+                return parse_pci_address(gpus[self._enum[int(getattr(args[0], "value", args[0]))]]["address"])
+            value = handle_value(args[0], name, 1) if args else None
+        except (NvmlAbiError, IndexError, TypeError, ValueError):
+            return None
+        if value is None or (value >> 24) not in (_KIND_DEVICE, _KIND_MIG, _KIND_GI, _KIND_CI):
+            return None
+        pos = (value >> 16) & 0xFF
+        return parse_pci_address(gpus[pos]["address"]) if pos < len(gpus) else None
+
+    # -- handles --------------------------------------------------------------------------------------
+    @staticmethod
+    def _device_handle(pos: int) -> int:
+        return (_KIND_DEVICE << 24) | (pos << 16)
+
+    @staticmethod
+    def _mig_handle(pos: int, gi_id: int, ci_id: int) -> int:
+        return (_KIND_MIG << 24) | (pos << 16) | (gi_id << 8) | ci_id
+
+    @staticmethod
+    def _gi_handle(pos: int, gi_id: int) -> int:
+        return (_KIND_GI << 24) | (pos << 16) | (gi_id << 8)
+
+    @staticmethod
+    def _ci_handle(pos: int, gi_id: int, ci_id: int) -> int:
+        return (_KIND_CI << 24) | (pos << 16) | (gi_id << 8) | ci_id
+
+    def _target(self, handle: Any, symbol: str, allow_mig: bool = False) -> Target:
+        """Resolve a device handle argument (position 1) to its GPU, applying lost/visibility/
+        not-supported rules. MIG device handles answer NOT_SUPPORTED unless `allow_mig`."""
+        value = handle_value(handle, symbol, 1)
+        if value is None:
+            raise NvmlReturn(NVML_ERROR_INVALID_ARGUMENT)
+        # the driver's state is shared by every process: see changes another one wrote (a stat per call)
+        self.reload_if_changed()
+        kind, pos = value >> 24, (value >> 16) & 0xFF
+        if kind not in (_KIND_DEVICE, _KIND_MIG) or pos not in self._enum:
+            raise NvmlReturn(NVML_ERROR_INVALID_ARGUMENT)
+        gpu = self.state["gpus"][pos]
+        self._check_alive(gpu, symbol)
+        if kind == _KIND_DEVICE:
+            if value & 0xFFFF:
+                raise NvmlReturn(NVML_ERROR_INVALID_ARGUMENT)
+            self._check_supported(gpu, symbol)
+            return Target(gpu, pos)
+        gi_id, ci_id = (value >> 8) & 0xFF, value & 0xFF
+        if self._find_ci(gpu, gi_id, ci_id) is None:
+            raise NvmlReturn(NVML_ERROR_INVALID_ARGUMENT)  # the MIG device was destroyed
+        if not allow_mig:
+            raise NvmlReturn(NVML_ERROR_NOT_SUPPORTED)
+        self._check_supported(gpu, symbol)
+        return Target(gpu, pos, gi_id, ci_id)
+
+    def _check_alive(self, gpu: dict[str, Any], symbol: str) -> None:
+        # a GPU taken away from the nvidia driver after init is gone for this NVML session
+        lost = gpu.get("lost") or parse_pci_address(gpu["address"]) in self._lost
+        if symbol not in _LOST_OK and (lost or not self._visible(gpu)):
+            raise NvmlReturn(NVML_ERROR_GPU_IS_LOST)
+
+    def _check_supported(self, gpu: dict[str, Any], symbol: str) -> None:
+        for item in gpu.get("not_supported", ()):
+            if item == symbol or symbol in METRIC_SYMBOLS.get(item, ()):
+                raise NvmlReturn(NVML_ERROR_NOT_SUPPORTED)
+
+    def _find_ci(self, gpu: dict[str, Any], gi_id: int, ci_id: int) -> dict[str, Any] | None:
+        for gi in (gpu.get("mig") or {}).get("instances", []):
+            if gi["gi_id"] == gi_id:
+                return next((c for c in gi.get("compute_instances", []) if c["ci_id"] == ci_id), None)
+        return None
+
+    # -- library lifetime and system ------------------------------------------------------------------
+    def c_nvmlInitWithFlags(self, flags: Any) -> int:
+        if self.init_error is not None:
+            return self.init_error
+        if self._refcount == 0:
+            self.reload_if_changed()
+            self._enum = self._enumerate()
+        self._refcount += 1
+        return NVML_SUCCESS
+
+    def c_nvmlInit_v2(self) -> int:
+        return self.c_nvmlInitWithFlags(0)
+
+    def c_nvmlShutdown(self) -> int:
+        self._refcount -= 1
+        return NVML_SUCCESS
+
+    def c_nvmlErrorString(self, code: Any) -> bytes:
+        code = int(getattr(code, "value", code))
+        return _ERROR_STRINGS.get(code, "Unknown Error").encode()
+
+    def _system_string(self, buf: Any, length: Any, text: str, symbol: str) -> None:
+        write_str(buf, text, in_int(length, symbol, 2), symbol)
+
+    def c_nvmlSystemGetDriverVersion(self, buf: Any, length: Any) -> None:
+        self._system_string(buf, length, self.state.get("driver_version", "550.90.07"),
+                            "nvmlSystemGetDriverVersion")
+
+    def c_nvmlSystemGetNVMLVersion(self, buf: Any, length: Any) -> None:
+        cuda = int(self.state.get("cuda_driver_version", 12040))
+        text = f"{cuda // 1000}.{self.state.get('driver_version', '550.90.07')}"
+        self._system_string(buf, length, text, "nvmlSystemGetNVMLVersion")
+
+    def c_nvmlSystemGetCudaDriverVersion(self, out: Any) -> None:
+        obj = out_ref(out, ctypes.c_int, "nvmlSystemGetCudaDriverVersion", 1)
+        if obj is None:
+            raise NvmlReturn(NVML_ERROR_INVALID_ARGUMENT)
+        obj.value = int(self.state.get("cuda_driver_version", 12040))
+
+    def c_nvmlSystemGetCudaDriverVersion_v2(self, out: Any) -> None:
+        self.c_nvmlSystemGetCudaDriverVersion(out)
+
+    def c_nvmlDeviceGetCount_v2(self, out: Any) -> None:
+        obj = out_ref(out, ctypes.c_uint, "nvmlDeviceGetCount_v2", 1)
+        if obj is None:
+            raise NvmlReturn(NVML_ERROR_INVALID_ARGUMENT)
+        obj.value = len(self._enum)
+
+
+_ERROR_STRINGS: dict[int, str] = {
+    0: "Success", 1: "Uninitialized", 2: "Invalid Argument", 3: "Not Supported",
+    4: "Insufficient Permissions", 5: "Already Initialized", 6: "Not Found", 7: "Insufficient Size",
+    8: "Insufficient External Power", 9: "Driver Not Loaded", 10: "Timeout", 11: "Interrupt Request Issue",
+    12: "NVML Shared Library Not Found", 13: "Function Not Found", 14: "Corrupted infoROM",
+    15: "GPU is lost", 16: "GPU requires restart", 17: "The operating system has blocked the request.",
+    18: "RM has detected an NVML/RM version mismatch.", 19: "In use by another client",
+    20: "Insufficient Memory", 21: "No data", 22: "The requested vgpu operation is not available on "
+    "target device, becasue ECC is enabled", 23: "Insufficient resources",
+    24: "Frequency not supported", 25: "Argument version mismatch", 26: "Deprecated",
+    27: "Not ready", 28: "GPU not found", 29: "Invalid state", 999: "Unknown Error",
+}

@@ -1,0 +1,388 @@
+"""The NVML source: what the NVIDIA driver reports about each GPU it can see, read through pynvml.
+
+`NvmlSource(lib)` keeps NVML initialised between polls and caches static facts (name, UUID, max PCIe
+link, MIG profile tables, vGPU type names) while fast facts (utilization, memory, power, MIG layout,
+processes) are read on every `read()`. `lib` is the library object placed under pynvml
+(`pynvml.nvmlLib`): None for the real libnvidia-ml, or a simulated one. Only pynvml wrapper functions are
+called, so the same code runs against both.
+
+Conventions: NOT_SUPPORTED (or a symbol the driver lacks) → NA, never 0; a GPU answering GPU_IS_LOST is
+reported with `error` and no metrics while the others are still read; a library that cannot start raises
+SourceError with the reason an admin can act on.
+"""
+from __future__ import annotations
+
+import ctypes
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import pynvml
+
+from console import nvml_mig
+from console.demo.mig_profiles import table_for_pci_device_id
+from console.model import NA, GpuProcess, Metric, Mig, MigInstance, VgpuInstance, VgpuType
+from console.pciaddr import parse_pci_address
+from console.sources.types import NvmlData, NvmlGpu, SourceError
+
+_MIB = 1024 * 1024
+
+_INIT_ERRORS: dict[int, str] = {
+    pynvml.NVML_ERROR_LIBRARY_NOT_FOUND: "NVIDIA driver not loaded (libnvidia-ml.so.1 not found)",
+    pynvml.NVML_ERROR_DRIVER_NOT_LOADED: "NVIDIA driver not loaded (the nvidia kernel module is not loaded)",
+    pynvml.NVML_ERROR_NO_PERMISSION: "no permission to use the NVIDIA driver (cannot open /dev/nvidia*)",
+    pynvml.NVML_ERROR_LIB_RM_VERSION_MISMATCH: "NVML library and nvidia kernel module versions differ "
+                                               "(reboot, or reload the nvidia module)",
+    pynvml.NVML_ERROR_FUNCTION_NOT_FOUND: "libnvidia-ml is too old (nvmlInitWithFlags missing)",
+}
+
+
+class _Lost(Exception):
+    """The GPU answered GPU_IS_LOST: stop reading it."""
+
+
+def _text(value: Any) -> str:
+    return value.decode(errors="replace") if isinstance(value, bytes) else str(value)
+
+
+def _watts(milliwatts: Metric) -> Metric:
+    if not isinstance(milliwatts, int):
+        return milliwatts
+    w = milliwatts / 1000
+    return int(w) if w == int(w) else round(w, 1)
+
+
+def _call(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    """One NVML read: the value, NA when not supported, None on any other error; GPU_IS_LOST raises."""
+    try:
+        return fn(*args, **kwargs)
+    except pynvml.NVMLError_GpuIsLost:
+        raise _Lost() from None
+    except (pynvml.NVMLError_NotSupported, pynvml.NVMLError_FunctionNotFound,
+            pynvml.NVMLLibraryMismatchError):
+        return NA
+    except pynvml.NVMLError:
+        return None
+
+
+@dataclass
+class _Static:
+    """Facts that do not change while NVML stays initialised."""
+    address: str
+    name: str
+    uuid: str | None
+    pci_device_id: int
+    max_gen: Metric = None
+    max_width: Metric = None
+    mig_profiles: dict[int, list[nvml_mig.GiProfileInfo]] = field(default_factory=dict)  # by MIG mode
+    ci_profiles: dict[int, list[nvml_mig.CiProfileInfo]] = field(default_factory=dict)  # by GI profile id
+    vgpu_max: dict[int, Metric] = field(default_factory=dict)
+
+
+class NvmlSource:
+    """Reads NvmlData; see the module docstring. `rescan_s`: NVML is re-initialised this often (and a few
+    seconds after a GPU got lost) so GPUs bound back to the nvidia driver appear; `invalidate()` forces
+    it, e.g. after an action changed drivers."""
+
+    def __init__(self, lib: object | None = None, rescan_s: float = 60.0,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.lib = lib
+        self.rescan_s = rescan_s
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._initialised = False
+        self._loaded: object | None = None  # the library pynvml held when we initialised
+        self._init_at = 0.0
+        self._rescan_soon = False
+        self._failed: set[str] = set()  # addresses that answered with an error on the last read
+        self._static: dict[int, _Static] = {}
+        self._vgpu_types: dict[int, tuple[str, Metric]] = {}  # type id → (name, framebuffer MiB)
+        self._driver: str | None = None
+        self._mem_v2 = True
+        self._temp_v = True
+
+    # -- lifetime -------------------------------------------------------------------------------------
+    def invalidate(self) -> None:
+        """Re-initialise NVML and re-read static facts on the next read."""
+        self._rescan_soon = True
+        self._init_at = -1e18
+
+    def close(self) -> None:
+        """Shut NVML down (releases /dev/nvidia* — needed before unbinding a GPU from the driver)."""
+        with self._lock:
+            self._shutdown()
+
+    def _shutdown(self) -> None:
+        if self._initialised and pynvml.nvmlLib is self._loaded:
+            try:
+                pynvml.nvmlShutdown()
+            except pynvml.NVMLError:
+                pass
+        self._initialised = False
+        self._static.clear()
+        self._vgpu_types.clear()
+
+    def _ensure(self) -> None:
+        if self.lib is not None:
+            want = self.lib
+        else:
+            # the real library: whatever CDLL pynvml loaded, never a stand-in left by someone else
+            want = pynvml.nvmlLib if isinstance(pynvml.nvmlLib, ctypes.CDLL) else None
+        if self._initialised and pynvml.nvmlLib is not self._loaded:
+            self._initialised = False  # someone swapped the library underneath: our init is void
+            self._static.clear()
+        if pynvml.nvmlLib is not want:
+            pynvml.nvmlLib = want
+            pynvml._nvmlGetFunctionPointer_cache.clear()
+        interval = 5.0 if self._rescan_soon else self.rescan_s
+        if self._initialised and self._clock() - self._init_at >= interval:
+            self._shutdown()
+        if self._initialised:
+            return
+        try:
+            pynvml.nvmlInit()
+        except pynvml.NVMLError as e:
+            raise SourceError(_INIT_ERRORS.get(e.value, f"NVML initialisation failed: {e}")) from None
+        self._initialised, self._loaded = True, pynvml.nvmlLib
+        self._init_at, self._rescan_soon = self._clock(), False
+        self._mem_v2 = self._temp_v = True
+        try:
+            self._driver = _text(pynvml.nvmlSystemGetDriverVersion())
+        except pynvml.NVMLError:
+            self._driver = None
+
+    # -- reading --------------------------------------------------------------------------------------
+    def read(self) -> NvmlData:
+        """One poll of every GPU NVML sees."""
+        with self._lock:
+            self._ensure()
+            try:
+                count = pynvml.nvmlDeviceGetCount()
+            except pynvml.NVMLError_Uninitialized:
+                self._initialised = False  # shut down behind our back: start again once
+                self._ensure()
+                count = pynvml.nvmlDeviceGetCount()
+            except pynvml.NVMLError as e:
+                raise SourceError(f"NVML cannot list GPUs: {e}") from None
+            gpus = [g for g in (self._read_gpu(i) for i in range(count)) if g is not None]
+            failed = {g.address for g in gpus if g.error}
+            if failed - self._failed:  # newly failed (e.g. taken from the driver): look again soon, once
+                self._rescan_soon = True
+            self._failed = failed
+            return NvmlData(driver_version=self._driver, gpus=tuple(gpus))
+
+    def _read_gpu(self, index: int) -> NvmlGpu | None:
+        static = self._static.get(index)
+        try:
+            handle = pynvml.nvmlDeviceGetHandleByIndex(index)
+            if static is None:
+                static = self._read_static(index, handle)
+            return self._read_fast(index, handle, static)
+        except (_Lost, pynvml.NVMLError_GpuIsLost):
+            error = "GPU is lost"
+        except pynvml.NVMLError as e:  # the handle or the identity could not be read
+            error = str(e)
+        static = self._static.get(index)
+        if static is None:
+            return None  # nothing identifies it; it cannot be matched to a PCI device
+        return NvmlGpu(address=static.address, nvml_index=index, name=static.name, uuid=static.uuid,
+                       error=error)
+
+    def _read_static(self, index: int, handle: Any) -> _Static:
+        pci = pynvml.nvmlDeviceGetPciInfo_v3(handle)
+        static = _Static(address=parse_pci_address(_text(pci.busId)), name="", uuid=None,
+                         pci_device_id=int(pci.pciDeviceId))
+        self._static[index] = static  # known from here on, even if the GPU gets lost mid-read
+        static.name = _text(_call(pynvml.nvmlDeviceGetName, handle) or "")
+        uuid = _call(pynvml.nvmlDeviceGetUUID, handle)
+        static.uuid = _text(uuid) if isinstance(uuid, (str, bytes)) and uuid != NA else None
+        static.max_gen = _call(pynvml.nvmlDeviceGetMaxPcieLinkGeneration, handle)
+        static.max_width = _call(pynvml.nvmlDeviceGetMaxPcieLinkWidth, handle)
+        return static
+
+    def _memory(self, handle: Any) -> tuple[Metric, Metric]:
+        mem: Any = None
+        if self._mem_v2:
+            try:
+                mem = pynvml.nvmlDeviceGetMemoryInfo(handle, version=pynvml.nvmlMemory_v2)
+            except (pynvml.NVMLError_FunctionNotFound, pynvml.NVMLError_ArgumentVersionMismatch):
+                self._mem_v2 = False  # an older driver: v1 from now on
+            except pynvml.NVMLError_GpuIsLost:
+                raise _Lost() from None
+            except pynvml.NVMLError_NotSupported:
+                return NA, NA
+            except pynvml.NVMLError:
+                return None, None
+        if mem is None:
+            mem = _call(pynvml.nvmlDeviceGetMemoryInfo, handle)
+            if mem is NA or mem is None:
+                return mem, mem
+        return mem.total // _MIB, mem.used // _MIB
+
+    def _temperature(self, handle: Any) -> Metric:
+        if self._temp_v:
+            try:
+                return pynvml.nvmlDeviceGetTemperatureV(handle, pynvml.NVML_TEMPERATURE_GPU)
+            except pynvml.NVMLError_FunctionNotFound:
+                self._temp_v = False
+            except pynvml.NVMLError_GpuIsLost:
+                raise _Lost() from None
+            except pynvml.NVMLError_NotSupported:
+                return NA
+            except pynvml.NVMLError:
+                return None
+        return _call(pynvml.nvmlDeviceGetTemperature, handle, pynvml.NVML_TEMPERATURE_GPU)
+
+    def _read_fast(self, index: int, handle: Any, static: _Static) -> NvmlGpu:
+        util = _call(pynvml.nvmlDeviceGetUtilizationRates, handle)
+        util_gpu, util_mem = (util.gpu, util.memory) if util not in (NA, None) else (util, util)
+        total, used = self._memory(handle)
+        ecc_v = _call(pynvml.nvmlDeviceGetTotalEccErrors, handle, pynvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED,
+                      pynvml.NVML_VOLATILE_ECC)
+        ecc_a = _call(pynvml.nvmlDeviceGetTotalEccErrors, handle, pynvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED,
+                      pynvml.NVML_AGGREGATE_ECC)
+        rows = _call(pynvml.nvmlDeviceGetRemappedRows, handle)
+        rows_pending, rows_failure = (rows[2], rows[3]) if isinstance(rows, tuple) else (rows, rows)
+        vgpu_types, vgpu_instances, gi_vms = self._vgpu(handle, static)
+        return NvmlGpu(
+            address=static.address, nvml_index=index, name=static.name, uuid=static.uuid,
+            memory_total_mib=total, memory_used_mib=used, utilization_gpu=util_gpu,
+            utilization_memory=util_mem, temperature_c=self._temperature(handle),
+            power_w=_watts(_call(pynvml.nvmlDeviceGetPowerUsage, handle)),
+            power_limit_w=_watts(_call(pynvml.nvmlDeviceGetEnforcedPowerLimit, handle)),
+            ecc_volatile_uncorrected=ecc_v, ecc_aggregate_uncorrected=ecc_a,
+            retired_pages=self._retired_pages(handle), remapped_rows_pending=rows_pending,
+            remapped_rows_failure=rows_failure,
+            pcie_gen=_call(pynvml.nvmlDeviceGetCurrPcieLinkGeneration, handle),
+            pcie_width=_call(pynvml.nvmlDeviceGetCurrPcieLinkWidth, handle),
+            pcie_max_gen=static.max_gen, pcie_max_width=static.max_width,
+            mig=self._mig(handle, static, gi_vms), vgpu_types=vgpu_types, vgpu_instances=vgpu_instances,
+            processes=self._processes(handle))
+
+    def _retired_pages(self, handle: Any) -> Metric:
+        total = 0
+        for cause in (pynvml.NVML_PAGE_RETIREMENT_CAUSE_MULTIPLE_SINGLE_BIT_ECC_ERRORS,
+                      pynvml.NVML_PAGE_RETIREMENT_CAUSE_DOUBLE_BIT_ECC_ERROR):
+            pages = _call(pynvml.nvmlDeviceGetRetiredPages, handle, cause)
+            if not isinstance(pages, list):
+                return pages
+            total += len(pages)
+        return total
+
+    # -- MIG ------------------------------------------------------------------------------------------
+    def _mig(self, handle: Any, static: _Static, gi_vms: dict[int, str]) -> Mig:
+        """MIG mode and layout; `gi_vms` maps GPU instance ids to the VM of the vGPU running in them."""
+        modes = _call(pynvml.nvmlDeviceGetMigMode, handle)
+        if not isinstance(modes, list):
+            return Mig()  # not MIG capable (NA) or unreadable
+        mode, pending = (("enabled" if m == pynvml.NVML_DEVICE_MIG_ENABLE else "disabled") for m in modes)
+        table = table_for_pci_device_id(static.pci_device_id)
+        slices = table.memory_slices if table else 0
+        if mode != "enabled":
+            return Mig(mode=mode, pending_mode=pending, memory_slices=slices)
+        try:
+            instances, slices = self._mig_instances(handle, static, gi_vms)
+        except pynvml.NVMLError_GpuIsLost:
+            raise _Lost() from None
+        except pynvml.NVMLError:
+            instances = ()
+        return Mig(mode=mode, pending_mode=pending, instances=instances, memory_slices=slices)
+
+    def _mig_instances(self, handle: Any, static: _Static,
+                       gi_vms: dict[int, str]) -> tuple[tuple[MigInstance, ...], int]:
+        profiles = static.mig_profiles.get(1)
+        if profiles is None:
+            profiles = static.mig_profiles[1] = nvml_mig.gi_profiles(handle, static.pci_device_id)
+        names = {p.profile_id: p.name for p in profiles}
+        slices = max((s + n for p in profiles for s, n in p.placements), default=0)
+        uuids = nvml_mig.mig_device_uuids(handle)
+        out = []
+        for gi in nvml_mig.gpu_instances(handle, profiles):
+            ci_profiles = static.ci_profiles.get(gi.profile_id)
+            if ci_profiles is None:
+                ci_profiles = static.ci_profiles[gi.profile_id] = nvml_mig.ci_profiles(gi.handle)
+            ci_names = {c.profile_id: c.name for c in ci_profiles}
+            cis = nvml_mig.compute_instances(gi.handle, ci_profiles)
+            uuid = next((uuids[(gi.gi_id, c.ci_id)] for c in cis if (gi.gi_id, c.ci_id) in uuids), None)
+            out.append(MigInstance(profile=names.get(gi.profile_id, str(gi.profile_id)), start=gi.start,
+                                   size=gi.size, uuid=uuid, vm=gi_vms.get(gi.gi_id), gi_id=gi.gi_id,
+                                   profile_id=gi.profile_id,
+                                   compute_instances=tuple(ci_names.get(c.profile_id, "") for c in cis)))
+        return tuple(out), slices
+
+    # -- vGPU -----------------------------------------------------------------------------------------
+    def _vgpu_type(self, type_id: int) -> tuple[str, Metric]:
+        if type_id not in self._vgpu_types:
+            name = _call(pynvml.nvmlVgpuTypeGetName, type_id)
+            fb = _call(pynvml.nvmlVgpuTypeGetFramebufferSize, type_id)
+            self._vgpu_types[type_id] = (_text(name) if name not in (NA, None) else str(type_id),
+                                         fb // _MIB if isinstance(fb, int) else fb)
+        return self._vgpu_types[type_id]
+
+    def _vgpu(self, handle: Any, static: _Static) -> tuple[tuple[VgpuType, ...], tuple[VgpuInstance, ...],
+                                                            dict[int, str]]:
+        """Types offered, instances running, and GPU instance id → VM id for MIG-backed vGPUs."""
+        supported = _call(pynvml.nvmlDeviceGetSupportedVgpus, handle)
+        if not isinstance(supported, list):
+            return (), (), {}
+        creatable = _call(pynvml.nvmlDeviceGetCreatableVgpus, handle)
+        creatable = set(creatable) if isinstance(creatable, list) else set()
+        active = _call(pynvml.nvmlDeviceGetActiveVgpus, handle)
+        active = active if isinstance(active, list) else []
+        instances, running, gi_vms = [], {}, {}
+        for inst in active:
+            type_id = _call(pynvml.nvmlVgpuInstanceGetType, inst)
+            running[type_id] = running.get(type_id, 0) + 1
+            mdev = _call(pynvml.nvmlVgpuInstanceGetMdevUUID, inst)
+            uuid = mdev if isinstance(mdev, (str, bytes)) and mdev and mdev != NA else _call(
+                pynvml.nvmlVgpuInstanceGetUUID, inst)
+            vm = _call(pynvml.nvmlVgpuInstanceGetVmID, inst)
+            vm_id = _text(vm[0]) if isinstance(vm, tuple) and vm[0] else None
+            instances.append(VgpuInstance(
+                uuid=_text(uuid) if uuid not in (NA, None) else str(inst),
+                type_name=self._vgpu_type(type_id)[0] if isinstance(type_id, int) else "",
+                parent=static.address, vm=vm_id))
+            gi_id = _call(pynvml.nvmlVgpuInstanceGetGpuInstanceId, inst)
+            if isinstance(gi_id, int) and gi_id != 0xFFFFFFFF and vm_id:
+                gi_vms[gi_id] = vm_id
+        types = []
+        for type_id in supported:
+            name, fb = self._vgpu_type(type_id)
+            if type_id not in static.vgpu_max:
+                static.vgpu_max[type_id] = _call(pynvml.nvmlVgpuTypeGetMaxInstances, handle, type_id)
+            most = static.vgpu_max[type_id]
+            available = (most - running.get(type_id, 0) if isinstance(most, int) else None) \
+                if type_id in creatable else 0
+            types.append(VgpuType(id=str(type_id), name=name, available=available,
+                                  max_instances=most if isinstance(most, int) else None,
+                                  framebuffer_mib=fb if isinstance(fb, int) else None, via="nvml",
+                                  parent=static.address))
+        return tuple(types), tuple(instances), gi_vms
+
+    # -- processes ------------------------------------------------------------------------------------
+    def _processes(self, handle: Any) -> tuple[GpuProcess, ...]:
+        found: dict[int, GpuProcess] = {}
+        for kind, fn in (("compute", pynvml.nvmlDeviceGetComputeRunningProcesses),
+                         ("graphics", pynvml.nvmlDeviceGetGraphicsRunningProcesses)):
+            procs = _call(fn, handle)
+            for p in procs if isinstance(procs, list) else []:
+                if p.pid in found:
+                    old = found[p.pid]
+                    found[p.pid] = GpuProcess(old.pid, old.name, old.used_memory_mib, "compute+graphics")
+                    continue
+                name = _call(pynvml.nvmlSystemGetProcessName, p.pid)
+                used = NA if p.usedGpuMemory is None else p.usedGpuMemory // _MIB
+                found[p.pid] = GpuProcess(pid=p.pid, name=_text(name) if name not in (NA, None) else "",
+                                          used_memory_mib=used, kind=kind)
+        return tuple(sorted(found.values(), key=lambda p: p.pid))
+
+
+def read_nvml(lib: object | None = None) -> NvmlData:
+    """One-shot read: initialise, read every GPU, shut down."""
+    source = NvmlSource(lib)
+    try:
+        return source.read()
+    finally:
+        source.close()
