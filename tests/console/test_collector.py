@@ -26,6 +26,8 @@ def _sysfs():
         PciDevice("0000:17:00.1", 0x10DE, 0x22A3, 0x040300, "vfio-pci", 0, 10, None),  # audio fn
         _gpu_dev("0000:31:00.0", "vfio-pci", 0, 11),
         _gpu_dev("0000:4b:00.0", "nvidia", 1, 12, width=8),
+        PciDevice("0000:4c:00.0", 0x144D, 0xA824, 0x010802, "nvme", 1, 12, None,
+                  class_name="Non-Volatile memory controller"),
         _gpu_dev("0000:ca:00.0", None, 1, 13),
         _gpu_dev("0000:cb:00.0", "nvidia", 1, 14),
     )
