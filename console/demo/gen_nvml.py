@@ -1,0 +1,106 @@
+"""nvml.json: the state the simulated NVML library serves (format in docs/demo-host.md).
+
+It lists every NVIDIA GPU of the host, whatever its driver: the simulated library hides the ones whose
+sysfs driver link is not nvidia, as the real driver cannot see them."""
+from __future__ import annotations
+
+import hashlib
+import json
+
+from console.demo.gen_libvirt import vm_uuid
+from console.demo.gen_pci import Func, PciLayout
+from console.demo.spec import NVIDIA, HostSpec, VgpuTypeSpec, stable_uuid
+
+LIVE = ("running", "paused")  # NVML lists a vGPU as active only while its VM exists as a process
+
+
+def _digits(seed: str, n: int) -> int:
+    return int(hashlib.sha256(seed.encode()).hexdigest(), 16) % (10 ** n)
+
+
+def nvml_state(spec: HostSpec, pci: PciLayout) -> dict:
+    seed = spec.seed or spec.hostname
+    owners = _vm_by_device(spec)
+    types: dict[int, VgpuTypeSpec] = {}
+    gpus = []
+    for addr, f in pci.funcs.items():
+        gpu = f.gpu
+        if gpu is None or f.vendor != NVIDIA:
+            continue
+        vf_types = [t for va in f.vfs for t in (pci.funcs[va].vf.vgpu_types if pci.funcs[va].vf else ())]
+        for t in list(gpu.vgpu_types) + vf_types:
+            types.setdefault(t.type_id, t)
+        supported = sorted({t.type_id for t in list(gpu.vgpu_types) + vf_types})
+        link = f.link
+        entry = {
+            "address": addr,
+            "model": gpu.model,
+            "name": gpu.name,
+            "uuid": "GPU-" + stable_uuid(seed, "gpu", addr),
+            "serial": f"1654{_digits(seed + addr, 9):09d}",
+            "memory_total_mib": gpu.memory_total_mib,
+            "power_limit_w": gpu.power_limit_w,
+            "pcie": ({"gen": link.gen, "width": link.width, "max_gen": link.max_gen or link.gen,
+                      "max_width": link.max_width or link.width} if link else None),
+            "mig": _mig(seed, addr, gpu),
+            "vgpu": {"supported_type_ids": supported, "active": _active_vgpus(spec, seed, pci, f, owners)},
+            "processes": [{"pid": p.pid, "name": p.name, "used_mib": p.used_mib} for p in gpu.processes],
+            "ecc": {"volatile_uncorrected": gpu.ecc_volatile_uncorrected,
+                    "aggregate_uncorrected": gpu.ecc_aggregate_uncorrected},
+            "retired_pages": gpu.retired_pages,
+            "remapped_rows": {"pending": gpu.remapped_rows_pending, "failure": gpu.remapped_rows_failure},
+            "not_supported": list(gpu.not_supported),
+            "lost": gpu.lost,
+            "load": {"base": gpu.load[0], "amplitude": gpu.load[1], "period_s": gpu.load[2]},
+        }
+        gpus.append(entry)
+    return {
+        "driver_version": spec.nvml_driver_version,
+        "cuda_driver_version": spec.cuda_driver_version,
+        "gpus": gpus,
+        "vgpu_types": {str(tid): {"name": t.name, "framebuffer_mib": t.framebuffer_mib,
+                                  "max_instances": t.max_instances} for tid, t in sorted(types.items())},
+    }
+
+
+def nvml_json(spec: HostSpec, pci: PciLayout) -> str:
+    return json.dumps(nvml_state(spec, pci), indent=1) + "\n"
+
+
+def _mig(seed: str, addr: str, gpu) -> dict:
+    pending = gpu.mig_enabled if gpu.mig_pending is None else gpu.mig_pending
+    instances = [{"gi_id": m.gi_id, "profile_id": m.profile_id, "start": m.start, "size": m.size,
+                  "uuid": "MIG-" + stable_uuid(seed, "mig", addr, m.gi_id),
+                  "compute_instances": [{"ci_id": 0, "profile_id": m.ci_profile_id}]}
+                 for m in (gpu.mig_instances if gpu.mig_enabled else ())]
+    return {"capable": gpu.mig_capable, "current": int(gpu.mig_enabled), "pending": int(pending),
+            "instances": instances}
+
+
+def _vm_by_device(spec: HostSpec) -> dict[str, object]:
+    """PCI address or mdev UUID → the live VM holding it."""
+    out: dict[str, object] = {}
+    for vm in spec.vms:
+        if vm.state not in LIVE:
+            continue
+        for hd in vm.hostdevs:
+            out[hd.mdev_uuid or hd.address or ""] = vm
+    return out
+
+
+def _active_vgpus(spec: HostSpec, seed: str, pci: PciLayout, f: Func, owners) -> list[dict]:
+    out = []
+    gpu = f.gpu
+    items = [(m.uuid, m.type_id, m.uuid, None) for m in gpu.mdevs]
+    for va in f.vfs:
+        vf = pci.funcs[va].vf
+        if vf and vf.vgpu_type:
+            items.append((va, vf.vgpu_type, "", vf.vgpu_gi_id))
+    for key, type_id, mdev_uuid, gi_id in items:
+        vm = owners.get(key)
+        if vm is None:
+            continue
+        out.append({"instance_id": int(hashlib.sha256(f"{seed}{key}".encode()).hexdigest()[:7], 16),
+                    "type_id": type_id, "uuid": stable_uuid(seed, "vgpu", key), "mdev_uuid": mdev_uuid,
+                    "vm_id": vm.name, "vm_uuid": vm_uuid(spec, vm), "gi_id": gi_id})
+    return out
