@@ -1,0 +1,15 @@
+"""Quick NCCL checks: read all_reduce_perf output, judge it against the topology, lint the NCCL setup
+before a run (preflight), and run the check itself with progress, timeout and cancel.
+
+Modules: parse (output reader), expect (reference bandwidths and verdict), preflight (environment,
+interfaces, InfiniBand, libraries, NUMA) with libs and acs, commands (argv builders), run (the child
+process), torch_allreduce (the PyTorch fallback benchmark).
+"""
+from actions.nccl.expect import Expectation, Topology, expected_busbw, verdict
+from actions.nccl.finding import Finding
+from actions.nccl.parse import ParsedOutput, Parser, Row, parse_text
+from actions.nccl.preflight import PreflightReport, preflight
+from actions.nccl.run import NcclRun, Progress, RunResult, run_local
+
+__all__ = ["Expectation", "Finding", "NcclRun", "ParsedOutput", "Parser", "PreflightReport", "Progress", "Row",
+           "RunResult", "Topology", "expected_busbw", "parse_text", "preflight", "run_local", "verdict"]

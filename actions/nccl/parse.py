@@ -1,0 +1,344 @@
+"""Reading nccl-tests `all_reduce_perf` output, including the `NCCL_DEBUG=INFO` lines mixed into it.
+
+Tolerant by design: unknown lines are ignored, `N/A` cells become None, rows without left padding or
+with wider columns (newer nccl-tests) read the same, and output cut off at any point gives what was read
+so far. `Parser.feed(line)` reads one line at a time so a running test can report progress.
+"""
+from __future__ import annotations
+
+import re
+from collections import Counter
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from console.pciaddr import format_pci_address
+
+# `mpirun --tag-output` puts "[1,0]<stdout>:" before every line of every rank.
+_MPI_TAG = re.compile(r"^\[\d+,\d+\]<(?:stdout|stderr)>:\s?")
+# "host:pid:tid [dev] NCCL INFO message" (the prefix NCCL puts on its debug lines)
+_DEBUG = re.compile(r"^(?P<host>\S+?):(?P<pid>\d+):(?P<tid>\d+) \[(?P<dev>\d+)\] NCCL (?P<level>[A-Z]+)\s?"
+                    r"(?P<msg>.*)$")
+_VERSION = re.compile(r"\bNCCL version (\d+\.\d+\.\d+)(\S*)")
+_TESTS_VERSION = re.compile(r"nccl-tests version (\S+)(?:.*?nccl-library=(\d+))?")
+_NETWORK = re.compile(r"\bUsing network (\S.*?)\s*$")
+_NVLS = re.compile(r"(\d+) nvls channels")
+# "Channel 00/0 : 1[1] -> 0[0] via P2P/direct pointer/read"; old releases say "Ring 00 : 0[1a000] -> ..."
+# and network lines add "[send]" / "[receive]" before "via".
+_CHANNEL = re.compile(r"\b(?:Channel|Ring|Tree)\s+(\d+)(?:/\d+)?\s*:\s*(\d+)\[[0-9a-fA-Fx]+\]\s*->\s*"
+                      r"(\d+)\[[0-9a-fA-Fx]+\](?:\s*\[(\w+)\])?\s+via\s+(\S.*?)\s*$")
+_DEVICE = re.compile(r"^#\s*Rank\s+(\d+)\s+(?:Group\s+(\d+)\s+)?Pid\s+(\d+)\s+on\s+(\S+)\s+device\s+(\d+)\s+"
+                     r"\[([^\]]*)\]\s*(.*?)\s*$")
+_OOB = re.compile(r"^#\s*Out of bounds values\s*:\s*(\d+)\s+(\w+)")
+_AVG = re.compile(r"^#\s*Avg bus bandwidth\s*:\s*(\S+)")
+_WORD = re.compile(r"^[A-Za-z][A-Za-z0-9_]*$")
+_HEADER_KEYS = {
+    "nthread": re.compile(r"\bnThread\s+(\d+)"), "ngpus": re.compile(r"\bnGpus\s+(\d+)"),
+    "min_bytes": re.compile(r"\bminBytes\s+(\d+)"), "max_bytes": re.compile(r"\bmaxBytes\s+(\d+)"),
+    "warmup_iters": re.compile(r"\bwarmup iters:\s*(\d+)"), "iters": re.compile(r"(?<!warmup )\biters:\s*(\d+)"),
+    "validation": re.compile(r"\bvalidation:\s*(\d+)"),
+}
+_STEP = re.compile(r"\bstep:\s*(\d+)\((factor|bytes)\)")
+_MAX_ERRORS = 50
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One half of a row (out-of-place or in-place). None where the test printed N/A."""
+    time_us: float | None
+    algbw: float | None
+    busbw: float | None
+    wrong: int | None
+
+
+@dataclass(frozen=True)
+class Row:
+    size: int  # bytes
+    count: int  # elements
+    type: str
+    redop: str
+    root: int
+    out_of_place: Cell
+    in_place: Cell | None  # None when the line was cut off after the out-of-place half
+
+    @property
+    def busbw(self) -> float | None:
+        """The better of the two halves' bus bandwidth (GB/s)."""
+        vals = [c.busbw for c in (self.out_of_place, self.in_place) if c is not None and c.busbw is not None]
+        return max(vals) if vals else None
+
+    @property
+    def wrong(self) -> int:
+        return sum(c.wrong or 0 for c in (self.out_of_place, self.in_place) if c is not None)
+
+
+@dataclass(frozen=True)
+class Device:
+    """A `# Rank N ... device D [bus] NAME` header line."""
+    rank: int
+    host: str
+    device: int  # CUDA device index within that process
+    bus_id: str  # as printed: "0x07" (old) or "0000:b4:00" (newer)
+    bus: int | None  # the PCI bus number
+    pci_address: str | None  # canonical DDDD:BB:DD.0 when the domain was printed, else None
+    name: str
+    pid: int | None = None
+    group: int | None = None
+
+
+@dataclass(frozen=True)
+class Transport:
+    """A `Channel C : A[..] -> B[..] via DETAIL` line: how rank A sends to rank B on channel C."""
+    channel: int
+    src: int
+    dst: int
+    kind: str  # "P2P", "SHM", "NET/IB", "NET/Socket", ... (see transport_kind)
+    detail: str  # e.g. "P2P/direct pointer/read", "NET/IB/0/GDRDMA"
+    direction: str = ""  # "send" / "receive" on network lines
+    host: str = ""  # host that printed the line (the debug prefix), "" when absent
+
+
+@dataclass(frozen=True)
+class Header:
+    """The `# nThread 1 nGpus 8 minBytes ... step: 2(factor) ...` line."""
+    nthread: int | None = None
+    ngpus: int | None = None
+    min_bytes: int | None = None
+    max_bytes: int | None = None
+    step_factor: int | None = None
+    step_bytes: int | None = None
+    warmup_iters: int | None = None
+    iters: int | None = None
+    validation: int | None = None
+
+
+@dataclass
+class ParsedOutput:
+    """Everything read so far. Mutable: the incremental parser fills it line by line."""
+    rows: list[Row] = field(default_factory=list)
+    avg_busbw: float | None = None
+    oob_count: int | None = None
+    oob_ok: bool | None = None  # False for "FAILED"
+    header: Header | None = None
+    tests_version: str | None = None
+    nccl_version: str | None = None  # "2.20.5"
+    nccl_version_full: str | None = None  # "2.20.5+cuda12.4"
+    nccl_library_code: int | None = None  # from "nccl-library=22902"
+    networks: list[str] = field(default_factory=list)  # "IB", "Socket", ... in order of first use
+    transports: list[Transport] = field(default_factory=list)
+    devices: list[Device] = field(default_factory=list)
+    nvls_channels: int | None = None
+    init_complete: int = 0  # "Init COMPLETE" lines (one per rank)
+    ib_device_found: bool | None = None  # "NET/IB : Using [...]" vs "NET/IB : No device found."
+    errors: list[str] = field(default_factory=list)  # NCCL WARN and test failure lines
+    collective: str | None = None  # from "# Collective test starting: NAME"
+
+    @property
+    def complete(self) -> bool:
+        """The footer was seen (the test ran to its end)."""
+        return self.avg_busbw is not None
+
+    @property
+    def peak_busbw(self) -> float | None:
+        vals = [b for r in self.rows if (b := r.busbw) is not None]
+        return max(vals) if vals else None
+
+    @property
+    def wrong_total(self) -> int:
+        return sum(r.wrong for r in self.rows)
+
+    @property
+    def corrupted(self) -> bool:
+        """Wrong results were reported by the test's own validation."""
+        return self.wrong_total > 0 or self.oob_ok is False or bool(self.oob_count)
+
+    @property
+    def version(self) -> str | None:
+        """NCCL version from the debug banner, else from nccl-tests' `nccl-library=` code."""
+        if self.nccl_version:
+            return self.nccl_version
+        return decode_version_code(self.nccl_library_code) if self.nccl_library_code else None
+
+    @property
+    def transport_kinds(self) -> Counter[str]:
+        return Counter(t.kind for t in self.transports)
+
+    def rank_hosts(self) -> dict[int, str]:
+        return {d.rank: d.host for d in self.devices}
+
+
+def decode_version_code(code: int) -> str:
+    """NCCL_VERSION_CODE: major*10000 + minor*100 + patch since 2.9, major*1000 + minor*100 + patch before."""
+    if code >= 20900:
+        return f"{code // 10000}.{code // 100 % 100}.{code % 100}"
+    return f"{code // 1000}.{code // 100 % 10}.{code % 100}"
+
+
+def transport_kind(detail: str) -> str:
+    """"P2P/CUMEM/read" → "P2P"; "NET/IB/0/GDRDMA" → "NET/IB"; "NET/Socket/0" → "NET/Socket"."""
+    parts = detail.split("/")
+    if parts[0] == "NET" and len(parts) > 1:
+        return "NET/" + parts[1].split("(")[0]
+    return parts[0].split(" ")[0]
+
+
+def _num(tok: str) -> float | None:
+    if tok.upper() == "N/A":
+        return None
+    return float(tok)
+
+
+def _cell(toks: list[str]) -> Cell:
+    wrong = _num(toks[3])
+    return Cell(_num(toks[0]), _num(toks[1]), _num(toks[2]), None if wrong is None else int(wrong))
+
+
+def parse_row(line: str) -> Row | None:
+    """A data row, or None when the line is anything else (or a row cut off before its first half ends)."""
+    toks = line.split()
+    if len(toks) < 9 or not toks[0].isdigit() or not toks[1].isdigit():
+        return None
+    if not (_WORD.match(toks[2]) and _WORD.match(toks[3])):
+        return None
+    try:
+        root = int(toks[4])
+        out = _cell(toks[5:9])
+        inp = _cell(toks[9:13]) if len(toks) >= 13 else None
+    except ValueError:  # a cell that is neither a number nor N/A: not a row
+        return None
+    return Row(int(toks[0]), int(toks[1]), toks[2], toks[3], root, out, inp)
+
+
+def _parse_bus(text: str) -> tuple[int | None, str | None]:
+    """"0x07" → (7, None); "0000:b4:00" or "0000:b4:00.0" → (0xb4, "0000:b4:00.0")."""
+    t = text.strip()
+    try:
+        if t.lower().startswith("0x"):
+            return int(t, 16), None
+        parts = t.split(".")[0].split(":")
+        if len(parts) == 3:
+            dom, bus, dev = (int(p, 16) for p in parts)
+            fn = int(t.split(".")[1]) if "." in t else 0
+            return bus, format_pci_address(dom, bus, dev, fn)
+        if len(parts) == 2:
+            bus, dev = (int(p, 16) for p in parts)
+            return bus, None
+    except ValueError:
+        pass
+    return None, None
+
+
+class Parser:
+    """Incremental reader: `feed()` each line as it arrives; `out` holds everything read so far."""
+
+    def __init__(self) -> None:
+        self.out = ParsedOutput()
+
+    def feed(self, line: str) -> Row | None:
+        """Read one line; returns the row when the line was a data row (for progress), else None."""
+        s = _MPI_TAG.sub("", line.rstrip("\r\n")).strip()
+        if not s:
+            return None
+        if s.startswith("#"):
+            self._comment(s)
+            return None
+        row = parse_row(s)
+        if row is not None:
+            self.out.rows.append(row)
+            return row
+        self._other(s)
+        return None
+
+    def feed_all(self, lines: Iterable[str]) -> ParsedOutput:
+        for line in lines:
+            self.feed(line)
+        return self.out
+
+    def _comment(self, s: str) -> None:
+        out = self.out
+        if m := _AVG.match(s):
+            try:
+                out.avg_busbw = float(m.group(1))
+            except ValueError:  # "N/A" or garbage: the footer was still seen
+                out.avg_busbw = float("nan")
+        elif m := _OOB.match(s):
+            out.oob_count, out.oob_ok = int(m.group(1)), m.group(2).upper() == "OK"
+        elif m := _DEVICE.match(s):
+            bus, addr = _parse_bus(m.group(6))
+            out.devices.append(Device(
+                rank=int(m.group(1)), host=m.group(4), device=int(m.group(5)), bus_id=m.group(6).strip(),
+                bus=bus, pci_address=addr, name=m.group(7), pid=int(m.group(3)),
+                group=int(m.group(2)) if m.group(2) else None))
+        elif "nThread" in s and "minBytes" in s:
+            vals = {k: int(m.group(1)) for k, rx in _HEADER_KEYS.items() if (m := rx.search(s))}
+            if m := _STEP.search(s):
+                vals["step_factor" if m.group(2) == "factor" else "step_bytes"] = int(m.group(1))
+            out.header = Header(**vals)
+        elif m := _TESTS_VERSION.search(s):
+            out.tests_version = m.group(1)
+            if m.group(2):
+                out.nccl_library_code = int(m.group(2))
+        elif s.startswith("# Collective test starting:"):
+            out.collective = s.split(":", 1)[1].strip() or None
+
+    def _other(self, s: str) -> None:
+        out = self.out
+        host, msg, level = "", s, ""
+        if m := _DEBUG.match(s):
+            host, msg, level = m.group("host"), m.group("msg"), m.group("level")
+        if m := _CHANNEL.search(msg):
+            detail = m.group(5)
+            out.transports.append(Transport(int(m.group(1)), int(m.group(2)), int(m.group(3)),
+                                            transport_kind(detail), detail, m.group(4) or "", host))
+        elif m := _NETWORK.search(msg):
+            if m.group(1) not in out.networks:
+                out.networks.append(m.group(1))
+        elif m := _VERSION.search(msg):
+            out.nccl_version, out.nccl_version_full = m.group(1), m.group(1) + m.group(2)
+        elif "Init COMPLETE" in msg:
+            out.init_complete += 1
+        elif m := _NVLS.search(msg):
+            out.nvls_channels = max(out.nvls_channels or 0, int(m.group(1)))
+        elif msg.startswith("NET/IB :"):
+            if "No device found" in msg:
+                out.ib_device_found = bool(out.ib_device_found)
+            elif "Using" in msg:
+                out.ib_device_found = True
+        if (level == "WARN" or "Test failure" in s or "Test NCCL failure" in s) \
+                and len(out.errors) < _MAX_ERRORS:
+            out.errors.append(s)
+
+
+def parse_text(text: str, *, last_line_complete: bool = True) -> ParsedOutput:
+    """Parse a whole (possibly truncated) output. With `last_line_complete=False` an unterminated last
+    line is left out: output cut off mid-line would otherwise give a row with truncated numbers."""
+    lines = text.splitlines(keepends=True)
+    if lines and not last_line_complete and not lines[-1].endswith(("\n", "\r")):
+        lines.pop()
+    return Parser().feed_all(lines)
+
+
+def size_arg(text: str | int) -> int:
+    """nccl-tests' size syntax: a number with an optional K/M/G suffix (powers of 1024)."""
+    if isinstance(text, int):
+        if text < 0:
+            raise ValueError(f"size must not be negative: {text}")
+        return text
+    m = re.fullmatch(r"\s*(\d+)\s*([KkMmGg]?)\s*", text)
+    if not m:
+        raise ValueError(f"{text!r} is not a size (a number with an optional K, M or G suffix)")
+    return int(m.group(1)) * {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30}[m.group(2).lower()]
+
+
+def expected_rows(min_bytes: int, max_bytes: int, factor: int = 2, step_bytes: int = 0) -> int:
+    """How many rows a sweep prints: nccl-tests loops size = min; size <= max; size *= factor (or
+    += step_bytes when no factor is given)."""
+    if min_bytes > max_bytes:
+        return 0
+    if factor and factor > 1:
+        n, size = 0, max(min_bytes, 1)
+        while size <= max_bytes:
+            n, size = n + 1, size * factor
+        return n
+    if step_bytes > 0:
+        return (max_bytes - min_bytes) // step_bytes + 1
+    return 1
