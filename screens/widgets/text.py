@@ -14,7 +14,7 @@ def spark(values: Iterable[float | None], width: int = 12, top: float | None = N
     vals = [v for v in values if v is not None][-width:]
     if not vals:
         return ""
-    hi = top or max(max(vals), 1.0)
+    hi = top or max(max(vals), 100.0)  # percent of one CPU: a full block is at least one busy CPU
     return "".join(BLOCKS[min(8, max(0, round(v / hi * 8)))] for v in vals)
 
 

@@ -1,0 +1,88 @@
+"""The console in a real terminal: tmux runs `nodeconsole --demo` at 80x24; keys switch through every
+screen and the screen text is read back with capture-pane."""
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _need_tmux() -> str:
+    tmux = shutil.which("tmux")
+    if tmux is None:
+        msg = "tmux is not installed (scripts/setup.sh --test installs it)"
+        if os.environ.get("CI"):
+            pytest.fail(msg)
+        pytest.skip(msg)
+    return tmux
+
+
+class Term:
+    def __init__(self, tmux: str, socket: str) -> None:
+        self.tmux, self.socket = tmux, socket
+
+    def run(self, *args: str) -> str:
+        return subprocess.run([self.tmux, "-L", self.socket, *args], capture_output=True, text=True,
+                              timeout=10).stdout
+
+    def screen(self) -> str:
+        return self.run("capture-pane", "-p")
+
+    def wait_for(self, *needles: str, timeout: float = 20.0) -> str:
+        end = time.monotonic() + timeout
+        text = ""
+        while time.monotonic() < end:
+            text = self.screen()
+            if all(n in text for n in needles):
+                return text
+            time.sleep(0.1)
+        raise AssertionError(f"{needles} not on screen after {timeout}s:\n{text}")
+
+    def alive(self) -> bool:
+        return subprocess.run([self.tmux, "-L", self.socket, "has-session"], capture_output=True).returncode == 0
+
+
+@pytest.fixture()
+def term(tmp_path):
+    tmux = _need_tmux()
+    socket = f"nc-test-{uuid.uuid4().hex[:8]}"
+    t = Term(tmux, socket)
+    env_cmd = (f"cd {REPO} && NODECONSOLE_STATE_DIR={tmp_path / 'demo'} TERM=xterm-256color "
+               f"{sys.executable} -m console.cli --demo")
+    t.run("new-session", "-d", "-x", "80", "-y", "24", env_cmd)
+    yield t
+    t.run("kill-server")
+
+
+def test_demo_in_a_real_terminal(term):
+    text = term.wait_for("Overview", "0000:bb:00.0", "Problems")
+    assert "0000:18:00.0" in text and "vfio→train-a" in text
+    term.run("send-keys", "2")
+    text = term.wait_for("GPU/NIC matrix")
+    assert "PIX" in text and "SYS" in text
+    term.run("send-keys", "3")
+    text = term.wait_for("IOMMU on:", "NOT viable")
+    term.run("send-keys", "4")
+    text = term.wait_for("GPUs │", "enabled 3GI")
+    term.run("send-keys", "5")
+    text = term.wait_for("VMs │", "train-b", "CROSS")
+    term.run("send-keys", "?")
+    term.wait_for("nodeconsole keys", "Pause or resume")
+    term.run("send-keys", "Escape")
+    # an Escape followed at once by q would read as alt+q: wait until the help is gone
+    end = time.monotonic() + 10
+    while "nodeconsole keys" in term.screen() and time.monotonic() < end:
+        time.sleep(0.1)
+    term.run("send-keys", "q")
+    end = time.monotonic() + 10
+    while term.alive() and time.monotonic() < end:
+        time.sleep(0.1)
+    assert not term.alive(), "q did not quit the console"
