@@ -129,8 +129,9 @@ def assemble(sysfs: SysfsData | None, nvml: NvmlData | None, virt: LibvirtData |
     by_addr = {d.address: d for d in pci}
     vms = virt.vms if virt else ()
     vgpu_instances = list(sysfs.vgpu_instances if sysfs else ())
-    vms = _map_hostdevs(vms, by_addr, vgpu_instances)
-    gpus = _merge_gpus(pci, by_addr, nvml, vms, sysfs)
+    gpu_of = _GpuIndex(by_addr)
+    vms = _map_hostdevs(vms, gpu_of, vgpu_instances)
+    gpus = _merge_gpus(pci, by_addr, gpu_of, nvml, vms, sysfs)
     snap = HostSnapshot(
         schema=SCHEMA,
         taken_at=time.time(),
@@ -150,23 +151,23 @@ def assemble(sysfs: SysfsData | None, nvml: NvmlData | None, virt: LibvirtData |
     return replace(snap, problems=find_problems(snap))
 
 
-def _gpu_of(address: str, by_addr: dict[str, PciDevice]) -> str | None:
-    """The GPU a host PCI function belongs to: the GPU itself, a companion function on the same
-    card (audio, USB-C), or an SR-IOV VF of the GPU."""
-    dev = by_addr.get(address)
-    if dev is not None and dev.physfn:
-        parent = by_addr.get(dev.physfn)
-        return dev.physfn if parent is not None and is_gpu(parent) else None
-    if dev is not None and is_gpu(dev):
-        return address
-    slot = slot_of(address)
-    for other in by_addr.values():
-        if slot_of(other.address) == slot and is_gpu(other):
-            return other.address
-    return None
+class _GpuIndex:
+    """Which GPU a host PCI function belongs to: the GPU itself, a companion function on the same
+    card (audio, USB-C), or an SR-IOV VF of the GPU. Built once per snapshot (lookups are O(1))."""
+
+    def __init__(self, by_addr: dict[str, PciDevice]) -> None:
+        self.by_addr = by_addr
+        self.slot_gpu = {slot_of(d.address): d.address for d in by_addr.values() if is_gpu(d)}
+
+    def __call__(self, address: str) -> str | None:
+        dev = self.by_addr.get(address)
+        if dev is not None and dev.physfn:
+            parent = self.by_addr.get(dev.physfn)
+            return dev.physfn if parent is not None and is_gpu(parent) else None
+        return self.slot_gpu.get(slot_of(address))
 
 
-def _map_hostdevs(vms, by_addr, vgpu_instances) -> tuple[Vm, ...]:
+def _map_hostdevs(vms, gpu_of: _GpuIndex, vgpu_instances) -> tuple[Vm, ...]:
     mdev_parent = {v.uuid: v.parent for v in vgpu_instances}
     out = []
     for vm in vms:
@@ -174,15 +175,16 @@ def _map_hostdevs(vms, by_addr, vgpu_instances) -> tuple[Vm, ...]:
         for h in vm.hostdevs:
             gpu = None
             if h.type == "pci" and h.address:
-                gpu = _gpu_of(h.address, by_addr)
+                gpu = gpu_of(h.address)
             elif h.type == "mdev" and h.uuid and h.uuid in mdev_parent:
-                gpu = _gpu_of(mdev_parent[h.uuid], by_addr)
+                gpu = gpu_of(mdev_parent[h.uuid])
             devs.append(replace(h, gpu=gpu) if gpu != h.gpu else h)
         out.append(replace(vm, hostdevs=tuple(devs)))
     return tuple(out)
 
 
-def _merge_gpus(pci, by_addr, nvml: NvmlData | None, vms, sysfs: SysfsData | None) -> tuple[Gpu, ...]:
+def _merge_gpus(pci, by_addr, gpu_of: _GpuIndex, nvml: NvmlData | None, vms,
+                sysfs: SysfsData | None) -> tuple[Gpu, ...]:
     nv = {g.address: g for g in (nvml.gpus if nvml else ())}
     addrs = sorted({d.address for d in pci if is_gpu(d)} | set(nv))
     users: dict[str, list[str]] = {}
@@ -202,9 +204,9 @@ def _merge_gpus(pci, by_addr, nvml: NvmlData | None, vms, sysfs: SysfsData | Non
         dev = by_addr.get(addr)
         n: NvmlGpu | None = nv.get(addr)
         driver = dev.driver if dev else ("nvidia" if n else None)
-        types = tuple(t for t in s_types if _gpu_of(t.parent, by_addr) == addr)
+        types = tuple(t for t in s_types if gpu_of(t.parent) == addr)
         insts = tuple(replace(i, vm=i.vm or mdev_vm.get(i.uuid) or vf_vm.get(i.uuid))
-                      for i in s_inst if _gpu_of(i.parent, by_addr) == addr)
+                      for i in s_inst if gpu_of(i.parent) == addr)
         if n is not None:
             types = types or n.vgpu_types
             if not insts:

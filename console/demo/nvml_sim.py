@@ -253,8 +253,17 @@ class SimulatedNvml(DeviceSymbols, MigSymbols, MigComputeSymbols, VgpuSymbols):
     def _visible(self, gpu: dict[str, Any]) -> bool:
         if self.root is None:
             return True
-        addr = parse_pci_address(gpu["address"])
-        return self.root.link_name(f"sys/bus/pci/devices/{addr}/driver") == "nvidia"
+        # Checked on every call (a rebind must show at once), so the link path is built once per GPU:
+        # pathlib joins per call were most of the simulator's cost.
+        raw = gpu["address"]
+        paths = self.__dict__.setdefault("_driver_links", {})
+        path = paths.get(raw)
+        if path is None:
+            path = paths[raw] = str(self.root.p(f"sys/bus/pci/devices/{parse_pci_address(raw)}/driver"))
+        try:
+            return os.path.basename(os.readlink(path)) == "nvidia"
+        except OSError:
+            return False
 
     def _enumerate(self) -> list[int]:
         gpus = self.state.get("gpus", [])

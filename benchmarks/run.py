@@ -1,0 +1,216 @@
+"""nodeconsole benchmarks, one run, one table per question.
+
+1. Snapshot collection on small, demo and large generated hosts: cold (first) and steady-state time
+   per collect, and peak Python memory; how the cost grows with GPUs and with VMs.
+2. Console start: time from launch to the first frame showing all demo GPUs, in a real terminal
+   (tmux), against a bare Textual app with a Header, a DataTable and a Footer.
+3. Console CPU use over a window at a 1 s refresh on the demo and a large host, against `htop -d 10`
+   measured in the same window.
+
+    .venv/bin/python benchmarks/run.py [--quick] [--window S]
+
+Targets (issue 3): first frame <= 1.5x the bare app; CPU <= 1% of a core on the demo host.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import tracemalloc
+import uuid
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from console.collector import Collector  # noqa: E402
+from console.demo.generator import generate  # noqa: E402
+from console.demo.nvml_sim import SimulatedNvml  # noqa: E402
+from console.demo.presets import demo_spec, large_spec, small_spec  # noqa: E402
+from console.root import Root  # noqa: E402
+from console.seams import Seams  # noqa: E402
+
+
+def seams_for(spec, dest: Path) -> Seams:
+    host = generate(spec, dest)
+    root = Root(host.root)
+    return Seams(root=root, libvirt_uri=host.libvirt_uri,
+                 nvml_lib=SimulatedNvml.from_file(host.nvml_state, root=root, privileged=True))
+
+
+def measure_collect(spec, dest: Path, steady: int = 10) -> dict:
+    seams = seams_for(spec, dest)
+    tracemalloc.start()
+    t0 = time.perf_counter()
+    c = Collector(seams)
+    snap = c.collect()
+    cold = time.perf_counter() - t0
+    times = []
+    for _ in range(steady):
+        t = time.perf_counter()
+        snap = c.collect()
+        times.append(time.perf_counter() - t)
+    _, peak = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    if c._nvml is not None:
+        c._nvml.close()
+    bad = [n for n in ("sysfs", "nvml", "libvirt", "psutil") if getattr(snap.sources, n) != "ok"]
+    return {"gpus": len(snap.gpus), "vms": len(snap.vms), "cpus": len(snap.cpus), "pci": len(snap.pci_devices),
+            "cold_ms": cold * 1000, "steady_ms": statistics.median(times) * 1000, "peak_mib": peak / 2**20,
+            "bad": ",".join(bad)}
+
+
+def collection_tables(quick: bool) -> None:
+    tmp = Path(tempfile.mkdtemp(prefix="ncbench-"))
+    rows = [("small", small_spec()), ("demo", demo_spec()), ("large", large_spec())]
+    print("\n## Snapshot collection (median of steady-state polls; sysfs re-read every 5 s is cached)")
+    print(f"{'host':10} {'GPUs':>5} {'CPUs':>5} {'PCI':>5} {'VMs':>5} {'cold ms':>9} {'poll ms':>9} {'peak MiB':>9}")
+    for name, spec in rows:
+        r = measure_collect(spec, tmp / name)
+        print(f"{name:10} {r['gpus']:>5} {r['cpus']:>5} {r['pci']:>5} {r['vms']:>5} {r['cold_ms']:>9.1f} "
+              f"{r['steady_ms']:>9.1f} {r['peak_mib']:>9.1f} {r['bad']}")
+    print("\n## Growth with GPUs (256 CPUs, 50 VMs) and with VMs (8 GPUs, 256 CPUs)")
+    print(f"{'GPUs':>5} {'VMs':>5} {'cold ms':>9} {'poll ms':>9} {'peak MiB':>9}")
+    series = [(g, 50) for g in ((4, 16) if quick else (4, 8, 16, 32))]
+    series += [(8, v) for v in ((10, 500) if quick else (10, 100, 250, 500))]
+    for g, v in series:
+        r = measure_collect(large_spec(gpus=g, cpus=256, vms=v), tmp / f"g{g}v{v}", steady=5)
+        print(f"{r['gpus']:>5} {r['vms']:>5} {r['cold_ms']:>9.1f} {r['steady_ms']:>9.1f} {r['peak_mib']:>9.1f}")
+    shutil.rmtree(tmp, ignore_errors=True)
+
+
+# -- terminal measurements --------------------------------------------------------------------------
+BARE_APP = """
+from textual.app import App
+from textual.widgets import DataTable, Footer, Header
+class Bare(App):
+    def compose(self):
+        yield Header(); yield DataTable(); yield Footer()
+    def on_mount(self):
+        t = self.query_one(DataTable); t.add_columns("a", "b")
+        t.add_row("BARE-READY", "1")
+Bare().run()
+"""
+
+
+class Tmux:
+    def __init__(self) -> None:
+        self.socket = f"ncbench-{uuid.uuid4().hex[:6]}"
+
+    def __call__(self, *args: str) -> str:
+        return subprocess.run(["tmux", "-L", self.socket, *args], capture_output=True, text=True).stdout
+
+    def start(self, cmd: str, cols: int = 120, rows: int = 40) -> None:
+        self("new-session", "-d", "-x", str(cols), "-y", str(rows), cmd)
+
+    def pid(self) -> int:
+        return int(self("list-panes", "-F", "#{pane_pid}").split()[0])
+
+    def kill(self) -> None:
+        self("kill-server")
+
+
+def first_frame(cmd: str, needles: list[str], timeout: float = 30) -> float:
+    t = Tmux()
+    t0 = time.perf_counter()
+    t.start(cmd)
+    try:
+        while time.perf_counter() - t0 < timeout:
+            screen = t("capture-pane", "-p")
+            if all(n in screen for n in needles):
+                return time.perf_counter() - t0
+            time.sleep(0.01)
+        return float("nan")
+    finally:
+        t.kill()
+
+
+def first_frame_table(state: Path, runs: int) -> None:
+    py = sys.executable
+    bare_file = state / "bare_app.py"
+    bare_file.write_text(BARE_APP)
+    # generate the demo once so that launches measure start-up, not generation
+    subprocess.run([py, "-m", "console.cli", "snapshot", "--demo"], cwd=REPO, capture_output=True,
+                   env={**os.environ, "NODECONSOLE_STATE_DIR": str(state / "demo")})
+    from console.demo.state import ensure_demo
+
+    addrs = [g["address"] for g in __import__("json").loads(
+        Path(ensure_demo(state / "demo").nvml_state).read_text())["gpus"]]
+    bare, console = [], []
+    for _ in range(runs):
+        bare.append(first_frame(f"{py} {bare_file}", ["BARE-READY"]))
+        console.append(first_frame(f"cd {REPO} && NODECONSOLE_STATE_DIR={state / 'demo'} {py} -m console.cli --demo",
+                                   addrs))
+    b, c = statistics.median(bare), statistics.median(console)
+    print("\n## First frame in a real terminal (tmux 120x40, median of %d launches)" % runs)
+    print(f"bare Header+DataTable+Footer app  {b * 1000:7.0f} ms")
+    print(f"nodeconsole --demo, all 8 GPUs    {c * 1000:7.0f} ms   ratio {c / b:.2f}x (target <= 1.5x)")
+
+
+def cpu_of(pid: int) -> float:
+    """User+system CPU seconds of a process and its children."""
+    import psutil
+
+    p = psutil.Process(pid)
+    total = 0.0
+    for q in [p] + p.children(recursive=True):
+        try:
+            t = q.cpu_times()
+            total += t.user + t.system
+        except psutil.NoSuchProcess:
+            pass
+    return total
+
+
+def cpu_table(state: Path, window: float) -> None:
+    py = sys.executable
+    tmp = Path(tempfile.mkdtemp(prefix="nclarge-"))
+    large = generate(large_spec(), tmp / "large")
+    runs = {
+        "nodeconsole --demo": f"cd {REPO} && NODECONSOLE_STATE_DIR={state / 'demo'} {py} -m console.cli --demo --interval 1",
+        "nodeconsole large host": (f"cd {REPO} && {py} -m benchmarks.large_console {large.dest}"),
+        "htop -d 10": "htop -d 10",
+    }
+    terms = {}
+    for name, cmd in runs.items():
+        t = Tmux()
+        t.start(cmd)
+        terms[name] = t
+    time.sleep(5)  # start-up is measured separately
+    start = {n: cpu_of(t.pid()) for n, t in terms.items()}
+    time.sleep(window)
+    end = {n: cpu_of(t.pid()) for n, t in terms.items()}
+    for t in terms.values():
+        t.kill()
+    shutil.rmtree(tmp, ignore_errors=True)
+    print(f"\n## CPU use over {window:.0f} s at a 1 s refresh (percent of one core, same window)")
+    for n in runs:
+        print(f"{n:28} {100 * (end[n] - start[n]) / window:6.2f} %")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--quick", action="store_true", help="fewer sizes, shorter window")
+    ap.add_argument("--window", type=float, default=30.0)
+    ap.add_argument("--skip-terminal", action="store_true")
+    args = ap.parse_args()
+    print(f"nodeconsole benchmarks  python {sys.version.split()[0]}  {os.cpu_count()} CPUs")
+    collection_tables(args.quick)
+    if args.skip_terminal or shutil.which("tmux") is None:
+        print("\n(terminal measurements skipped: no tmux)")
+        return
+    state = Path(tempfile.mkdtemp(prefix="ncbench-state-"))
+    first_frame_table(state, 3 if args.quick else 5)
+    if shutil.which("htop") is None:
+        print("\n(htop not installed: apt-get install htop)")
+    cpu_table(state, 10.0 if args.quick else args.window)
+    shutil.rmtree(state, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
