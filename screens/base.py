@@ -32,8 +32,11 @@ class Banner(Static):
                     parts.append(f"{name} {status}")
         if note:
             parts.append(note)
-        self.update("\n".join(parts))
-        self.display = bool(parts)
+        text = "\n".join(parts)
+        if text != getattr(self, "_shown", None):  # repaint only on change
+            self._shown = text
+            self.update(text)
+            self.display = bool(parts)
 
 
 class HostLine(Static):
@@ -68,11 +71,21 @@ class SnapshotScreen(Screen):
         snap = getattr(app, "snapshot", None)
         self.query_one(Banner).show_state(snap, getattr(app, "paused", False), getattr(app, "note", ""))
         if snap is not None:
-            self.query_one(HostLine).update(host_line(snap, self.TITLE))
+            line = host_line(snap, self.TITLE)
+            self.set_static("#hostline", lambda: line, line)
             self.render_snapshot(snap)
 
     def render_snapshot(self, snap: "HostSnapshot") -> None:  # pragma: no cover - abstract
         raise NotImplementedError
+
+    def set_static(self, selector: str, make, key) -> None:
+        """Update a Static only when `key` (what its content is made from) changed: an update
+        re-lays the widget out and repaints it, which is most of a quiet tick's cost."""
+        cache = self.__dict__.setdefault("_static_keys", {})
+        if cache.get(selector) == key:
+            return
+        cache[selector] = key
+        self.query_one(selector, Static).update(make())
 
     # -- filter ----------------------------------------------------------------------------------
     def main_table(self) -> KeyedTable | None:

@@ -77,11 +77,14 @@ class GpusScreen(SnapshotScreen):
     def render_snapshot(self, snap: HostSnapshot) -> None:
         table = self.query_one("#gpu-table", KeyedTable)
         table.sync(gpu_rows(snap))
-        self.query_one("#gpu-panel", Static).update(gpu_panel(snap, table.selected_key()))
+        key = table.selected_key()
+        g = snap.gpu(key) if key else None
+        self.set_static("#gpu-panel", lambda: gpu_panel(snap, key), (key, g, snap.group(g.iommu_group) if g else None))
 
     def on_data_table_row_highlighted(self, event: DataTable.RowHighlighted) -> None:
         snap = self.app.snapshot
         if snap is not None and event.row_key is not None:
+            self.__dict__.get("_static_keys", {}).pop("#gpu-panel", None)
             self.query_one("#gpu-panel", Static).update(gpu_panel(snap, event.row_key.value))
 
     def details_for(self, table, key):

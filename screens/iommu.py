@@ -58,8 +58,8 @@ class IommuScreen(SnapshotScreen):
 
     def _show_group(self, snap: HostSnapshot, key: str | None) -> None:
         grp = snap.group(int(key)) if key else None
-        self.query_one("#group-panel", Static).update(
-            f"group {grp.id}: " + group_details(snap, grp) if grp else "")
+        text = f"group {grp.id}: " + group_details(snap, grp) if grp else ""
+        self.set_static("#group-panel", lambda: text, text)
 
     def on_data_table_row_highlighted(self, event: DataTable.RowHighlighted) -> None:
         if self.app.snapshot is not None and event.row_key is not None:

@@ -64,6 +64,18 @@ def vm_rows(snap: HostSnapshot, history: dict[str, list]):
                        spark(history.get(v.name, [])), mark, ",".join(gpus))
 
 
+def problems_view(problems):
+    from rich.console import Group
+
+    if not problems:
+        return "nothing to report"
+    shown = problems[:6]
+    items = [severity_text(p.severity, p.message) for p in shown]
+    if len(problems) > len(shown):
+        items.append(severity_text("info", f"{len(problems) - len(shown)} more (GPUs and VMs screens)"))
+    return Group(*items)
+
+
 class OverviewScreen(SnapshotScreen):
     TITLE = "Overview"
 
@@ -78,18 +90,7 @@ class OverviewScreen(SnapshotScreen):
     def render_snapshot(self, snap: HostSnapshot) -> None:
         self.query_one("#gpus", KeyedTable).sync(gpu_rows(snap))
         self.query_one("#vms", KeyedTable).sync(vm_rows(snap, self.app.vm_history))
-        probs = snap.problems[:6]
-        box = self.query_one("#problems", Static)
-        if not probs:
-            box.update("nothing to report")
-        else:
-            from rich.console import Group
-
-            more = len(snap.problems) - len(probs)
-            items = [severity_text(p.severity, p.message) for p in probs]
-            if more:
-                items.append(severity_text("info", f"{more} more (GPUs and VMs screens)"))
-            box.update(Group(*items))
+        self.set_static("#problems", lambda: problems_view(snap.problems), snap.problems)
 
     def details_for(self, table, key):
         snap = self.app.snapshot

@@ -56,11 +56,15 @@ class VmsScreen(SnapshotScreen):
     def render_snapshot(self, snap: HostSnapshot) -> None:
         table = self.query_one("#vm-table", KeyedTable)
         table.sync(vm_rows(snap, self.app.vm_history))
-        self.query_one("#vm-panel", Static).update(vm_panel(snap, table.selected_key()))
+        key = table.selected_key()
+        # the CPU map depends on every VM's pins, not on their load
+        pins = tuple((v.name, v.state, v.pins, v.emulator_pins, v.hostdevs, v.numa_mode) for v in snap.vms)
+        self.set_static("#vm-panel", lambda: vm_panel(snap, key), (key, pins))
 
     def on_data_table_row_highlighted(self, event: DataTable.RowHighlighted) -> None:
         snap = self.app.snapshot
         if snap is not None and event.row_key is not None:
+            self.__dict__.get("_static_keys", {}).pop("#vm-panel", None)
             self.query_one("#vm-panel", Static).update(vm_panel(snap, event.row_key.value))
 
     def details_for(self, table, key):
