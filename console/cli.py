@@ -123,4 +123,7 @@ def _run_console(args: argparse.Namespace) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    # `python -m console.cli`: run the registered copy of this module, not __main__'s
+    from console.cli import main as _main
+
+    sys.exit(_main())

@@ -63,9 +63,11 @@ class Collector:
         """Forget cached static facts (after an action changed the host)."""
         self._sysfs = None
         if self._libvirt is not None:
+            # the test driver re-reads its node file only on open: reconnect for the next poll
             self._libvirt.invalidate()
+            self._libvirt.close()
         if self._nvml is not None:
-            self._nvml.invalidate()
+            self._nvml.invalidate()  # re-initialise: the set of GPUs NVML sees may have changed
 
     # -- sources ---------------------------------------------------------------------------------
     def _read_sysfs(self) -> SysfsData:
@@ -222,7 +224,7 @@ def _merge_gpus(pci, by_addr, gpu_of: _GpuIndex, nvml: NvmlData | None, vms,
             if mi.vm and mi.vm not in vm_names:
                 vm_names.append(mi.vm)
         kind = _owner_kind(driver, mig, insts)
-        name = n.name if n else (dev.device_name or "NVIDIA GPU" if dev else "NVIDIA GPU")
+        name = (n.name if n else "") or (dev.device_name if dev else "") or "NVIDIA GPU"
         gpu = Gpu(
             address=addr, name=name, uuid=n.uuid if n else None, driver=driver,
             numa_node=dev.numa_node if dev else None, owner=GpuOwner(kind, tuple(vm_names)),

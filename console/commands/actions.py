@@ -1,0 +1,169 @@
+"""Guided changes from the command line: passthrough, release, log, undo.
+
+Every change prints its plan and changes nothing without --apply; with --apply it asks on the terminal
+(typing the GPU address when a VM's config holds the GPU) unless --yes is given. Exit status: 0 done or
+nothing to do, 1 refused / cancelled / failed, 2 bad arguments.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Callable
+
+from console.cli import UsageError, seams_from_args, subcommand
+
+
+def _change_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--apply", action="store_true", help="make the changes (default: only print the plan)")
+    p.add_argument("--yes", "-y", action="store_true", help="do not ask for confirmation (for scripts)")
+
+
+@subcommand("passthrough", "hand a GPU (its whole IOMMU group) to vfio-pci, optionally to a VM's config")
+def configure_passthrough(p: argparse.ArgumentParser) -> None:
+    p.add_argument("gpu", metavar="GPU", help="console index, PCI address (DDDD:BB:DD.F) or UUID")
+    p.add_argument("--vm", metavar="VM", help="also add the GPU and its companion functions to VM's config")
+    p.add_argument("--persist", action="store_true",
+                   help="keep the GPU on vfio-pci across reboots (driverctl, else a modprobe.d file)")
+    _change_args(p)
+    p.set_defaults(func=run_passthrough)
+
+
+@subcommand("release", "give a passed-through GPU back to the host (VM configs, persistence, drivers)")
+def configure_release(p: argparse.ArgumentParser) -> None:
+    p.add_argument("gpu", metavar="GPU", help="console index, PCI address or UUID")
+    _change_args(p)
+    p.set_defaults(func=run_release)
+
+
+@subcommand("log", "list the recorded changes (the audit log)")
+def configure_log(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--json", action="store_true", help="print the records as JSON lines")
+    p.add_argument("-n", "--last", type=int, default=0, metavar="N", help="only the last N changes")
+    p.set_defaults(func=run_log)
+
+
+@subcommand("undo", "roll a recorded change back (the latest when no ID is given)")
+def configure_undo(p: argparse.ArgumentParser) -> None:
+    p.add_argument("id", nargs="?", metavar="ID", help="audit record id (see `nodeconsole log`)")
+    _change_args(p)
+    p.set_defaults(func=run_undo)
+
+
+def _host(args: argparse.Namespace):
+    from actions.runner import ActionHost
+
+    return ActionHost.from_seams(seams_from_args(args))
+
+
+def run_passthrough(args: argparse.Namespace) -> int:
+    from actions.passthrough import plan_passthrough
+
+    host = _host(args)
+    return _execute(args, host, lambda: plan_passthrough(host, host.snapshot(), args.gpu, vm=args.vm,
+                                                          persist=args.persist))
+
+
+def run_release(args: argparse.Namespace) -> int:
+    from actions.passthrough import plan_release
+
+    host = _host(args)
+    return _execute(args, host, lambda: plan_release(host, host.snapshot(), args.gpu))
+
+
+def run_undo(args: argparse.Namespace) -> int:
+    from actions.runner import plan_undo
+
+    host = _host(args)
+    try:
+        latest = host.audit.latest_undoable()
+    except OSError:
+        latest = {}  # plan_undo reports the unreadable log
+    if args.id is None and latest is None:
+        print(f"nothing to undo: no recorded change left to roll back ({host.audit.path})")
+        return 0
+    return _execute(args, host, lambda: plan_undo(host, args.id))
+
+
+def _execute(args: argparse.Namespace, host, make_plan: Callable) -> int:
+    from actions.plan import RequestError, StepError
+    from actions.runner import Runner
+
+    try:
+        plan = make_plan()
+    except RequestError as e:
+        raise UsageError(str(e)) from None
+    except StepError as e:
+        print(f"nodeconsole: cannot plan this change: {e}", file=sys.stderr)
+        return 1
+    print("\n".join(plan.lines()))
+    if not plan.ok:
+        return 1
+    if plan.empty:
+        return 0
+    if not args.apply:
+        print("\nNothing was changed: add --apply to make these changes.")
+        return 0
+    print()
+    result = Runner(host).run(plan, confirm=None if args.yes else _ask, progress=_show)
+    print(result.message, file=sys.stdout if result.ok else sys.stderr)
+    return 0 if result.ok else 1
+
+
+def _ask(plan) -> bool:
+    """Ask on the terminal: the GPU address to type when a VM config holds the GPU, else y/N."""
+    from actions.plan import needs_typed_confirmation
+
+    typed = needs_typed_confirmation(plan)
+    prompt = (f"A VM's config uses this GPU. Type {typed} to go ahead: " if typed
+              else f"Apply these {len(plan.steps)} step(s)? [y/N] ")
+    sys.stderr.write(prompt)
+    sys.stderr.flush()
+    answer = sys.stdin.readline()
+    if not answer:
+        sys.stderr.write("\n(no answer: end of input)\n")
+        return False
+    answer = answer.strip()
+    return answer == typed if typed else answer.lower() in ("y", "yes")
+
+
+def _show(event) -> None:
+    if event.phase in ("apply", "verify"):
+        return
+    tail = f": {event.message}" if event.message else ""
+    print(f"  [{event.index}/{event.total}] {event.phase:<11} {event.title}{tail}", flush=True)
+
+
+def run_log(args: argparse.Namespace) -> int:
+    host = _host(args)
+    try:
+        records = host.audit.records()
+    except OSError as e:
+        print(f"nodeconsole: cannot read the audit log {host.audit.path}: {e.strerror or e}", file=sys.stderr)
+        return 1
+    if args.last and args.last > 0:
+        records = records[-args.last:]
+    if args.json:
+        for r in records:
+            print(json.dumps(r, sort_keys=True))
+        return 0
+    if not records:
+        print(f"no recorded changes ({host.audit.path})")
+        return 0
+    for r in records:
+        user = (r.get("who") or {}).get("user", "?")
+        result = r.get("result", "?")
+        if r.get("undone_by"):
+            result += f", undone by {r['undone_by']}"
+        print(f"{r['id']}  {r.get('when', '?')}  {user:<8}  {r.get('action', '?'):<11}  {result}")
+        print(f"    {r.get('title', '')}")
+        failed = r.get("failed")
+        if failed:
+            print(f"    failed at step {failed.get('step')} ({failed.get('title')}): {failed.get('error')}")
+            if r.get("undone"):
+                print(f"    undone: {'; '.join(r['undone'])}")
+            for f in r.get("undo_failed") or []:
+                print(f"    NOT undone: {f}")
+        if r.get("undo") and not r.get("undone_by") and result.startswith(("applied", "failed, undo", "in-progress")):
+            print(f"    undo: nodeconsole undo {r['id']} --apply")
+    return 0

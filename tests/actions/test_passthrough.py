@@ -1,0 +1,462 @@
+"""GPU passthrough and release, end to end on generated hosts: the simulated kernel reacts to the sysfs
+writes as Linux does, libvirt config lives in the node file, and every check re-reads the host.
+
+"Nothing changed" is checked on the whole host directory: every file's bytes and every link's target."""
+from __future__ import annotations
+
+import hashlib
+import os
+from pathlib import Path
+
+import pytest
+
+from actions.audit import APPLIED, FAILED, IN_PROGRESS
+from actions.host_steps import MODPROBE_FILE
+from actions.lock import HostLock
+from actions.passthrough import plan_passthrough, plan_release, resolve_gpu
+from actions.plan import RequestError, needs_typed_confirmation
+from actions.runner import DONE, FAILED_RESULT, REFUSED, ActionHost, Commands, Runner, plan_undo
+from console.demo.generator import generate, small_spec
+from console.demo.nvml_sim import SimulatedNvml
+from console.root import Root
+from console.seams import Seams, demo_host
+
+IDLE, IDLE_AUDIO = "0000:9a:00.0", "0000:9a:00.1"  # demo: idle on nvidia; shut-off train-c holds it
+BUSY = "0000:18:00.0"  # processes
+IN_VM = "0000:19:00.0"  # vfio-pci, train-a running
+VGPU = "0000:3b:00.0"  # time-sliced vGPUs
+SHARED_GROUP = "0000:bb:00.0"  # IOMMU group with an NVMe and a NIC
+AUDIT = "audit.jsonl"
+
+
+def tree_state(path: Path, skip: tuple[str, ...] = (AUDIT,)) -> dict[str, str]:
+    """Digest of every file and link target below `path` (directories included, so an empty leftover
+    directory counts as a change)."""
+    out = {}
+    for dirpath, dirs, files in os.walk(path):
+        rel_dir = os.path.relpath(dirpath, path)
+        for name in dirs:
+            p = os.path.join(dirpath, name)
+            out[os.path.join(rel_dir, name)] = "link:" + os.readlink(p) if os.path.islink(p) else "dir"
+        for name in files:
+            rel = os.path.normpath(os.path.join(rel_dir, name))
+            if rel in skip:
+                continue
+            p = os.path.join(dirpath, name)
+            out[rel] = ("link:" + os.readlink(p) if os.path.islink(p)
+                        else hashlib.sha256(Path(p).read_bytes()).hexdigest())
+    return out
+
+
+def changed(before: dict, after: dict) -> set[str]:
+    return {k for k in before.keys() | after.keys() if before.get(k) != after.get(k)}
+
+
+@pytest.fixture
+def demo(tmp_path) -> ActionHost:
+    """A fresh demo host in a temporary state directory."""
+    return ActionHost.from_seams(demo_host(tmp_path / "demo"))
+
+
+@pytest.fixture(scope="module")
+def demo_ro(tmp_path_factory) -> ActionHost:
+    """One demo host shared by the tests that must change nothing (each one checks that it did not)."""
+    return ActionHost.from_seams(demo_host(tmp_path_factory.mktemp("demo-ro")))
+
+
+def _generated(spec, dest: Path) -> ActionHost:
+    h = generate(spec, dest)
+    root = Root(h.root)
+    seams = Seams(root=root, libvirt_uri=h.libvirt_uri, nvml_lib=SimulatedNvml.from_file(h.nvml_state, root=root),
+                  demo_dir=h.dest, state_dir=h.dest)
+    return ActionHost.from_seams(seams)
+
+
+def _dir(host: ActionHost) -> Path:
+    return host.state_dir
+
+
+def _driver(host: ActionHost, address: str) -> str | None:
+    return host.root.link_name(f"sys/bus/pci/devices/{address}/driver")
+
+
+# -- the happy path -----------------------------------------------------------------------------------
+
+def test_passthrough_to_vm_with_persist_then_undo_restores_exactly(demo):
+    before = tree_state(_dir(demo))
+    snap = demo.snapshot()
+    plan = plan_passthrough(demo, snap, "4", vm="build-1", persist=True)
+    assert plan.ok and plan.request["gpu"] == IDLE
+    assert [s.op["kind"] for s in plan.steps] == ["pci_driver", "pci_driver", "file", "vm_hostdev", "vm_hostdev"]
+    # train-c's config also holds the GPU: the TUI must make the admin type the address
+    assert needs_typed_confirmation(plan) == IDLE
+    events = []
+    res = Runner(demo).run(plan, confirm=lambda p: True, progress=events.append)
+    assert res.status == DONE, res.message
+    assert [e.phase for e in events if e.phase in ("ok", "failed")] == ["ok"] * 5
+
+    after = demo.snapshot()
+    gpu = after.gpu(IDLE)
+    assert gpu.driver == "vfio-pci" and gpu.owner.kind == "vfio"
+    assert _driver(demo, IDLE_AUDIO) == "vfio-pci"
+    assert demo.root.exists(f"dev/vfio/{gpu.iommu_group}")
+    assert {h.address for h in after.vm("build-1").hostdevs} == {IDLE, IDLE_AUDIO}
+    assert "build-1" in gpu.owner.vms
+    conf = demo.root.read(MODPROBE_FILE)
+    assert "options vfio-pci ids=10de:22a3,10de:2330" in conf and "softdep nvidia pre: vfio-pci" in conf
+
+    rec = demo.audit.find(res.record_id)
+    assert rec["result"] == APPLIED and rec["action"] == "passthrough"
+    assert rec["request"] == {"gpu": IDLE, "given": "4", "vm": "build-1", "persist": True}
+    assert rec["steps"][0]["commands"] == [
+        f"echo vfio-pci > /sys/bus/pci/devices/{IDLE}/driver_override",
+        f"echo {IDLE} > /sys/bus/pci/devices/{IDLE}/driver/unbind",
+        f"echo {IDLE} > /sys/bus/pci/drivers_probe"]
+    assert rec["undo"][-1] == {"kind": "pci_driver", "device": IDLE, "override": None, "driver": "nvidia",
+                               "group": gpu.iommu_group}
+
+    # the same request again: nothing to do
+    assert plan_passthrough(demo, after, IDLE, vm="build-1", persist=True).empty
+
+    undo = plan_undo(demo)
+    assert undo.undoes == res.record_id and len(undo.steps) == 5
+    assert Runner(demo).run(undo).status == DONE
+    assert changed(before, tree_state(_dir(demo))) == set()
+    snap2 = demo.snapshot()
+    assert snap2.gpu(IDLE).driver == "nvidia"
+    assert snap2.vm("build-1").hostdevs == ()
+
+
+def test_passthrough_to_the_vm_that_already_has_it(demo):
+    plan = plan_passthrough(demo, demo.snapshot(), IDLE, vm="train-c")
+    assert [s.title for s in plan.steps] == [f"Bind {IDLE} to vfio-pci", f"Bind {IDLE_AUDIO} to vfio-pci"]
+    assert needs_typed_confirmation(plan) is None
+    assert Runner(demo).run(plan).ok
+    assert plan_passthrough(demo, demo.snapshot(), IDLE, vm="train-c").empty
+    assert plan_passthrough(demo, demo.snapshot(), IDLE).empty
+
+
+def test_release_gives_everything_back_and_its_undo_restores(demo):
+    start = tree_state(_dir(demo))
+    assert Runner(demo).run(plan_passthrough(demo, demo.snapshot(), IDLE, vm="build-1", persist=True)).ok
+    passed = tree_state(_dir(demo))
+    plan = plan_release(demo, demo.snapshot(), IDLE)
+    kinds = [s.op["kind"] for s in plan.steps]
+    assert kinds == ["vm_hostdev"] * 4 + ["file", "pci_driver", "pci_driver"]
+    assert {s.op["vm"] for s in plan.steps[:4]} == {"build-1", "train-c"}
+    assert needs_typed_confirmation(plan) == IDLE
+    # the drivers it goes back to come from the audit of the passthrough
+    assert [s.title for s in plan.steps[5:]] == [f"Give {IDLE} back to nvidia", f"Give {IDLE_AUDIO} back to snd_hda_intel"]
+    res = Runner(demo).run(plan)
+    assert res.status == DONE, res.message
+    snap = demo.snapshot()
+    assert snap.gpu(IDLE).driver == "nvidia" and snap.gpu(IDLE).owner.vms == ()
+    assert _driver(demo, IDLE_AUDIO) == "snd_hda_intel"
+    assert not demo.root.exists(MODPROBE_FILE)
+    assert plan_release(demo, snap, IDLE).empty
+    # undo the release: back to the passed-through state, byte for byte (train-c's hostdev at its place)
+    assert Runner(demo).run(plan_undo(demo)).ok
+    assert changed(passed, tree_state(_dir(demo))) == set()
+    # and undo the passthrough: the demo as generated, except what release took from train-c's config
+    assert Runner(demo).run(plan_undo(demo)).ok
+    assert changed(start, tree_state(_dir(demo))) == set()
+
+
+def test_release_without_audit_probes_the_default_driver(demo):
+    """A GPU put on vfio-pci by someone else: no record says what it had; the kernel's default binds."""
+    snap = demo.snapshot()
+    plan = plan_release(demo, snap, "0000:9b:00.0")  # train-b runs with it
+    assert not plan.ok and "train-b is running" in plan.refusal
+    demo.kernel.write(f"sys/bus/pci/devices/{IDLE}/driver_override", "vfio-pci")
+    demo.kernel.write(f"sys/bus/pci/devices/{IDLE}/driver/unbind", IDLE)
+    demo.kernel.write("sys/bus/pci/drivers_probe", IDLE)
+    assert _driver(demo, IDLE) == "vfio-pci"
+    plan = plan_release(demo, demo.snapshot(), IDLE)
+    titles = [s.title for s in plan.steps]
+    assert f"Give {IDLE} back to its host driver" in titles
+    assert Runner(demo).run(plan).ok
+    assert _driver(demo, IDLE) == "nvidia"
+
+
+# -- refusals -----------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("gpu,fragment", [
+    (BUSY, "pid 4242 python3"),
+    (IN_VM, "VM train-a is running with it"),
+    (VGPU, "vGPU instance"),
+    (SHARED_GROUP, "shares group 34 with 0000:bd:00.0 Non-Volatile memory controller bound to nvme"),
+    ("0000:ba:00.0", "0000:bc:00.0 Ethernet controller bound to mlx5_core"),
+    ("0000:3a:00.0", "0000:3a:00.0 has 4 VFs enabled"),
+])
+def test_refusals_change_nothing(demo_ro, gpu, fragment):
+    before = tree_state(_dir(demo_ro), skip=())
+    plan = plan_passthrough(demo_ro, demo_ro.snapshot(), gpu, vm="build-1", persist=True)
+    assert not plan.ok and fragment in plan.refusal
+    assert "Refused: nothing will be changed." in plan.lines()
+    res = Runner(demo_ro).run(plan, confirm=lambda p: pytest.fail("asked to confirm a refused plan"))
+    assert res.status == REFUSED and fragment in res.message
+    assert changed(before, tree_state(_dir(demo_ro), skip=())) == set()
+
+
+@pytest.mark.parametrize("text,fragment", [
+    ("../../etc", "'../../etc' is not a GPU"),
+    ("0000:zz:00.0", "'0000:zz:00.0' is not a GPU"),
+    ("99", "no GPU with index 99"),
+    ("0000:49:00.0", "is not an NVIDIA GPU"),
+    ("0000:77:00.0", "no PCI device 0000:77:00.0"),
+    ("GPU-00000000-0000-0000-0000-000000000000", "no GPU with UUID"),
+    ("", "is not a GPU"),
+])
+def test_malformed_or_unknown_gpu(demo_ro, text, fragment):
+    snap = demo_ro.snapshot()
+    with pytest.raises(RequestError) as e:
+        plan_passthrough(demo_ro, snap, text)
+    assert fragment in str(e.value) and "4 (0000:9a:00.0)" in str(e.value)  # lists what exists
+    with pytest.raises(RequestError):
+        plan_release(demo_ro, snap, text)
+
+
+def test_gpu_by_index_address_and_uuid(demo_ro):
+    snap = demo_ro.snapshot()
+    gpu = snap.gpu(IDLE)
+    assert resolve_gpu(snap, "4") is gpu and resolve_gpu(snap, "9a:00.0") is gpu
+    assert resolve_gpu(snap, gpu.uuid.upper()) is gpu and resolve_gpu(snap, "00000000:9A:00.0") is gpu
+
+
+def test_unknown_vm(demo_ro):
+    with pytest.raises(RequestError, match="no VM named 'ghost'.*build-1"):
+        plan_passthrough(demo_ro, demo_ro.snapshot(), IDLE, vm="ghost")
+
+
+def test_not_root_and_lock_held_change_nothing(demo_ro):
+    before = tree_state(_dir(demo_ro), skip=())
+    plan = plan_passthrough(demo_ro, demo_ro.snapshot(), IDLE, vm="build-1", persist=True)
+    assert plan.ok
+    demo_ro.is_root = lambda: False
+    try:
+        res = Runner(demo_ro).run(plan)
+    finally:
+        demo_ro.is_root = lambda: True
+    assert res.status == REFUSED and "needs root" in res.message
+    with HostLock(demo_ro.state_dir / "nodeconsole.lock"):
+        locked = tree_state(_dir(demo_ro), skip=())
+        res = Runner(demo_ro).run(plan)
+        assert res.status == REFUSED and f"another nodeconsole (pid {os.getpid()})" in res.message
+        assert tree_state(_dir(demo_ro), skip=()) == locked
+    assert changed(before, tree_state(_dir(demo_ro), skip=())) == set()
+
+
+def test_iommu_off_gives_the_kernel_command_line_change(tmp_path):
+    host = _generated(small_spec(gpus=2, iommu=False), tmp_path / "h")
+    before = tree_state(_dir(host), skip=())
+    snap = host.snapshot()
+    plan = plan_passthrough(host, snap, "1")
+    assert not plan.ok and "no IOMMU is active" in plan.refusal
+    fix = next(c.fix for c in plan.checks if not c.ok)
+    assert "intel_iommu=on" in fix and "reboot" in fix
+    assert any("intel_iommu=on" in line for line in plan.lines())
+    assert Runner(host).run(plan).status == REFUSED
+    assert changed(before, tree_state(_dir(host), skip=())) == set()
+
+
+def test_host_holders_daemon_and_display(demo):
+    # nvidia-persistenced holds every GPU open; a display on the GPU holds it through nvidia_drm
+    proc = demo.root.p("proc/3100")
+    proc.mkdir(parents=True)
+    (proc / "comm").write_text("nvidia-persiste\n")
+    plan = plan_passthrough(demo, demo.snapshot(), IDLE)
+    assert not plan.ok and "nvidia-persistenced (pid 3100) holds the GPU open" in plan.refusal
+    (proc / "comm").write_text("bash\n")
+    demo.root.p("sys/module/nvidia_drm").mkdir(parents=True)
+    demo.root.p(f"sys/bus/pci/devices/{IDLE}/drm/card1").mkdir(parents=True)
+    plan = plan_passthrough(demo, demo.snapshot(), IDLE)
+    assert not plan.ok and "nvidia_drm drives a display device" in plan.refusal
+    demo.root.p(f"sys/bus/pci/devices/{IDLE}/drm/card1").rmdir()
+    assert plan_passthrough(demo, demo.snapshot(), IDLE).ok
+    # a process NVML does not list (another PID namespace) with the GPU's device node open
+    info = demo.root.p(f"proc/driver/nvidia/gpus/{IDLE}/information")
+    info.parent.mkdir(parents=True)
+    info.write_text("Model: \t\t NVIDIA H100 80GB HBM3\nDevice Minor: \t 4\n")
+    (proc / "fd").mkdir()
+    os.symlink("/dev/nvidia4", proc / "fd" / "7")
+    plan = plan_passthrough(demo, demo.snapshot(), IDLE)
+    assert not plan.ok and f"pid 3100 bash has {IDLE} open" in plan.refusal
+    os.unlink(proc / "fd" / "7")
+    os.symlink("/dev/nvidia5", proc / "fd" / "7")  # another GPU's node
+    assert plan_passthrough(demo, demo.snapshot(), IDLE).ok
+
+
+# -- failure injection ---------------------------------------------------------------------------------
+
+class FailingDomains:
+    """Wraps a DomainConfig; the n-th add/remove (0-based) raises."""
+
+    def __init__(self, inner, fail_at: int | None = None) -> None:
+        self.inner, self.fail_at, self.calls = inner, fail_at, 0
+
+    def __getattr__(self, name):
+        return getattr(self.inner, name)
+
+    def _maybe_fail(self):
+        n, self.calls = self.calls, self.calls + 1
+        if n == self.fail_at:
+            raise RuntimeError("libvirt: injected failure")
+
+    def add_hostdev(self, *a, **kw):
+        self._maybe_fail()
+        return self.inner.add_hostdev(*a, **kw)
+
+    def remove_hostdev(self, *a, **kw):
+        self._maybe_fail()
+        return self.inner.remove_hostdev(*a, **kw)
+
+
+def test_failure_at_every_write_leaves_the_host_as_it_was(demo):
+    before = tree_state(_dir(demo))
+    # one clean run tells how many kernel writes the change makes
+    plan = plan_passthrough(demo, demo.snapshot(), IDLE, vm="build-1", persist=True)
+    assert Runner(demo).run(plan).ok
+    n_writes = len(demo.kernel.writes)
+    assert n_writes == 6  # override, unbind, probe for each of the two functions
+    assert Runner(demo).run(plan_undo(demo)).ok
+    assert changed(before, tree_state(_dir(demo))) == set()
+    base = len(demo.audit.records())
+
+    for k in range(n_writes):
+        demo.kernel.clear_failures()
+        demo.kernel.fail_on(lambda path, text: True, after=k)  # the k-th write of this run fails
+        plan = plan_passthrough(demo, demo.snapshot(), IDLE, vm="build-1", persist=True)
+        res = Runner(demo).run(plan)
+        assert res.status == FAILED_RESULT, (k, res.message)
+        assert changed(before, tree_state(_dir(demo))) == set(), k
+        rec = demo.audit.find(res.record_id)
+        assert rec["result"] == FAILED and "injected failure" in rec["failed"]["error"]
+        assert rec["failed"]["step"] == k // 3 + 1  # three writes per bind step
+        assert rec["undone"][0] == rec["failed"]["title"] and len(rec["undone"]) == k // 3 + 1
+        assert rec["undo_failed"] == [] and rec["undo"] == []
+    demo.kernel.clear_failures()
+
+    real = demo.domains
+    for k in range(2):  # libvirt fails on the first, then the second hostdev
+        demo.domains = FailingDomains(real, fail_at=k)
+        res = Runner(demo).run(plan_passthrough(demo, demo.snapshot(), IDLE, vm="build-1", persist=True))
+        assert res.status == FAILED_RESULT and res.failed_step.startswith("Add 0000:9a:00.")
+        assert res.undone[-1] == f"Bind {IDLE} to vfio-pci" and len(res.undone) == 4 + k
+        assert changed(before, tree_state(_dir(demo))) == set(), k
+    demo.domains = real
+    assert len(demo.audit.records()) == base + n_writes + 2
+    assert demo.audit.latest_undoable() is None  # failed runs leave nothing to undo
+
+
+def test_a_write_the_kernel_ignores_fails_verification_and_rolls_back(demo):
+    before = tree_state(_dir(demo))
+    real_write = demo.kernel.write
+    dropped = []
+
+    def dropping(path, text):  # the probe "succeeds" but no driver binds (vfio-pci refused the device)
+        if path.endswith("drivers_probe") and text == IDLE_AUDIO and not dropped:
+            dropped.append(text)
+            return
+        real_write(path, text)
+
+    demo.kernel.write = dropping
+    res = Runner(demo).run(plan_passthrough(demo, demo.snapshot(), IDLE, persist=True))
+    demo.kernel.write = real_write
+    assert res.status == FAILED_RESULT
+    assert res.error == f"{IDLE_AUDIO} is bound to no driver, expected vfio-pci"
+    assert res.undone == [f"Bind {IDLE_AUDIO} to vfio-pci", f"Bind {IDLE} to vfio-pci"]
+    assert changed(before, tree_state(_dir(demo))) == set()
+
+
+def test_crash_mid_run_leaves_an_undoable_record(demo):
+    before = tree_state(_dir(demo))
+
+    def crash(event):
+        if event.index == 3 and event.phase == "apply":
+            raise KeyboardInterrupt  # the admin's ^C or a killed process: no rollback ran
+
+    with pytest.raises(KeyboardInterrupt):
+        Runner(demo).run(plan_passthrough(demo, demo.snapshot(), IDLE, vm="build-1", persist=True), progress=crash)
+    rec = demo.audit.latest_undoable()
+    assert rec["result"] == IN_PROGRESS and _driver(demo, IDLE) == "vfio-pci"
+    assert not (demo.state_dir / "nodeconsole.lock").exists()
+    undo = plan_undo(demo)
+    assert len(undo.steps) == 2  # only what had been done: the two binds
+    assert Runner(demo).run(undo).ok
+    assert changed(before, tree_state(_dir(demo))) == set()
+
+
+# -- persistence through driverctl ------------------------------------------------------------------------
+
+class FakeDriverctl(Commands):
+    """driverctl as it behaves on a host: saves the override under /etc/driverctl.d and rebinds."""
+
+    def __init__(self, host: ActionHost, fail: bool = False) -> None:
+        self.host, self.fail, self.argvs = host, fail, []
+
+    def which(self, name):
+        return "/usr/sbin/driverctl" if name == "driverctl" else None
+
+    def run(self, argv):
+        self.argvs.append(list(argv))
+        if self.fail:
+            return 1, "driverctl: failed to bind"
+        assert argv[0] == "driverctl"
+        conf = self.host.root.p(f"etc/driverctl.d/pci-{argv[2]}")
+        if argv[1] == "set-override":
+            conf.parent.mkdir(parents=True, exist_ok=True)
+            conf.write_text(argv[3] + "\n")
+        else:
+            conf.unlink()
+        return 0, ""
+
+
+def test_persist_with_driverctl(demo):
+    before = tree_state(_dir(demo))
+    fake = FakeDriverctl(demo)
+    demo.commands = fake
+    plan = plan_passthrough(demo, demo.snapshot(), IDLE, persist=True)
+    persist = [s for s in plan.steps if s.op["kind"] == "driverctl"]
+    assert [s.commands for s in persist] == [(f"driverctl set-override {a} vfio-pci",) for a in (IDLE, IDLE_AUDIO)]
+    assert not any(s.op["kind"] == "file" for s in plan.steps)
+    assert Runner(demo).run(plan).ok
+    assert fake.argvs == [["driverctl", "set-override", a, "vfio-pci"] for a in (IDLE, IDLE_AUDIO)]
+    assert Runner(demo).run(plan_undo(demo)).ok
+    assert fake.argvs[2:] == [["driverctl", "unset-override", a] for a in (IDLE_AUDIO, IDLE)]
+    # driverctl.d is left as an empty directory by the fake, as driverctl itself does
+    assert changed(before, tree_state(_dir(demo))) <= {"root/etc", "root/etc/driverctl.d"}
+
+    fake.fail = True
+    res = Runner(demo).run(plan_passthrough(demo, demo.snapshot(), IDLE, persist=True))
+    assert res.status == FAILED_RESULT and "driverctl: failed to bind" in res.error
+    assert _driver(demo, IDLE) == "nvidia"
+
+
+def test_modprobe_file_keeps_the_ids_other_listed_devices_need(demo):
+    assert Runner(demo).run(plan_passthrough(demo, demo.snapshot(), IDLE, persist=True)).ok
+    conf = demo.root.p(MODPROBE_FILE)
+    text = conf.read_text()
+    assert f"# devices: {IDLE} {IDLE_AUDIO}\n" in text
+    # as if GPU 5 (same model, its audio not listed) had been persisted by an earlier passthrough
+    conf.write_text(text.replace(f"# devices: {IDLE} {IDLE_AUDIO}", f"# devices: 0000:9b:00.0 {IDLE} {IDLE_AUDIO}"))
+    plan = plan_release(demo, demo.snapshot(), IDLE)
+    step = next(s for s in plan.steps if s.op["kind"] == "file")
+    assert "options vfio-pci ids=10de:2330\n" in step.detail  # the audio id goes, the GPU id stays
+    assert "# devices: 0000:9b:00.0\n" in step.detail
+    assert Runner(demo).run(plan).ok
+    assert demo.root.read(MODPROBE_FILE).endswith("softdep snd_hda_intel pre: vfio-pci")
+
+
+def test_a_captured_tree_is_read_only(tmp_path):
+    from console.seams import real_host
+
+    h = generate(small_spec(gpus=2), tmp_path / "h")
+    host = ActionHost.from_seams(real_host(str(h.root)))
+    assert host.state_dir == h.root / "var/log/nodeconsole" and host.domains is None
+    before = tree_state(tmp_path, skip=())
+    plan = plan_release(host, host.snapshot(), "0000:19:00.0")
+    assert plan.ok and [s.title for s in plan.steps] == ["Give 0000:19:00.0 back to its host driver",
+                                                         "Give 0000:19:00.1 back to its host driver"]
+    res = Runner(host).run(plan)
+    assert res.status == REFUSED and "read-only" in res.message
+    assert changed(before, tree_state(tmp_path, skip=())) == set()
