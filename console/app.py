@@ -20,6 +20,7 @@ from console.seams import Seams
 from screens.commands import COMMANDS, bindings
 from screens.gpus import GpusScreen
 from screens.iommu import IommuScreen
+from screens.nccl import NcclScreen
 from screens.overview import OverviewScreen
 from screens.topology import TopologyScreen
 from screens.vms import VmsScreen
@@ -32,7 +33,7 @@ class NodeConsoleApp(App):
     TITLE = "nodeconsole"
     CSS_PATH = CSS_PATH
     MODES = {"overview": OverviewScreen, "topology": TopologyScreen, "iommu": IommuScreen,
-             "gpus": GpusScreen, "vms": VmsScreen}
+             "gpus": GpusScreen, "vms": VmsScreen, "nccl": NcclScreen}
     BINDINGS = bindings()
 
     def __init__(self, seams: Seams, interval: float = 1.0, theme: str | None = None,
@@ -48,6 +49,7 @@ class NodeConsoleApp(App):
         self.polls = 0
         self.first_frame_at: float | None = None
         self._theme_name = resolve(theme)
+        self.action_results: list = []  # outcomes of guided changes made from this console
         self._timer = None
 
     def on_mount(self) -> None:
@@ -129,6 +131,71 @@ class NodeConsoleApp(App):
         table = table_getter() if table_getter else None
         if table is not None and table.selected_key() is not None:
             self.screen.open_details(table, table.selected_key())
+
+    # -- guided changes --------------------------------------------------------------------------
+    def _selected_gpu(self) -> str | None:
+        table = self.screen.query("#gpu-table")
+        if not table:
+            self.notify("select a GPU on the GPUs screen (4) first", severity="warning")
+            return None
+        return table.first().selected_key()
+
+    def action_passthrough(self) -> None:
+        addr = self._selected_gpu()
+        if addr:
+            self._plan_worker("passthrough", addr)
+
+    def action_release(self) -> None:
+        addr = self._selected_gpu()
+        if addr:
+            self._plan_worker("release", addr)
+
+    @work(thread=True, exclusive=True, group="action", exit_on_error=False)
+    def _plan_worker(self, kind: str, address: str) -> None:
+        """Build the plan off the UI thread (it re-reads the host), then ask on the UI thread."""
+        from actions.passthrough import plan_passthrough, plan_release
+        from actions.plan import RequestError, needs_typed_confirmation
+        from actions.runner import ActionHost
+
+        try:
+            host = ActionHost.from_seams(self.seams, on_changed=self.collector.invalidate)
+            snap = host.snapshot()
+            plan = (plan_passthrough if kind == "passthrough" else plan_release)(host, snap, address)
+        except (RequestError, Exception) as exc:  # noqa: BLE001 - shown, never raised into the UI
+            self.call_from_thread(self.notify, f"{kind}: {exc}", severity="error", timeout=8)
+            return
+        typed = needs_typed_confirmation(plan)
+        self.call_from_thread(self._ask, host, plan, typed)
+
+    def _ask(self, host, plan, typed) -> None:
+        from screens.modals.plan import PlanModal
+
+        can_apply = plan.ok and not plan.empty
+        title = plan.title + ("" if can_apply else ("  (refused)" if not plan.ok else "  (nothing to do)"))
+
+        def answered(yes: bool | None) -> None:
+            if yes:
+                self._apply_worker(host, plan)
+
+        self.push_screen(PlanModal(title, plan.lines(), can_apply, typed), answered)
+
+    @work(thread=True, exclusive=True, group="action", exit_on_error=False)
+    def _apply_worker(self, host, plan) -> None:
+        from actions.runner import Runner
+
+        def progress(p) -> None:
+            self.call_from_thread(self.notify, f"[{p.index}/{p.total}] {p.phase}: {p.title}", timeout=3)
+
+        result = Runner(host).run(plan, confirm=lambda _p: True, progress=progress)
+        self.action_results.append(result)
+        self.call_from_thread(self.notify, f"{plan.action}: {result.status} — {result.message}",
+                              severity="information" if result.ok else "error", timeout=10)
+        self.call_from_thread(self.poll_now_if_idle)
+
+    def poll_now_if_idle(self) -> None:
+        if self._timer is not None:
+            self._timer.stop()
+        self.poll_now()
 
     def action_help(self) -> None:
         from screens.modals.help import HelpModal

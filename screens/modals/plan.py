@@ -1,0 +1,45 @@
+"""Plan confirmation: the whole plan, "No" focused; changes to a GPU a VM config uses need its
+address typed before "Yes" does anything."""
+from __future__ import annotations
+
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal, VerticalScroll
+from textual.screen import ModalScreen
+from textual.widgets import Button, Input, Static
+
+
+class PlanModal(ModalScreen[bool]):
+    BINDINGS = [Binding("escape", "no", "No")]
+
+    def __init__(self, title: str, lines: list[str], can_apply: bool, typed: str | None = None) -> None:
+        super().__init__()
+        self._title, self._lines, self._can_apply, self._typed = title, lines, can_apply, typed
+
+    def compose(self) -> ComposeResult:
+        with VerticalScroll(id="plan"):
+            yield Static(f"[b]{self._title}[/b]", markup=True)
+            yield Static("\n".join(self._lines), id="plan-body", markup=False)
+            if self._typed and self._can_apply:
+                yield Static(f"A VM's config uses this GPU: type {self._typed} to confirm", id="plan-typed-hint")
+                yield Input(placeholder=self._typed, id="plan-typed")
+            with Horizontal(id="plan-buttons"):
+                yield Button("No", id="no", variant="primary")
+                yield Button("Yes, apply", id="yes", variant="error", disabled=not self._can_apply)
+
+    def on_mount(self) -> None:
+        self.query_one("#no", Button).focus()  # the safe answer is the default
+
+    def on_button_pressed(self, event: Button.Pressed) -> None:
+        if event.button.id == "no":
+            self.dismiss(False)
+        elif event.button.id == "yes":
+            if self._typed:
+                typed = self.query_one("#plan-typed", Input).value.strip()
+                if typed != self._typed:
+                    self.notify(f"type {self._typed} exactly to apply", severity="warning")
+                    return
+            self.dismiss(True)
+
+    def action_no(self) -> None:
+        self.dismiss(False)

@@ -1,0 +1,308 @@
+"""6 NCCL: the quick NCCL check of this host's GPUs. Preflight findings for the current snapshot, a run
+of all_reduce_perf (or the PyTorch benchmark) with a progress bar advancing row by row, the rows as a
+table and as bandwidth bars, and the verdict against the topology.
+
+Nothing here blocks the UI: the preflight and the run happen in thread workers, rows reach the UI
+through `app.call_from_thread`, and cancel (`c`) kills the run's whole process group. Leaving the app
+cancels a run still going.
+"""
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Sequence
+
+from rich.console import Group
+from rich.text import Text
+from textual import work
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal, VerticalScroll
+from textual.widgets import Button, ProgressBar, Static
+
+from actions.nccl.commands import LocalCommand, format_command, sweep_args
+from actions.nccl.finding import Finding
+from actions.nccl.parse import Cell, Row
+from actions.nccl.run import DEFAULT_TIMEOUT, NcclRun, Progress, RunResult
+from actions.nccl.snapshot_topology import (LocalPlan, local_check_command, local_plan,
+                                            snapshot_preflight)
+from console.model import HostSnapshot
+from screens.base import SnapshotScreen
+from screens.widgets.keyed_table import KeyedTable
+from screens.widgets.text import severity_text
+
+ROW_COLS = [("size", "Size"), ("oop_alg", "algbw"), ("oop_bus", "busbw"), ("oop_wrong", "#wrong"),
+            ("ip_alg", "in-place algbw"), ("ip_bus", "busbw"), ("ip_wrong", "#wrong")]
+CHART_WIDTH = 36
+BAR = "█"
+PARTS = " ▏▎▍▌▋▊▉"
+# What makes a run impossible (rather than merely worth a warning).
+BLOCKING = ("nccl.no_gpu", "nccl.gpu_not_host", "nccl.gpu_mig", "nccl.gpu_vgpu")
+
+
+def size_label(n: int) -> str:
+    for unit, shift in (("GiB", 30), ("MiB", 20), ("KiB", 10)):
+        if n >= 1 << shift and n % (1 << shift) == 0:
+            return f"{n >> shift} {unit}"
+    return f"{n} B"
+
+
+def _bw(v: float | None) -> str:
+    return "N/A" if v is None else f"{v:.2f}"
+
+
+def _wrong(c: Cell | None) -> Text:
+    if c is None:
+        return Text("-")
+    if c.wrong is None:
+        return Text("N/A")
+    return Text(str(c.wrong), style="bold red" if c.wrong else "")
+
+
+def row_cells(row: Row) -> tuple:
+    ip = row.in_place
+    return (size_label(row.size), _bw(row.out_of_place.algbw), _bw(row.out_of_place.busbw), _wrong(row.out_of_place),
+            _bw(ip.algbw if ip else None), _bw(ip.busbw if ip else None), _wrong(ip))
+
+
+def chart(rows: Sequence[Row], width: int = CHART_WIDTH) -> Text:
+    """Bus bandwidth by message size as text bars (the better half of each row)."""
+    vals = [(r.size, r.busbw) for r in rows]
+    top = max((b for _, b in vals if b is not None), default=0.0)
+    out = Text()
+    if not vals:
+        return out
+    out.append(f"bus bandwidth by size (GB/s, max {top:.2f})\n", style="bold")
+    for size, b in vals:
+        out.append(f"{size_label(size):>8} │")
+        if b is None:
+            out.append(" N/A\n", style="dim")
+            continue
+        eighths = round(b / top * width * 8) if top > 0 else 0
+        out.append(BAR * (eighths // 8) + (PARTS[eighths % 8] if eighths % 8 else ""), style="green")
+        out.append(f" {b:.2f}\n")
+    return out
+
+
+def findings_text(findings: Sequence[Finding]) -> Group:
+    parts = []
+    for f in findings:
+        t = severity_text(f.severity, f.message)
+        if f.severity != "info":  # notes stay one line; problems say what to do
+            t.append(f"\n    fix: {f.fix}", style="dim")
+        parts.append(t)
+    return Group(*parts)
+
+
+class NcclScreen(SnapshotScreen):
+    TITLE = "NCCL"
+    BINDINGS = [Binding("r", "run_check", "Run"), Binding("c", "cancel_check", "Cancel")]
+    DEFAULT_CSS = """
+    #nccl-scroll { height: 1fr; }
+    #nccl-plan, #nccl-preflight, #nccl-status, #nccl-chart, #nccl-verdict { padding: 0 1; height: auto; }
+    #nccl-controls { height: 1; padding: 0 1; }
+    #nccl-controls Button { margin-right: 1; }
+    #nccl-progress { padding-left: 1; }
+    #nccl-rows { max-height: 12; }
+    """
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.sweep = sweep_args()
+        self.timeout: float | None = DEFAULT_TIMEOUT
+        self.kill_grace = 3.0  # seconds between SIGTERM and SIGKILL on cancel
+        self.plan: LocalPlan | None = None
+        self.preflight_findings: list[Finding] = []
+        self.command: LocalCommand | None = None
+        self.command_error = ""
+        self.rows: list[Row] = []
+        self.result: RunResult | None = None
+        self.running = False
+        self._run: NcclRun | None = None
+        self._stop = threading.Event()
+        self._closing = False
+        self._preflight_key: tuple | None = None
+
+    def compose_body(self) -> ComposeResult:
+        with VerticalScroll(id="nccl-scroll"):
+            with Horizontal(id="nccl-controls"):
+                yield Button("Run (r)", id="nccl-run", variant="primary", compact=True)
+                yield Button("Cancel (c)", id="nccl-cancel", compact=True, disabled=True)
+                yield ProgressBar(id="nccl-progress", show_eta=False)
+            yield Static("not run yet: r runs the check", id="nccl-status")
+            yield Static(id="nccl-verdict")
+            yield KeyedTable(ROW_COLS, id="nccl-rows")
+            yield Static(id="nccl-chart")
+            yield Static("reading the host…", id="nccl-plan")
+            yield Static(id="nccl-preflight")
+
+    def on_mount(self) -> None:
+        super().on_mount()
+        # Shown once there is something in them: before a run the preflight has the room.
+        for wid in ("#nccl-progress", "#nccl-verdict", "#nccl-rows", "#nccl-chart"):
+            self.query_one(wid).display = False
+
+    # -- snapshot → preflight (thread) ------------------------------------------------------------------
+    def render_snapshot(self, snap: HostSnapshot) -> None:
+        # The preflight reads files (libraries, ACS); redo it only when the GPUs' ownership changes.
+        key = tuple((g.address, g.driver, g.owner.kind, g.owner.vms) for g in snap.gpus)
+        if key != self._preflight_key:
+            self._preflight_key = key
+            self._preflight(snap)
+
+    @work(thread=True, exclusive=True, group="nccl-preflight", exit_on_error=False)
+    def _preflight(self, snap: HostSnapshot) -> None:
+        root = self.app.seams.root
+        try:
+            plan = local_plan(snap, None, root)
+            report = snapshot_preflight(snap, root, dict(os.environ), plan)
+        except Exception as exc:  # noqa: BLE001 - shown, never fatal to the console
+            self._to_ui(self._preflight_failed, exc)
+            return
+        try:
+            cmd, err = local_check_command(plan, None, self.sweep, preview=True), ""
+        except ValueError as e:
+            cmd, err = None, str(e)
+        self._to_ui(self._preflight_done, plan, report.findings, cmd, err)
+
+    def _preflight_failed(self, exc: Exception) -> None:
+        self.query_one("#nccl-plan", Static).update(Text(f"preflight failed: {exc}", style="bold red"))
+
+    def _preflight_done(self, plan: LocalPlan, findings: list[Finding], cmd: LocalCommand | None,
+                        err: str) -> None:
+        self.plan, self.preflight_findings, self.command, self.command_error = plan, findings, cmd, err
+        t = plan.topology
+        exp = plan.expected
+        head = Text()
+        head.append("GPUs ", style="bold")
+        head.append(", ".join(f"{g.index} {g.address}" for g in plan.gpus) or "none the host can use")
+        head.append(f"\nP2P {'possible' if t.p2p else 'not possible'} ({plan.p2p_reason}); "
+                    f"NVLink {'yes' if t.nvlink else 'not known (assumed absent)'}")
+        head.append(f"\nexpected peak busbw {exp if exp is not None else 'no reference figure'}")
+        if cmd is not None:
+            head.append(f"\nwould run ({cmd.kind}): ", style="bold")
+            head.append(format_command(cmd.argv, cmd.env))
+        else:
+            head.append(f"\nno command: {err}", style="yellow")
+        self.query_one("#nccl-plan", Static).update(head)
+        body = findings_text(findings) if findings else Text("preflight: nothing found", style="green")
+        self.query_one("#nccl-preflight", Static).update(body)
+
+    # -- run (thread) ----------------------------------------------------------------------------------
+    def on_button_pressed(self, event: Button.Pressed) -> None:
+        if event.button.id == "nccl-run":
+            self.action_run_check()
+        elif event.button.id == "nccl-cancel":
+            self.action_cancel_check()
+
+    def action_run_check(self) -> None:
+        if self.running:
+            self.notify("a check is already running (c cancels it)", timeout=3)
+            return
+        plan = self.plan
+        if plan is None:
+            self.notify("the preflight has not finished yet", timeout=3)
+            return
+        blocking = [f for f in self.preflight_findings if f.code in BLOCKING]
+        if blocking:
+            self.notify(f"cannot run: {blocking[0].message}", severity="error", timeout=5)
+            return
+        self.rows, self.result, self.running = [], None, True
+        self._stop = threading.Event()
+        self.query_one("#nccl-rows", KeyedTable).sync([])
+        self.query_one("#nccl-progress", ProgressBar).update(total=None, progress=0)
+        self.query_one("#nccl-chart", Static).update("")
+        self.query_one("#nccl-verdict", Static).update("")
+        self.query_one("#nccl-progress").display = True
+        self.query_one("#nccl-verdict").display = False
+        self._set_status("starting…")
+        self._buttons()
+        self._run_worker(plan, self._stop)
+
+    @work(thread=True, exclusive=True, group="nccl-run", exit_on_error=False)
+    def _run_worker(self, plan: LocalPlan, stop: threading.Event) -> None:
+        try:
+            cmd = local_check_command(plan, None, self.sweep)
+            run = NcclRun(cmd.argv, cmd.env, timeout=self.timeout, on_progress=self._progress_from_thread,
+                          kill_grace=self.kill_grace)
+        except ValueError as e:
+            self._to_ui(self._run_failed, str(e))
+            return
+        self._run = run
+        if stop.is_set() or self._closing:  # cancelled (or leaving) while the command was being found
+            run.cancel()
+        result = run.run()
+        self._run = None
+        self._to_ui(self._run_done, plan, result)
+
+    def _progress_from_thread(self, p: Progress) -> None:
+        if not self._closing:
+            self.app.call_from_thread(self._on_progress, p)
+
+    def _on_progress(self, p: Progress) -> None:
+        self.rows.append(p.row)
+        self.query_one("#nccl-rows", KeyedTable).sync((str(i), row_cells(r)) for i, r in enumerate(self.rows))
+        self.query_one("#nccl-progress", ProgressBar).update(total=p.total, progress=p.done)
+        self.query_one("#nccl-chart", Static).update(chart(self.rows))
+        self.query_one("#nccl-rows").display = self.query_one("#nccl-chart").display = True
+        of = f"/{p.total}" if p.total else ""
+        self._set_status(f"running: row {p.done}{of}, {size_label(p.row.size)} at {_bw(p.row.busbw)} GB/s")
+
+    def _run_failed(self, why: str) -> None:
+        self.running = False
+        self._set_status(f"cannot run: {why}")
+        self._buttons()
+
+    def _run_done(self, plan: LocalPlan, result: RunResult) -> None:
+        self.result, self.running = result, False
+        p = result.parsed
+        state = ("timed out" if result.timed_out else "cancelled" if result.cancelled
+                 else f"finished (exit {result.exit_code})" if result.exit_code is not None else "did not start")
+        self._set_status(f"{state}: {len(p.rows)} rows, avg busbw {_bw(p.avg_busbw)} GB/s, "
+                         f"peak {_bw(p.peak_busbw)} GB/s, NCCL {p.version or '-'} in {result.duration_s:.1f} s")
+        if result.ok:
+            bar = self.query_one("#nccl-progress", ProgressBar)
+            bar.update(total=len(p.rows), progress=len(p.rows))
+        verdict = Text("verdict\n", style="bold")
+        self.query_one("#nccl-verdict", Static).update(Group(verdict, findings_text(result.findings(plan.topology))))
+        self.query_one("#nccl-verdict").display = True
+        self._buttons()
+
+    def action_cancel_check(self) -> None:
+        if not self.running:
+            self.notify("no check is running", timeout=3)
+            return
+        self._stop.set()
+        self._set_status("cancelling…")
+        self._cancel_worker()
+
+    @work(thread=True, group="nccl-cancel", exit_on_error=False)
+    def _cancel_worker(self) -> None:
+        run = self._run
+        if run is not None:
+            run.cancel()  # blocks through the kill grace: never on the UI thread
+
+    def on_unmount(self) -> None:
+        # Leaving the app: nothing of a running check may outlive it.
+        self._closing = True
+        self._stop.set()
+        run = self._run
+        if run is not None:
+            run.cancel()
+
+    # -- helpers -----------------------------------------------------------------------------------------
+    def _to_ui(self, fn, *args) -> None:
+        """Hand a result to the UI thread; dropped when the app is already closing."""
+        if self._closing:
+            return
+        try:
+            self.app.call_from_thread(fn, *args)
+        except Exception:  # noqa: BLE001 - the app stopped between the check and the call
+            pass
+
+    def _set_status(self, text: str) -> None:
+        self.query_one("#nccl-status", Static).update(text)
+
+    def _buttons(self) -> None:
+        self.query_one("#nccl-run", Button).disabled = self.running
+        self.query_one("#nccl-cancel", Button).disabled = not self.running

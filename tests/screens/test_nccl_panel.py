@@ -1,0 +1,177 @@
+"""Pilot tests of the NCCL screen on the demo host, with the stand-in all_reduce_perf as the check:
+preflight findings, progress advancing row by row, the rows table, the chart, the verdict, and cancel
+(or leaving the app) stopping everything the run started."""
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+from rich.console import Console
+from textual.widgets import ProgressBar, Static
+
+from actions.nccl.parse import parse_text
+from console.app import NodeConsoleApp
+from screens.nccl import NcclScreen, size_label
+from screens.widgets.keyed_table import KeyedTable
+from tests.actions.test_nccl_cli import synthetic_output
+
+FAKE = Path(__file__).resolve().parents[1] / "actions" / "fixtures" / "fake_all_reduce_perf.py"
+SIZE = (100, 40)
+
+
+def _text(widget: Static) -> str:
+    console = Console(width=200, record=True, color_system=None)
+    console.print(widget.content if hasattr(widget, "content") else widget.renderable)
+    return console.export_text()
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+@pytest.fixture()
+def stand_in(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, Path]:
+    """The console finds the stand-in through $NODECONSOLE_ALL_REDUCE_PERF; it replays a synthetic
+    28-row sweep and records its pids."""
+    exe = tmp_path / "bin" / "all_reduce_perf"
+    exe.parent.mkdir()
+    exe.write_text(f"#!{os.sys.executable}\nimport runpy, sys\nsys.argv[0] = {str(FAKE)!r}\n"
+                   f"runpy.run_path({str(FAKE)!r}, run_name='__main__')\n")
+    exe.chmod(0o755)
+    output = tmp_path / "out.txt"
+    output.write_text(synthetic_output(3.6))
+    record = tmp_path / "record.json"
+    for k in list(os.environ):
+        if k.startswith(("NCCL_", "FAKE_NCCL_")):
+            monkeypatch.delenv(k)
+    monkeypatch.setenv("NODECONSOLE_ALL_REDUCE_PERF", str(exe))
+    monkeypatch.setenv("FAKE_NCCL_OUTPUT", str(output))
+    monkeypatch.setenv("FAKE_NCCL_RECORD", str(record))
+    return {"exe": exe, "output": output, "record": record}
+
+
+async def _until(pilot, cond, timeout: float = 10.0, step: float = 0.05) -> None:
+    deadline = time.monotonic() + timeout
+    while not cond():
+        assert time.monotonic() < deadline, "condition not met in time"
+        await pilot.pause(step)
+
+
+async def _nccl_screen(app, pilot) -> NcclScreen:
+    await _until(pilot, lambda: app.snapshot is not None)
+    await pilot.press("6")
+    await _until(pilot, lambda: isinstance(app.screen, NcclScreen) and app.screen.plan is not None)
+    return app.screen
+
+
+async def test_preflight_findings_for_the_host_gpus(demo_seams, stand_in) -> None:
+    app = NodeConsoleApp(demo_seams, interval=0.5)
+    async with app.run_test(size=SIZE) as pilot:
+        screen = await _nccl_screen(app, pilot)
+        snap = app.snapshot
+        host = [g for g in snap.gpus if g.owner.kind == "host"]
+        assert [g.address for g in screen.plan.gpus] == [g.address for g in host]
+        plan = _text(screen.query_one("#nccl-plan", Static))
+        assert all(g.address in plan for g in host)
+        assert "would run (nccl-tests)" in plan and str(stand_in["exe"]) in plan
+        preflight = _text(screen.query_one("#nccl-preflight", Static))
+        if len({g.numa_node for g in host}) > 1:  # the demo's host GPUs span both sockets
+            assert "the GPUs sit on different sockets" in preflight
+        assert "ACS state" in preflight
+        assert "not run yet" in _text(screen.query_one("#nccl-status", Static))
+
+
+async def test_run_advances_row_by_row_and_ends_with_a_verdict(demo_seams, stand_in, monkeypatch) -> None:
+    monkeypatch.setenv("FAKE_NCCL_DELAY", "0.03")
+    expected = parse_text(stand_in["output"].read_text())
+    app = NodeConsoleApp(demo_seams, interval=0.5)
+    async with app.run_test(size=SIZE) as pilot:
+        screen = await _nccl_screen(app, pilot)
+        bar = screen.query_one("#nccl-progress", ProgressBar)
+        table = screen.query_one("#nccl-rows", KeyedTable)
+        seen: list[tuple[float, int, bool]] = []  # after each row: bar, table rows, child still running
+        original = screen._on_progress
+
+        def watch(p):
+            original(p)
+            pid = json.loads(stand_in["record"].read_text())["pids"][0]
+            seen.append((bar.progress, len(table.ordered_rows), _alive(pid)))
+
+        screen._on_progress = watch
+        await pilot.press("r")
+        await _until(pilot, lambda: screen.result is not None and not screen.running, timeout=20)
+        assert [s[0] for s in seen] == list(range(1, 29)), "the bar advances one row at a time"
+        assert [s[1] for s in seen] == list(range(1, 29)), "the table grows one row at a time"
+        assert seen[0][2], "the first row is shown while the test still runs"
+        assert bar.total == 28 and bar.progress == 28
+        cells = [[str(getattr(c, "plain", c)) for c in table.get_row(r.key)] for r in table.ordered_rows]
+        assert len(cells) == len(expected.rows) == 28
+        for got, row in zip(cells, expected.rows):
+            assert got[0] == size_label(row.size)
+            assert float(got[2]) == pytest.approx(row.out_of_place.busbw, abs=0.005)
+            assert got[3] == "0" and got[6] == "0"
+        chart = _text(screen.query_one("#nccl-chart", Static))
+        assert "█" in chart and size_label(1 << 30) in chart
+        verdict = _text(screen.query_one("#nccl-verdict", Static))
+        assert "against expected" in verdict and "peak bus bandwidth" in verdict
+        status = _text(screen.query_one("#nccl-status", Static))
+        assert "finished (exit 0): 28 rows" in status
+        snap = app.snapshot
+        uuids = [g.uuid for g in snap.gpus if g.owner.kind == "host"]
+        assert json.loads(stand_in["record"].read_text())["env"]["CUDA_VISIBLE_DEVICES"] == ",".join(uuids)
+
+
+async def test_cancel_kills_the_run_and_its_children(demo_seams, stand_in, monkeypatch) -> None:
+    monkeypatch.setenv("FAKE_NCCL_HANG_AFTER", "20")  # a few rows, then it hangs
+    monkeypatch.setenv("FAKE_NCCL_CHILD", "1")
+    monkeypatch.setenv("FAKE_NCCL_IGNORE_TERM", "1")  # only SIGKILL ends it
+    app = NodeConsoleApp(demo_seams, interval=0.5)
+    async with app.run_test(size=SIZE) as pilot:
+        screen = await _nccl_screen(app, pilot)
+        screen.kill_grace = 0.3
+        await pilot.press("r")
+        await _until(pilot, lambda: stand_in["record"].exists() and len(screen.rows) > 0)
+        pids = json.loads(stand_in["record"].read_text())["pids"]
+        assert len(pids) == 2 and all(_alive(p) for p in pids)
+        await pilot.pause(0.2)
+        assert screen.running and screen.result is None  # it hangs, nothing ends it by itself
+        await pilot.press("c")
+        await _until(pilot, lambda: screen.result is not None, timeout=15)
+        assert screen.result.cancelled and not screen.running
+        assert not any(_alive(p) for p in pids)
+        assert "cancelled" in _text(screen.query_one("#nccl-status", Static))
+        assert "cancelled after" in _text(screen.query_one("#nccl-verdict", Static))
+        assert 0 < len(screen.query_one("#nccl-rows", KeyedTable).ordered_rows) < 28
+
+
+async def test_leaving_the_app_stops_a_running_check(demo_seams, stand_in, monkeypatch) -> None:
+    monkeypatch.setenv("FAKE_NCCL_HANG_AFTER", "20")
+    monkeypatch.setenv("FAKE_NCCL_CHILD", "1")
+    app = NodeConsoleApp(demo_seams, interval=0.5)
+    async with app.run_test(size=SIZE) as pilot:
+        screen = await _nccl_screen(app, pilot)
+        await pilot.press("r")
+        await _until(pilot, lambda: stand_in["record"].exists() and len(screen.rows) > 0)
+        pids = json.loads(stand_in["record"].read_text())["pids"]
+        assert all(_alive(p) for p in pids)
+    deadline = time.monotonic() + 10
+    while any(_alive(p) for p in pids):
+        assert time.monotonic() < deadline, "the check outlived the app"
+        time.sleep(0.05)
+
+
+async def test_run_and_cancel_refuse_politely(demo_seams, stand_in) -> None:
+    app = NodeConsoleApp(demo_seams, interval=0.5)
+    async with app.run_test(size=SIZE) as pilot:
+        screen = await _nccl_screen(app, pilot)
+        await pilot.press("c")  # nothing running: nothing happens but a note
+        await pilot.pause(0.1)
+        assert not screen.running and screen.result is None
+        assert "not run yet" in _text(screen.query_one("#nccl-status", Static))
