@@ -9,7 +9,7 @@ MODE=${1:-run}
 
 PKGS="python3 python3-venv python3-dev gcc pkg-config libvirt-dev"
 if [ "$MODE" = "--test" ]; then
-  PKGS="$PKGS tmux librsvg2-bin bc libvirt-daemon libvirt-daemon-driver-qemu qemu-system-x86 qemu-utils libvirt-clients"
+  PKGS="$PKGS tmux librsvg2-bin bc htop libvirt-daemon libvirt-daemon-driver-qemu qemu-system-x86 qemu-utils libvirt-clients"
 fi
 
 missing=""
