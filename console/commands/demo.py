@@ -18,5 +18,10 @@ def run(args: argparse.Namespace) -> int:
     if getattr(args, "root", None):
         raise UsageError("demo reset works on the demo host, not on --root")
     host = reset_demo()
-    print(f"demo host regenerated in {host.root.parent}")
+    # The audit log describes changes to the host that was just thrown away: its undo records
+    # would target devices and configs that no longer exist.
+    log = host.root.parent / "audit.jsonl"
+    if log.exists():
+        log.unlink()
+    print(f"demo host regenerated in {host.root.parent} (audit log cleared)")
     return 0
