@@ -198,9 +198,11 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true", help="fewer sizes, shorter window")
     ap.add_argument("--window", type=float, default=30.0)
     ap.add_argument("--skip-terminal", action="store_true")
+    ap.add_argument("--only-terminal", action="store_true", help="skip the collection tables")
     args = ap.parse_args()
     print(f"nodeconsole benchmarks  python {sys.version.split()[0]}  {os.cpu_count()} CPUs")
-    collection_tables(args.quick)
+    if not args.only_terminal:
+        collection_tables(args.quick)
     if args.skip_terminal or shutil.which("tmux") is None:
         print("\n(terminal measurements skipped: no tmux)")
         return

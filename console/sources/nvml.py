@@ -87,9 +87,13 @@ class NvmlSource:
     it, e.g. after an action changed drivers."""
 
     def __init__(self, lib: object | None = None, rescan_s: float = 60.0,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic, slow_s: float = 5.0) -> None:
         self.lib = lib
         self.rescan_s = rescan_s
+        # Health counters, PCIe link, MIG layout and vGPU change rarely: read every `slow_s` (and after
+        # invalidate()), not every tick — most of a poll's NVML calls otherwise.
+        self.slow_s = slow_s
+        self._slow: dict[str, tuple[float, dict[str, Any]]] = {}
         self._clock = clock
         self._lock = threading.Lock()
         self._initialised = False
@@ -108,6 +112,7 @@ class NvmlSource:
         """Re-initialise NVML and re-read static facts on the next read."""
         self._rescan_soon = True
         self._init_at = -1e18
+        self._slow.clear()
 
     def close(self) -> None:
         """Shut NVML down (releases /dev/nvidia* — needed before unbinding a GPU from the driver)."""
@@ -239,6 +244,20 @@ class NvmlSource:
         util = _call(pynvml.nvmlDeviceGetUtilizationRates, handle)
         util_gpu, util_mem = (util.gpu, util.memory) if util not in (NA, None) else (util, util)
         total, used = self._memory(handle)
+        slow = self._read_slow(handle, static)
+        return NvmlGpu(
+            address=static.address, nvml_index=index, name=static.name, uuid=static.uuid,
+            memory_total_mib=total, memory_used_mib=used, utilization_gpu=util_gpu,
+            utilization_memory=util_mem, temperature_c=self._temperature(handle),
+            power_w=_watts(_call(pynvml.nvmlDeviceGetPowerUsage, handle)),
+            pcie_max_gen=static.max_gen, pcie_max_width=static.max_width,
+            processes=self._processes(handle), **slow)
+
+    def _read_slow(self, handle: Any, static: _Static) -> dict[str, Any]:
+        now = self._clock()
+        hit = self._slow.get(static.address)
+        if hit is not None and now - hit[0] < self.slow_s:
+            return hit[1]
         ecc_v = _call(pynvml.nvmlDeviceGetTotalEccErrors, handle, pynvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED,
                       pynvml.NVML_VOLATILE_ECC)
         ecc_a = _call(pynvml.nvmlDeviceGetTotalEccErrors, handle, pynvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED,
@@ -246,20 +265,16 @@ class NvmlSource:
         rows = _call(pynvml.nvmlDeviceGetRemappedRows, handle)
         rows_pending, rows_failure = (rows[2], rows[3]) if isinstance(rows, tuple) else (rows, rows)
         vgpu_types, vgpu_instances, gi_vms = self._vgpu(handle, static)
-        return NvmlGpu(
-            address=static.address, nvml_index=index, name=static.name, uuid=static.uuid,
-            memory_total_mib=total, memory_used_mib=used, utilization_gpu=util_gpu,
-            utilization_memory=util_mem, temperature_c=self._temperature(handle),
-            power_w=_watts(_call(pynvml.nvmlDeviceGetPowerUsage, handle)),
+        slow = dict(
             power_limit_w=_watts(_call(pynvml.nvmlDeviceGetEnforcedPowerLimit, handle)),
             ecc_volatile_uncorrected=ecc_v, ecc_aggregate_uncorrected=ecc_a,
             retired_pages=self._retired_pages(handle), remapped_rows_pending=rows_pending,
             remapped_rows_failure=rows_failure,
             pcie_gen=_call(pynvml.nvmlDeviceGetCurrPcieLinkGeneration, handle),
             pcie_width=_call(pynvml.nvmlDeviceGetCurrPcieLinkWidth, handle),
-            pcie_max_gen=static.max_gen, pcie_max_width=static.max_width,
-            mig=self._mig(handle, static, gi_vms), vgpu_types=vgpu_types, vgpu_instances=vgpu_instances,
-            processes=self._processes(handle))
+            mig=self._mig(handle, static, gi_vms), vgpu_types=vgpu_types, vgpu_instances=vgpu_instances)
+        self._slow[static.address] = (now, slow)
+        return slow
 
     def _retired_pages(self, handle: Any) -> Metric:
         total = 0

@@ -170,19 +170,31 @@ def test_real_library_when_absent_is_reported_clearly():
 
 def test_static_facts_are_cached_and_fast_facts_read_every_poll():
     sim = SimulatedNvml(demo_state())
-    source = NvmlSource(sim)
+    clock = Clock(0.0)
+    source = NvmlSource(sim, clock=clock, slow_s=5.0)
     source.read()
     first = dict(sim.calls)
+    clock.t = 1.0
     source.read()
+    clock.t = 2.0
     source.read()
     for static in ("nvmlDeviceGetName", "nvmlDeviceGetMaxPcieLinkWidth", "nvmlDeviceGetPciInfo_v3",
                    "nvmlDeviceGetMaxPcieLinkGeneration", "nvmlDeviceGetGpuInstanceProfileInfoV",
                    "nvmlDeviceGetGpuInstancePossiblePlacements_v2", "nvmlVgpuTypeGetName",
                    "nvmlGpuInstanceGetComputeInstanceProfileInfoV", "nvmlInitWithFlags"):
         assert sim.calls[static] == first[static] > 0, static
-    for fast in ("nvmlDeviceGetUtilizationRates", "nvmlDeviceGetMemoryInfo_v2", "nvmlDeviceGetGpuInstances",
-                 "nvmlDeviceGetActiveVgpus", "nvmlDeviceGetComputeRunningProcesses_v3"):
+    for fast in ("nvmlDeviceGetUtilizationRates", "nvmlDeviceGetMemoryInfo_v2",
+                 "nvmlDeviceGetComputeRunningProcesses_v3"):
         assert sim.calls[fast] == 3 * first[fast] > 0, fast
+    # slow-changing facts: once per slow_s, and again once it has passed or after invalidate()
+    slow = ("nvmlDeviceGetGpuInstances", "nvmlDeviceGetActiveVgpus", "nvmlDeviceGetTotalEccErrors",
+            "nvmlDeviceGetRemappedRows")
+    for name in slow:
+        assert sim.calls[name] == first[name] > 0, name
+    clock.t = 6.0
+    source.read()
+    for name in slow:
+        assert sim.calls[name] == 2 * first[name], name
 
 
 def test_utilization_and_memory_move_with_the_clock_deterministically():
