@@ -1,6 +1,7 @@
 """`python -m console` runs the nodeconsole command."""
 import sys
 
-from console.cli import main
+if __name__ == "__main__":
+    from console.cli import main
 
-sys.exit(main())
+    sys.exit(main())

@@ -150,6 +150,21 @@ class NodeConsoleApp(App):
         if addr:
             self._plan_worker("release", addr)
 
+    def action_mig_edit(self) -> None:
+        """The MIG layout editor for the selected GPU; its plan goes through the plan modal and worker."""
+        addr = self._selected_gpu()
+        if not addr:
+            return
+        from actions.plan import needs_typed_confirmation
+        from screens.mig_editor import MigEditor
+
+        def chosen(result) -> None:
+            if result is not None:
+                host, plan = result
+                self._ask(host, plan, needs_typed_confirmation(plan))
+
+        self.push_screen(MigEditor(self.seams, addr, on_changed=self.collector.invalidate), chosen)
+
     @work(thread=True, exclusive=True, group="action", exit_on_error=False)
     def _plan_worker(self, kind: str, address: str) -> None:
         """Build the plan off the UI thread (it re-reads the host), then ask on the UI thread."""

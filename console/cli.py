@@ -65,7 +65,8 @@ def _load_subcommands() -> None:
     # Each module registers its subcommands on import.
     import console.commands.snapshot  # noqa: F401
     import console.commands.demo  # noqa: F401
-    for optional in ("console.commands.actions", "console.commands.nccl"):
+    for optional in ("console.commands.actions", "console.commands.nccl", "console.commands.pin",
+                     "console.commands.mig", "console.commands.vgpu"):
         try:
             __import__(optional)
         except ModuleNotFoundError as e:

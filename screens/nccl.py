@@ -34,6 +34,8 @@ from screens.widgets.text import severity_text
 ROW_COLS = [("size", "Size"), ("oop_alg", "algbw"), ("oop_bus", "busbw"), ("oop_wrong", "#wrong"),
             ("ip_alg", "in-place algbw"), ("ip_bus", "busbw"), ("ip_wrong", "#wrong")]
 CHART_WIDTH = 36
+CHART_BARS = 8
+BLOCKS = "▁▁▂▃▄▅▆▇█"  # index 0..8; zero still draws a floor so the size axis stays visible
 BAR = "█"
 PARTS = " ▏▎▍▌▋▊▉"
 # What makes a run impossible (rather than merely worth a warning).
@@ -65,15 +67,21 @@ def row_cells(row: Row) -> tuple:
             _bw(ip.algbw if ip else None), _bw(ip.busbw if ip else None), _wrong(ip))
 
 
-def chart(rows: Sequence[Row], width: int = CHART_WIDTH) -> Text:
-    """Bus bandwidth by message size as text bars (the better half of each row)."""
+def chart(rows: Sequence[Row], width: int = CHART_WIDTH, bars: int = CHART_BARS) -> Text:
+    """Bus bandwidth by message size: a sparkline over every size, then bars for the largest sizes
+    (where the bandwidth plateau shows; the small sizes measure latency)."""
     vals = [(r.size, r.busbw) for r in rows]
     top = max((b for _, b in vals if b is not None), default=0.0)
     out = Text()
     if not vals:
         return out
     out.append(f"bus bandwidth by size (GB/s, max {top:.2f})\n", style="bold")
-    for size, b in vals:
+    spark = "".join(" " if b is None else BLOCKS[min(8, round(b / top * 8))] if top > 0 else BLOCKS[0]
+                    for _, b in vals)
+    out.append(f"{size_label(vals[0][0]):>8} ")
+    out.append(spark, style="green")
+    out.append(f" {size_label(vals[-1][0])}\n")
+    for size, b in vals[-bars:]:
         out.append(f"{size_label(size):>8} │")
         if b is None:
             out.append(" N/A\n", style="dim")
@@ -81,6 +89,7 @@ def chart(rows: Sequence[Row], width: int = CHART_WIDTH) -> Text:
         eighths = round(b / top * width * 8) if top > 0 else 0
         out.append(BAR * (eighths // 8) + (PARTS[eighths % 8] if eighths % 8 else ""), style="green")
         out.append(f" {b:.2f}\n")
+    out.rstrip()
     return out
 
 
@@ -148,28 +157,32 @@ class NcclScreen(SnapshotScreen):
         key = tuple((g.address, g.driver, g.owner.kind, g.owner.vms) for g in snap.gpus)
         if key != self._preflight_key:
             self._preflight_key = key
-            self._preflight(snap)
+            self._preflight(snap, key)
 
     @work(thread=True, exclusive=True, group="nccl-preflight", exit_on_error=False)
-    def _preflight(self, snap: HostSnapshot) -> None:
+    def _preflight(self, snap: HostSnapshot, key: tuple) -> None:
         root = self.app.seams.root
         try:
             plan = local_plan(snap, None, root)
             report = snapshot_preflight(snap, root, dict(os.environ), plan)
         except Exception as exc:  # noqa: BLE001 - shown, never fatal to the console
-            self._to_ui(self._preflight_failed, exc)
+            self._to_ui(self._preflight_failed, key, exc)
             return
         try:
             cmd, err = local_check_command(plan, None, self.sweep, preview=True), ""
         except ValueError as e:
             cmd, err = None, str(e)
-        self._to_ui(self._preflight_done, plan, report.findings, cmd, err)
+        self._to_ui(self._preflight_done, key, plan, report.findings, cmd, err)
 
-    def _preflight_failed(self, exc: Exception) -> None:
+    def _preflight_failed(self, key: tuple, exc: Exception) -> None:
+        if key != self._preflight_key:
+            return
         self.query_one("#nccl-plan", Static).update(Text(f"preflight failed: {exc}", style="bold red"))
 
-    def _preflight_done(self, plan: LocalPlan, findings: list[Finding], cmd: LocalCommand | None,
+    def _preflight_done(self, key: tuple, plan: LocalPlan, findings: list[Finding], cmd: LocalCommand | None,
                         err: str) -> None:
+        if key != self._preflight_key:
+            return  # a newer snapshot's preflight is on its way
         self.plan, self.preflight_findings, self.command, self.command_error = plan, findings, cmd, err
         t = plan.topology
         exp = plan.expected
@@ -241,7 +254,10 @@ class NcclScreen(SnapshotScreen):
 
     def _on_progress(self, p: Progress) -> None:
         self.rows.append(p.row)
-        self.query_one("#nccl-rows", KeyedTable).sync((str(i), row_cells(r)) for i, r in enumerate(self.rows))
+        table = self.query_one("#nccl-rows", KeyedTable)
+        table.sync((str(i), row_cells(r)) for i, r in enumerate(self.rows))
+        if not table.filter_text:
+            table.move_cursor(row=len(self.rows) - 1)  # follow the newest row
         self.query_one("#nccl-progress", ProgressBar).update(total=p.total, progress=p.done)
         self.query_one("#nccl-chart", Static).update(chart(self.rows))
         self.query_one("#nccl-rows").display = self.query_one("#nccl-chart").display = True
@@ -263,7 +279,7 @@ class NcclScreen(SnapshotScreen):
         if result.ok:
             bar = self.query_one("#nccl-progress", ProgressBar)
             bar.update(total=len(p.rows), progress=len(p.rows))
-        verdict = Text("verdict\n", style="bold")
+        verdict = Text("verdict", style="bold")
         self.query_one("#nccl-verdict", Static).update(Group(verdict, findings_text(result.findings(plan.topology))))
         self.query_one("#nccl-verdict").display = True
         self._buttons()

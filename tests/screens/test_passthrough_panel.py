@@ -47,7 +47,7 @@ async def test_plan_modal_defaults_to_no_then_applies(demo_seams):
         assert app.snapshot.gpu(GPU).owner.kind == "vfio"
 
         # Release takes the GPU out of train-c's config: the address must be typed first.
-        await pilot.press("r")
+        await pilot.press("R")
         assert await _wait(pilot, lambda: isinstance(app.screen, PlanModal))
         await pilot.click("#yes")
         await pilot.pause(0.3)

@@ -1,0 +1,311 @@
+"""`nodeconsole nccl`: the quick NCCL checks from the command line.
+
+- `nccl parse FILE`: read a saved all_reduce_perf output (exit 1 when it shows corrupted results).
+- `nccl check`: preflight for the host's GPUs and the command a check would run; with --run, run it
+  with progress row by row and judge the result against the topology (exit 1 on an error finding).
+- `nccl command`: the mpirun / torchrun line of a multi-node check (printed, never launched).
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import math
+import os
+import sys
+from pathlib import Path
+from typing import TextIO
+
+from console.cli import UsageError, _common, seams_from_args, subcommand
+
+
+@subcommand("nccl", "quick NCCL checks: parse an all_reduce_perf output, preflight and run, multi-node commands")
+def configure(p: argparse.ArgumentParser) -> None:
+    sub = p.add_subparsers(dest="nccl_command", parser_class=type(p), metavar="ACTION", required=True)
+    common = _common()
+
+    sp = sub.add_parser("parse", parents=[common], help="read a saved all_reduce_perf output",
+                        description="Read a saved all_reduce_perf output ('-' for stdin): rows, average and "
+                                    "peak bus bandwidth, corruption, NCCL version and transports. Exit 1 when "
+                                    "the output shows wrong results.")
+    sp.add_argument("file", metavar="FILE")
+    sp.add_argument("--json", action="store_true", help="print the reading as JSON")
+    sp.set_defaults(func=run_parse)
+
+    sc = sub.add_parser("check", parents=[common], help="preflight, and with --run the check itself",
+                        description="Lint the NCCL setup for this host's GPUs and show the command of the "
+                                    "check; with --run, run it and judge the result.")
+    sc.add_argument("--gpus", metavar="LIST", help="console GPU indices, like 0,1 (default: the GPUs the host owns)")
+    sc.add_argument("--run", action="store_true", help="run all_reduce_perf (or the PyTorch benchmark)")
+    sc.add_argument("--binary", metavar="PATH", help="all_reduce_perf to run (default: $NODECONSOLE_ALL_REDUCE_PERF, "
+                                                     "else from PATH, else the PyTorch benchmark)")
+    sc.add_argument("--timeout", type=float, default=600.0, metavar="S", help="stop the run after S seconds (600)")
+    sc.add_argument("--nvlink", action="store_true", default=None,
+                    help="the GPUs are connected by NVLink (the snapshot cannot tell; default: assume not)")
+    sc.add_argument("--json", action="store_true", help="print findings and results as JSON")
+    _sweep_options(sc)
+    sc.set_defaults(func=run_check)
+
+    sm = sub.add_parser("command", parents=[common], help="print the command line of a multi-node check",
+                        description="Build (never launch) the mpirun or torchrun command of a multi-node check.")
+    sm.add_argument("--hosts", required=True, metavar="H1,H2", help="host names, comma separated")
+    sm.add_argument("--gpus-per-host", required=True, type=int, metavar="N")
+    sm.add_argument("--launcher", choices=("mpirun", "torchrun"), default="mpirun")
+    sm.add_argument("--binary", default="all_reduce_perf", metavar="PATH",
+                    help="all_reduce_perf path on the hosts (mpirun)")
+    sm.add_argument("--env", action="append", default=[], metavar="NAME=VALUE",
+                    help="environment for every rank, e.g. NCCL_SOCKET_IFNAME==eth0 (repeatable)")
+    sm.add_argument("--json", action="store_true", help="print the command(s) as JSON")
+    _sweep_options(sm)
+    sm.set_defaults(func=run_command)
+
+
+def _sweep_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("-b", "--min-bytes", default="8", metavar="SIZE", help="smallest message (8; K/M/G suffixes)")
+    p.add_argument("-e", "--max-bytes", default="1G", metavar="SIZE", help="largest message (1G)")
+    p.add_argument("-f", "--factor", type=int, default=2, metavar="N", help="size step factor (2)")
+
+
+def _sweep(args: argparse.Namespace) -> list[str]:
+    from actions.nccl.commands import sweep_args
+
+    try:
+        return sweep_args(args.min_bytes, args.max_bytes, args.factor)
+    except ValueError as e:
+        raise UsageError(str(e)) from None
+
+
+# -- formatting ----------------------------------------------------------------------------------------
+def _num(v: float | None) -> str:
+    """A parsed number as the parser read it (repr round-trips the float exactly)."""
+    if v is None:
+        return "-"
+    return "N/A" if math.isnan(v) else repr(v)
+
+
+def _json_num(v: float | None) -> float | None:
+    return None if v is None or math.isnan(v) else v
+
+
+def size_label(n: int) -> str:
+    for unit, shift in (("G", 30), ("M", 20), ("K", 10)):
+        if n >= 1 << shift and n % (1 << shift) == 0:
+            return f"{n >> shift}{unit}"
+    return str(n)
+
+
+def _finding_dict(f) -> dict[str, str]:
+    return dataclasses.asdict(f)
+
+
+def _print_findings(findings, out: TextIO | None = None) -> None:
+    out = out or sys.stdout  # looked up per call: tests and pagers swap it
+    marks = {"error": "✖", "warning": "▲", "info": "•"}
+    for f in findings:
+        print(f"  {marks.get(f.severity, '•')} [{f.severity}] {f.message}", file=out)
+        print(f"      why: {f.reason}", file=out)
+        print(f"      fix: {f.fix}", file=out)
+
+
+def _transports(parsed) -> str:
+    kinds = parsed.transport_kinds
+    return ", ".join(f"{k} ×{n}" for k, n in sorted(kinds.items())) or "-"
+
+
+def _oob(parsed) -> str:
+    if parsed.oob_ok is None:
+        return "not reported"
+    return f"{parsed.oob_count} {'OK' if parsed.oob_ok else 'FAILED'}"
+
+
+def parsed_dict(parsed) -> dict[str, object]:
+    """The reading of an output as plain data (rows included)."""
+    return {
+        "rows": len(parsed.rows), "avg_busbw": _json_num(parsed.avg_busbw), "peak_busbw": parsed.peak_busbw,
+        "complete": parsed.complete, "oob_count": parsed.oob_count, "oob_ok": parsed.oob_ok,
+        "corrupted": parsed.corrupted, "wrong_total": parsed.wrong_total, "nccl_version": parsed.version,
+        "networks": list(parsed.networks), "transports": dict(sorted(parsed.transport_kinds.items())),
+        "devices": [dataclasses.asdict(d) for d in parsed.devices], "errors": list(parsed.errors),
+        "table": [dataclasses.asdict(r) for r in parsed.rows],
+    }
+
+
+# -- parse -----------------------------------------------------------------------------------------------
+def run_parse(args: argparse.Namespace) -> int:
+    from actions.nccl.expect import verdict
+    from actions.nccl.parse import parse_text
+
+    if args.file == "-":
+        text = sys.stdin.read()
+    else:
+        path = Path(args.file)
+        try:
+            text = path.read_text(errors="replace")
+        except FileNotFoundError:
+            raise UsageError(f"{args.file}: no such file") from None
+        except IsADirectoryError:
+            raise UsageError(f"{args.file}: is a directory, not an output file") from None
+        except OSError as e:
+            raise UsageError(f"{args.file}: cannot read it ({e.strerror or e})") from None
+    parsed = parse_text(text)
+    findings = verdict(parsed)
+    if args.json:
+        print(json.dumps({"file": args.file, **parsed_dict(parsed),
+                          "findings": [_finding_dict(f) for f in findings]}, indent=2))
+    else:
+        print(f"file: {args.file}")
+        print(f"rows: {len(parsed.rows)}{'' if parsed.complete or not parsed.rows else ' (no summary: cut off)'}")
+        print(f"avg bus bandwidth: {_num(parsed.avg_busbw)} GB/s")
+        # nccl-tests prints busbw cells with two decimals: report the peak as the file has it
+        peak = parsed.peak_busbw
+        print(f"peak bus bandwidth: {peak:.2f} GB/s" if isinstance(peak, float) else f"peak bus bandwidth: {_num(peak)}")
+        print(f"out of bounds: {_oob(parsed)}")
+        bad = f"DATA CORRUPTION, #wrong total {parsed.wrong_total}" if parsed.corrupted else "none"
+        print(f"corruption: {bad}")
+        print(f"NCCL version: {parsed.version or '-'}")
+        print(f"network: {', '.join(parsed.networks) or '-'}")
+        print(f"transports: {_transports(parsed)}")
+        if findings:
+            print("findings:")
+            _print_findings(findings)
+    return 1 if parsed.corrupted else 0
+
+
+# -- check -----------------------------------------------------------------------------------------------
+def _progress_line(p) -> str:
+    r = p.row
+    total = "?" if p.total is None else str(p.total)
+    halves = [c for c in (r.out_of_place, r.in_place) if c is not None]
+    algbw = "/".join(_num(c.algbw) for c in halves)
+    busbw = "/".join(_num(c.busbw) for c in halves)
+    wrong = "/".join("N/A" if c.wrong is None else str(c.wrong) for c in halves)
+    return (f"[{p.done:>{len(total)}}/{total}] {size_label(r.size):>6} B  algbw {algbw} GB/s  "
+            f"busbw {busbw} GB/s  #wrong {wrong}")
+
+
+def run_check(args: argparse.Namespace) -> int:
+    from actions.nccl.commands import format_command
+    from actions.nccl.run import NcclRun
+    from actions.nccl.snapshot_topology import (local_check_command, local_plan, parse_gpu_list, select_gpus,
+                                                snapshot_preflight)
+    from console.collector import Collector
+
+    if not (args.timeout > 0 and math.isfinite(args.timeout)):
+        raise UsageError("--timeout must be a positive number of seconds")
+    sweep = _sweep(args)
+    try:
+        indices = parse_gpu_list(args.gpus) if args.gpus is not None else None
+    except ValueError as e:
+        raise UsageError(f"--gpus: {e}") from None
+    seams = seams_from_args(args)
+    snap = Collector(seams).collect()
+    try:
+        gpus = select_gpus(snap, indices)
+    except ValueError as e:
+        raise UsageError(f"--gpus: {e}") from None
+    plan = local_plan(snap, gpus, seams.root, nvlink=args.nvlink)
+    env = dict(os.environ)
+    report = snapshot_preflight(snap, seams.root, env, plan)
+    try:
+        cmd = local_check_command(plan, args.binary, sweep, env, preview=not args.run)
+        cmd_error = ""
+    except ValueError as e:
+        cmd, cmd_error = None, str(e)
+    out: dict[str, object] = {**plan.to_dict(), "preflight": [_finding_dict(f) for f in report.findings],
+                              "libraries": [dataclasses.asdict(lib) for lib in report.libraries],
+                              "command": None if cmd is None else {
+                                  "argv": cmd.argv, "env": cmd.env, "kind": cmd.kind,
+                                  "shell": format_command(cmd.argv, cmd.env)},
+                              "command_error": cmd_error or None}
+    if not args.json:
+        _print_plan(plan, report, cmd, cmd_error, will_run=args.run)
+    if not args.run:
+        if args.json:
+            print(json.dumps(out, indent=2))
+        return 1 if any(f.severity == "error" for f in report.findings) else 0
+
+    blocking = [f for f in report.findings if f.code in ("nccl.no_gpu", "nccl.gpu_not_host", "nccl.gpu_mig",
+                                                         "nccl.gpu_vgpu")]
+    if blocking:
+        raise UsageError(f"--run: {blocking[0].message}; {blocking[0].fix}")
+    if cmd is None:
+        if args.binary or env.get("NODECONSOLE_ALL_REDUCE_PERF"):
+            raise UsageError(f"--binary: {cmd_error}")
+        print(f"nodeconsole: cannot run the check: {cmd_error}", file=sys.stderr)
+        return 1
+    progress_out = sys.stderr if args.json else sys.stdout
+    run = NcclRun(cmd.argv, cmd.env, timeout=args.timeout,
+                  on_progress=lambda p: print(_progress_line(p), file=progress_out, flush=True))
+    try:
+        result = run.run()
+    except KeyboardInterrupt:
+        run.cancel()  # Ctrl-C: nothing of the check may outlive us
+        raise
+    findings = result.findings(plan.topology)
+    if args.json:
+        out["run"] = {"exit_code": result.exit_code, "timed_out": result.timed_out, "cancelled": result.cancelled,
+                      "duration_s": result.duration_s, "ok": result.ok, **parsed_dict(result.parsed),
+                      "stderr_tail": result.stderr_tail[-20:], "findings": [_finding_dict(f) for f in findings]}
+        print(json.dumps(out, indent=2))
+    else:
+        p = result.parsed
+        print(f"rows {len(p.rows)}  avg busbw {_num(p.avg_busbw)} GB/s  peak busbw {_num(p.peak_busbw)} GB/s  "
+              f"out of bounds {_oob(p)}  NCCL {p.version or '-'}  transports {_transports(p)}")
+        print("verdict:")
+        _print_findings(findings)
+    return 0 if result.ok and not any(f.severity == "error" for f in findings) else 1
+
+
+def _print_plan(plan, report, cmd, cmd_error: str, will_run: bool) -> None:
+    from actions.nccl.commands import format_command
+
+    t = plan.topology
+    print(f"GPUs: {', '.join(f'{g.index} {g.address} ({g.name}, node {g.numa_node})' for g in plan.gpus) or 'none'}")
+    print(f"topology: {len(plan.gpus)} GPU(s), NVLink {'yes' if t.nvlink else 'no'}"
+          f"{'' if plan.nvlink_known else ' (unknown, assumed)'}, P2P {'possible' if t.p2p else 'not possible'} "
+          f"({plan.p2p_reason})")
+    exp = plan.expected
+    print(f"expected peak bus bandwidth: {exp if exp is not None else 'no reference figure'}")
+    print("preflight:" if report.findings else "preflight: nothing found")
+    _print_findings(report.findings)
+    if cmd is not None:
+        print(f"{'running' if will_run else 'would run'} ({cmd.kind}): {format_command(cmd.argv, cmd.env)}")
+    else:
+        print(f"no command: {cmd_error}")
+    sys.stdout.flush()
+
+
+# -- command ---------------------------------------------------------------------------------------------
+def run_command(args: argparse.Namespace) -> int:
+    from actions.nccl.commands import format_command, mpirun_command, torchrun_commands, validate_env
+
+    hosts = [h.strip() for h in args.hosts.split(",")]
+    if any(not h for h in hosts):
+        raise UsageError(f"--hosts {args.hosts!r}: an empty host name")
+    env: dict[str, str] = {}
+    for item in args.env:
+        name, sep, value = item.partition("=")
+        if not sep:
+            raise UsageError(f"--env {item!r}: expected NAME=VALUE")
+        env[name] = value
+    sweep = _sweep(args)
+    try:
+        env = validate_env(env)
+        if args.launcher == "mpirun":
+            lines = [("", mpirun_command(hosts, args.gpus_per_host, args.binary, sweep, env))]
+            envs: dict[str, str] = {}
+        else:
+            lines = list(torchrun_commands(hosts, args.gpus_per_host, sweep))
+            envs = {"NCCL_DEBUG": "INFO", **env}
+    except ValueError as e:
+        raise UsageError(str(e)) from None
+    if args.json:
+        print(json.dumps({"launcher": args.launcher, "commands": [
+            {"host": h or None, "argv": argv, "env": envs, "shell": format_command(argv, envs)}
+            for h, argv in lines]}, indent=2))
+        return 0
+    for host, argv in lines:
+        if host:
+            print(f"# on {host}:")
+        print(format_command(argv, envs))
+    return 0
