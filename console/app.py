@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import time
 from collections import deque
-from typing import Iterable
+from typing import Callable, Iterable
 
 from textual import work
 from textual.app import App, SystemCommand
@@ -20,7 +20,6 @@ from console.seams import Seams
 from screens.commands import COMMANDS, bindings
 from screens.gpus import GpusScreen
 from screens.iommu import IommuScreen
-from screens.nccl import NcclScreen
 from screens.overview import OverviewScreen
 from screens.topology import TopologyScreen
 from screens.vms import VmsScreen
@@ -33,15 +32,18 @@ class NodeConsoleApp(App):
     TITLE = "nodeconsole"
     CSS_PATH = CSS_PATH
     MODES = {"overview": OverviewScreen, "topology": TopologyScreen, "iommu": IommuScreen,
-             "gpus": GpusScreen, "vms": VmsScreen, "nccl": NcclScreen}
+             "gpus": GpusScreen, "vms": VmsScreen, "nccl": lambda: _nccl_screen()}
     BINDINGS = bindings()
 
-    def __init__(self, seams: Seams, interval: float = 1.0, theme: str | None = None,
+    def __init__(self, seams: "Seams | Callable[[], Seams]", interval: float = 1.0, theme: str | None = None,
                  collector: Collector | None = None) -> None:
         super().__init__()
-        self.seams = seams
+        # Seams may come as a factory: the demo host is then prepared in the first poll's worker,
+        # while Textual starts up, instead of before the first frame.
+        self._seams_factory = None if isinstance(seams, Seams) else seams
+        self.seams = seams if isinstance(seams, Seams) else None
         self.interval = interval
-        self.collector = collector or Collector(seams)
+        self.collector = collector or (Collector(seams) if isinstance(seams, Seams) else None)
         self.snapshot: HostSnapshot | None = None
         self.vm_history: dict[str, deque] = {}
         self.paused = False
@@ -68,6 +70,9 @@ class NodeConsoleApp(App):
     @work(thread=True, exclusive=True, group="poll", exit_on_error=False)
     def _poll(self) -> None:
         try:
+            if self.collector is None:
+                self.seams = self._seams_factory()
+                self.collector = Collector(self.seams)
             snap = self.collector.collect()
         except Exception as exc:  # noqa: BLE001 - the collector degrades; this is a last resort
             self.call_from_thread(self._poll_failed, exc)
@@ -165,9 +170,29 @@ class NodeConsoleApp(App):
 
         self.push_screen(MigEditor(self.seams, addr, on_changed=self.collector.invalidate), chosen)
 
+    def _selected_vm(self) -> str | None:
+        table = self.screen.query("#vm-table")
+        key = table.first().selected_key() if table else None
+        if not key:
+            self.notify("select a VM on the VMs screen (5) first", severity="warning")
+        return key or None
+
+    def action_pin(self) -> None:
+        name = self._selected_vm()
+        if name:
+            from actions.pinning import plan_pin
+
+            self._plan_worker("pin", name, plan_pin)
+
+    def action_pin_all(self) -> None:
+        from actions.pinning import plan_pin_all
+
+        self._plan_worker("pin all", "", lambda host, snap, _subject: plan_pin_all(host, snap))
+
     @work(thread=True, exclusive=True, group="action", exit_on_error=False)
-    def _plan_worker(self, kind: str, address: str) -> None:
-        """Build the plan off the UI thread (it re-reads the host), then ask on the UI thread."""
+    def _plan_worker(self, kind: str, address: str, build: Callable | None = None) -> None:
+        """Build the plan off the UI thread (it re-reads the host), then ask on the UI thread.
+        `build(host, snapshot, subject)` makes the plan; without it, passthrough or release."""
         from actions.passthrough import plan_passthrough, plan_release
         from actions.plan import RequestError, needs_typed_confirmation
         from actions.runner import ActionHost
@@ -175,7 +200,7 @@ class NodeConsoleApp(App):
         try:
             host = ActionHost.from_seams(self.seams, on_changed=self.collector.invalidate)
             snap = host.snapshot()
-            plan = (plan_passthrough if kind == "passthrough" else plan_release)(host, snap, address)
+            plan = (build or (plan_passthrough if kind == "passthrough" else plan_release))(host, snap, address)
         except (RequestError, Exception) as exc:  # noqa: BLE001 - shown, never raised into the UI
             self.call_from_thread(self.notify, f"{kind}: {exc}", severity="error", timeout=8)
             return
@@ -231,7 +256,14 @@ class NodeConsoleApp(App):
             yield SystemCommand(f"Theme: {name}", "switch theme", lambda n=name: setattr(self, "theme", n))
 
 
-def run_app(seams: Seams, interval: float = 1.0, theme: str | None = None) -> int:
+def _nccl_screen():
+    # imported on first use: the NCCL checks are not needed for the first frame
+    from screens.nccl import NcclScreen
+
+    return NcclScreen()
+
+
+def run_app(seams: "Seams | Callable[[], Seams]", interval: float = 1.0, theme: str | None = None) -> int:
     from console.cli import UsageError
 
     try:

@@ -76,9 +76,18 @@ def _load_subcommands() -> None:
 
 def seams_from_args(args: argparse.Namespace):
     """Turn --demo/--root/--libvirt into Seams (validated: bad input is a UsageError)."""
-    import os
-
     from console.seams import demo_host, real_host
+
+    validate_host_args(args)
+    uri = getattr(args, "libvirt", None)
+    if getattr(args, "demo", False):
+        return demo_host(libvirt_uri=uri)
+    return real_host(getattr(args, "root", None) or "/", uri)
+
+
+def validate_host_args(args: argparse.Namespace) -> None:
+    """The cheap checks of --demo/--root/--libvirt (UsageError), without opening anything."""
+    import os
 
     demo = getattr(args, "demo", False)
     root = getattr(args, "root", None)
@@ -87,14 +96,11 @@ def seams_from_args(args: argparse.Namespace):
         raise UsageError("--demo and --root are exclusive")
     if uri is not None and not uri.strip():
         raise UsageError("--libvirt needs a URI")
-    if demo:
-        return demo_host(libvirt_uri=uri)
     if root is not None:
         if not os.path.isdir(root):
             raise UsageError(f"--root {root}: not a directory")
         if not (os.path.isdir(os.path.join(root, "sys")) or os.path.isdir(os.path.join(root, "proc"))):
             raise UsageError(f"--root {root}: no sys/ or proc/ below it")
-    return real_host(root or "/", uri)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -117,10 +123,12 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _run_console(args: argparse.Namespace) -> int:
-    seams = seams_from_args(args)
+    validate_host_args(args)  # usage errors before the screen opens
     from console.app import run_app  # Textual is imported only here
 
-    return run_app(seams, interval=args.interval, theme=args.theme)
+    # Preparing the host (the demo's generation check, opening sources) happens in the first poll,
+    # overlapping Textual's start-up.
+    return run_app(lambda: seams_from_args(args), interval=args.interval, theme=args.theme)
 
 
 if __name__ == "__main__":
