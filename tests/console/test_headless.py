@@ -6,7 +6,7 @@ import sys
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
-GLUE = {"console.app"}
+GLUE = {"console.app", "console.__main__"}
 
 
 def _core_modules() -> list[str]:
