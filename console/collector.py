@@ -12,7 +12,7 @@ import threading
 import time
 from dataclasses import replace
 
-from console.model import (SCHEMA, Gpu, GpuOwner, HostInfo, HostSnapshot, Iommu, Load, Mig,
+from console.model import (SCHEMA, metric_names, Gpu, GpuOwner, HostInfo, HostSnapshot, Iommu, Load, Mig,
                            MigInstance, PciDevice, Sources, Vgpu, VgpuInstance, Vm)
 from console.seams import Seams
 from console.sources.types import LibvirtData, NvmlData, NvmlGpu, SourceError, SysfsData
@@ -239,10 +239,7 @@ def _merge_gpus(pci, by_addr, gpu_of: _GpuIndex, nvml: NvmlData | None, vms,
     return tuple(gpus)
 
 
-_NVML_METRICS = ("memory_total_mib", "memory_used_mib", "utilization_gpu", "utilization_memory",
-                 "temperature_c", "power_w", "power_limit_w", "ecc_volatile_uncorrected",
-                 "ecc_aggregate_uncorrected", "retired_pages", "remapped_rows_pending",
-                 "remapped_rows_failure", "pcie_gen", "pcie_width", "pcie_max_gen", "pcie_max_width")
+_NVML_METRICS = metric_names()
 
 
 def _mig_vm(mi: MigInstance, vm_by_uuid: dict[str, str]) -> MigInstance:

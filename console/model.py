@@ -177,18 +177,10 @@ class GpuProcess:
     kind: str = "compute"
 
 
-@dataclass(frozen=True)
-class Gpu:
-    address: str
-    name: str
-    uuid: str | None
-    driver: str | None
-    numa_node: int | None
-    owner: GpuOwner
-    mig: Mig = field(default_factory=Mig)
-    vgpu: Vgpu = field(default_factory=Vgpu)
-    index: int = 0  # console index, stable: order of PCI address
-    nvml_index: int | None = None  # None = NVML does not see it
+@dataclass(frozen=True, kw_only=True)
+class GpuMetrics:
+    """What NVML measures of a GPU; shared by the NVML source's record and the snapshot's Gpu
+    (keyword-only, so these fields follow each subclass's own)."""
     memory_total_mib: Metric = None
     memory_used_mib: Metric = None
     utilization_gpu: Metric = None  # percent
@@ -205,6 +197,35 @@ class Gpu:
     pcie_width: Metric = None
     pcie_max_gen: Metric = None
     pcie_max_width: Metric = None
+
+
+def metric_names() -> tuple[str, ...]:
+    return tuple(f.name for f in dataclasses.fields(GpuMetrics))
+
+
+def format_metric(v: Any, unit: str = "", digits: int = 0) -> str:
+    """Numbers with a unit; N/A stays N/A (never 0); not read is '-'."""
+    if v is None:
+        return "-"
+    if v == NA:
+        return NA
+    if isinstance(v, float):
+        return f"{v:.{digits}f}{unit}"
+    return f"{v}{unit}"
+
+
+@dataclass(frozen=True)
+class Gpu(GpuMetrics):
+    address: str
+    name: str
+    uuid: str | None
+    driver: str | None
+    numa_node: int | None
+    owner: GpuOwner
+    mig: Mig = field(default_factory=Mig)
+    vgpu: Vgpu = field(default_factory=Vgpu)
+    index: int = 0  # console index, stable: order of PCI address
+    nvml_index: int | None = None  # None = NVML does not see it
     link: PciLink = field(default_factory=PciLink)  # from sysfs; works on vfio too
     processes: tuple[GpuProcess, ...] = ()
     iommu_group: int | None = None

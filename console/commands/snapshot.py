@@ -4,7 +4,7 @@ from __future__ import annotations
 import argparse
 
 from console.cli import seams_from_args, subcommand
-from console.model import NA, HostSnapshot
+from console.model import HostSnapshot, format_metric
 
 
 @subcommand("snapshot", "read the host once and print a summary (or --json)")
@@ -24,16 +24,6 @@ def run(args: argparse.Namespace) -> int:
     snap = collector.collect()
     print(snap.to_json() if args.json else summary(snap))
     return 0
-
-
-def _fmt(v, unit: str = "") -> str:
-    if v is None:
-        return "-"
-    if v == NA:
-        return NA
-    if isinstance(v, float):
-        return f"{v:.0f}{unit}"
-    return f"{v}{unit}"
 
 
 def summary(snap: HostSnapshot) -> str:
@@ -57,12 +47,12 @@ def summary(snap: HostSnapshot) -> str:
         mig = ""
         if g.mig.mode == "enabled":
             mig = "  MIG " + " ".join(f"{i.profile}@{i.start}" for i in g.mig.instances)
-        lines.append(f"  {g.index:>2} {g.address} {g.name[:28]:28} node {_fmt(g.numa_node)}  "
-                     f"{owner:20} util {_fmt(g.utilization_gpu, '%')} temp {_fmt(g.temperature_c, 'C')}{mig}")
+        lines.append(f"  {g.index:>2} {g.address} {g.name[:28]:28} node {format_metric(g.numa_node)}  "
+                     f"{owner:20} util {format_metric(g.utilization_gpu, '%')} temp {format_metric(g.temperature_c, 'C')}{mig}")
     lines += ["", f"VMs ({len(snap.vms)})"]
     for v in snap.vms:
         gpus = sorted({hd.gpu for hd in v.hostdevs if hd.gpu})
-        lines.append(f"  {v.name:20} {v.state:9} vcpus {v.vcpus:>3}  cpu {_fmt(v.cpu_percent, '%'):>5}  "
+        lines.append(f"  {v.name:20} {v.state:9} vcpus {v.vcpus:>3}  cpu {format_metric(v.cpu_percent, '%'):>5}  "
                      f"pinned {'yes' if v.pins else 'no '}  gpus {','.join(gpus) or '-'}")
     if snap.problems:
         lines += ["", "Problems"]

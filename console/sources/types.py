@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from console.model import (Cpu, GpuProcess, HostInfo, Iommu, Load, Metric, Mig, NumaNode, PciDevice,
+from console.model import (Cpu, GpuMetrics, GpuProcess, HostInfo, Iommu, Load, Metric, Mig, NumaNode, PciDevice,
                            PciLink, VgpuInstance, VgpuType, Vm)
 
 
@@ -24,28 +24,12 @@ class SysfsData:
 
 
 @dataclass(frozen=True)
-class NvmlGpu:
+class NvmlGpu(GpuMetrics):
     """One GPU as NVML sees it. Metrics follow model.Metric: NA when NOT_SUPPORTED."""
     address: str  # canonical PCI address (lower-case, 4+ digit domain)
     nvml_index: int
     name: str
     uuid: str | None
-    memory_total_mib: Metric = None
-    memory_used_mib: Metric = None
-    utilization_gpu: Metric = None
-    utilization_memory: Metric = None
-    temperature_c: Metric = None
-    power_w: Metric = None
-    power_limit_w: Metric = None
-    ecc_volatile_uncorrected: Metric = None
-    ecc_aggregate_uncorrected: Metric = None
-    retired_pages: Metric = None
-    remapped_rows_pending: Metric = None
-    remapped_rows_failure: Metric = None
-    pcie_gen: Metric = None
-    pcie_width: Metric = None
-    pcie_max_gen: Metric = None
-    pcie_max_width: Metric = None
     mig: Mig = field(default_factory=Mig)
     vgpu_types: tuple[VgpuType, ...] = ()
     vgpu_instances: tuple[VgpuInstance, ...] = ()  # vm = VM id/name NVML reports

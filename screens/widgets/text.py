@@ -5,7 +5,7 @@ from typing import Iterable
 
 from rich.text import Text
 
-from console.model import NA
+from console.model import format_metric
 
 BLOCKS = " ▁▂▃▄▅▆▇█"
 
@@ -18,15 +18,7 @@ def spark(values: Iterable[float | None], width: int = 12, top: float | None = N
     return "".join(BLOCKS[min(8, max(0, round(v / hi * 8)))] for v in vals)
 
 
-def metric(v, unit: str = "", digits: int = 0) -> str:
-    """Numbers with a unit; N/A stays N/A (never 0); unknown is '-'."""
-    if v is None:
-        return "-"
-    if v == NA:
-        return NA
-    if isinstance(v, float):
-        return f"{v:.{digits}f}{unit}"
-    return f"{v}{unit}"
+metric = format_metric  # the screens' short name for it
 
 
 def severity_text(sev: str, message: str) -> Text:
