@@ -71,6 +71,11 @@ class DomainConfig:
         if new != old:
             self.define(vm, new)
 
+    def edit_text(self, vm: str, change: Callable[[str], str | None]) -> bool:
+        """Change the domain's XML as stored, as text (`change` returns None when it cannot). False when
+        this config has no stored text to edit: the caller then uses `edit`."""
+        return False
+
     def pci_hostdevs(self, vm: str) -> set[str]:
         return {h.address for h in parse_domain(self.xml(vm)).hostdevs if h.type == "pci" and h.address}
 
@@ -95,6 +100,8 @@ class LibvirtDomainConfig(DomainConfig):
         self._conn: Any = None
 
     def _c(self) -> Any:
+        if self._conn is not None and not self._alive():
+            self.close()  # the daemon dropped us (restart, lost socket): a rollback needs a new connection
         if self._conn is None:
             import libvirt
 
@@ -115,11 +122,47 @@ class LibvirtDomainConfig(DomainConfig):
                 raise DomainConfigError(f"no VM named {vm!r} in {self.uri}") from None
             raise DomainConfigError(f"libvirt: {e.get_error_message()}") from None
 
+    def _alive(self) -> bool:
+        try:
+            return self._conn.isAlive() == 1
+        except Exception:  # noqa: BLE001 - a dead connection may raise instead of answering 0
+            return False
+
+    def domain(self, vm: str) -> Any:
+        """The libvirt domain handle (for live changes such as pins). DomainConfigError when unknown."""
+        return self._dom(vm)
+
+    def is_active(self, vm: str) -> bool:
+        return bool(self._dom(vm).isActive())
+
+    def live_xml(self, vm: str) -> str:
+        """The running domain's XML (its live state)."""
+        import libvirt
+
+        try:
+            return self._dom(vm).XMLDesc(0)
+        except libvirt.libvirtError as e:
+            raise DomainConfigError(f"libvirt: {e.get_error_message()}") from None
+
+    def cpu_count(self) -> int:
+        """How many host CPUs libvirt's CPU maps cover (the width of a pin)."""
+        import libvirt
+
+        try:
+            return int(self._c().getCPUMap()[0])
+        except libvirt.libvirtError as e:
+            raise DomainConfigError(f"libvirt: {e.get_error_message()}") from None
+
     def names(self) -> list[str]:
         return sorted(d.name() for d in self._c().listAllDomains())
 
     def xml(self, vm: str) -> str:
-        return self._dom(vm).XMLDesc(_XML_INACTIVE)
+        import libvirt
+
+        try:
+            return self._dom(vm).XMLDesc(_XML_INACTIVE)
+        except libvirt.libvirtError as e:
+            raise DomainConfigError(f"libvirt: {e.get_error_message()}") from None
 
     def define(self, vm: str, xml: str) -> None:
         import libvirt
@@ -221,6 +264,16 @@ class NodeFileDomainConfig(DomainConfig):
         indent = _indent_before(text, start)
         _atomic_write(where, text[:start] + _reindent(xml, indent) + text[end:])
 
+    def edit_text(self, vm: str, change: Callable[[str], str | None]) -> bool:
+        where, start, end = self._find(vm)
+        text = where.read_text(encoding="utf-8")
+        new = change(text[start:end])
+        if new is None:
+            return False
+        parse_domain(new)  # refuse a broken document before touching the file
+        if new != text[start:end]:
+            _atomic_write(where, text[:start] + new + text[end:])
+        return True
 
     # Host devices are added and removed as text, so an add followed by its undo leaves the file byte for
     # byte as it was (a re-serialised document would change quoting and layout everywhere).
@@ -379,3 +432,4 @@ def vm_hostdev_step(host: Any, op: Op) -> Step | None:
         cmd = f"virsh detach-device {vm} hostdev-{address}.xml --config"
     return Step(title=title, why=why, commands=(cmd,), op=dict(op), inverse=inverse, apply_fn=apply,
                 verify_fn=verify, detail=hostdev_xml(address, managed) if present else "")
+

@@ -18,7 +18,8 @@ from typing import Any, Callable
 Op = dict[str, Any]
 
 # Modules that define step kinds; imported before an undo plan is rebuilt from the audit log.
-KIND_MODULES = ("actions.host_steps", "actions.libvirt_edit")
+KIND_MODULES = ("actions.host_steps", "actions.libvirt_edit", "actions.mig_steps", "actions.mig_persist",
+                "actions.vgpu", "actions.pin_steps")
 
 
 class RequestError(ValueError):

@@ -32,6 +32,8 @@ COMMANDS: tuple[Command, ...] = (
             "Actions", footer=False),
     Command("m", "mig_edit", "MIG", "Edit the MIG layout of the selected GPU (GPUs screen)", "Actions",
             footer=False),
+    Command("n", "pin", "Pin", "Plan NUMA-aware pinning for the selected VM (VMs screen)", "Actions"),
+    Command("N", "pin_all", "Pin all", "One plan pinning every unpinned GPU VM", "Actions", footer=False),
     Command("p", "toggle_pause", "Pause", "Pause or resume the live refresh"),
     Command("t", "cycle_theme", "Theme", "Switch to the next nodeconsole theme", footer=False),
     Command("question_mark", "help", "Help", "This list of keys"),

@@ -13,6 +13,7 @@ from console.cpulist import format_cpulist
 from console.model import HostSnapshot
 from screens.base import SnapshotScreen
 from screens.details import vm_details
+from screens.pin_view import rebalance_map
 from screens.widgets.cpu_map import cpu_map
 from screens.widgets.keyed_table import KeyedTable
 from screens.widgets.text import metric, spark
@@ -52,6 +53,7 @@ class VmsScreen(SnapshotScreen):
         yield KeyedTable(COLS, id="vm-table")
         with VerticalScroll(id="vm-panel-scroll"):
             yield Static(id="vm-panel")
+            yield Static(id="vm-rebalance")
 
     def render_snapshot(self, snap: HostSnapshot) -> None:
         table = self.query_one("#vm-table", KeyedTable)
@@ -60,6 +62,7 @@ class VmsScreen(SnapshotScreen):
         # the CPU map depends on every VM's pins, not on their load
         pins = tuple((v.name, v.state, v.pins, v.emulator_pins, v.hostdevs, v.numa_mode) for v in snap.vms)
         self.set_static("#vm-panel", lambda: vm_panel(snap, key), (key, pins))
+        self.set_static("#vm-rebalance", lambda: rebalance_map(snap), pins)
 
     def on_data_table_row_highlighted(self, event: DataTable.RowHighlighted) -> None:
         snap = self.app.snapshot

@@ -167,3 +167,11 @@ def test_malformed_sysfs_values(demo_dir):
     assert snap.sources.sysfs == "ok"
     assert snap.gpu("0000:18:00.0").numa_node == 0  # from local_cpus
     assert len(snap.cpus) == 128
+
+
+def test_known_commands_match_the_registry():
+    """The console start skips importing subcommands by name: the list must match what registers."""
+    from console.cli import KNOWN_COMMANDS, SUBCOMMANDS, build_parser
+
+    build_parser()
+    assert set(SUBCOMMANDS) == set(KNOWN_COMMANDS)

@@ -1,0 +1,402 @@
+"""The `vm_pins` step kind: a VM's vCPU pins, emulator pin and memory policy, live or in its config.
+
+An operation holds the VM's complete pin state for one scope, so its inverse (the state read before the
+change) restores it exactly, pins that were absent included:
+
+    {"kind": "vm_pins", "vm": NAME, "scope": "live"|"config",
+     "vcpus": [[VCPU, CPUSET], ...],  # every pinned vCPU; a vCPU not listed has no pin
+     "emulator": CPUSET | None,
+     "numa": {"mode": MODE, "nodeset": NODESET} | None}  # key absent: the memory policy is left alone
+
+CPU sets are kept as libvirt wrote them ("0-3,^2"), so an undo writes back the very same text.
+
+Where the state lives:
+- real libvirt, "live": pinVcpuFlags / pinEmulator / setNumaParameters with VIR_DOMAIN_AFFECT_LIVE
+  (no pin = a pin to every CPU; libvirt cannot change the memory policy's mode of a running VM, so the
+  planner only includes "numa" live when the mode stays);
+- real libvirt, "config": the inactive XML edited and defined again (a removed pin is really removed,
+  which pinVcpuFlags(CONFIG) cannot do);
+- the demo's node file, "config" (the test driver serves it as the running state too): the <cputune>
+  and <numatune> lines are edited as text, so apply + undo leave the file byte for byte as it was.
+"""
+from __future__ import annotations
+
+import re
+import xml.etree.ElementTree as ET
+from dataclasses import dataclass
+from typing import Any
+
+from actions.libvirt_edit import DomainConfig, DomainConfigError, LibvirtDomainConfig
+from actions.plan import Op, Step, StepError, step_kind
+from console.cpulist import format_cpulist
+from console.libvirt_xml import parse_domain, parse_libvirt_set, set_emulator_pins, set_numatune, set_vcpu_pins
+
+_AFFECT_LIVE = 1  # libvirt.VIR_DOMAIN_AFFECT_LIVE
+_NUMA_MODES = {"strict": 0, "preferred": 1, "interleave": 2, "restrictive": 3}
+_RETRY_CURRENT = (3, 8)  # VIR_ERR_NO_SUPPORT, VIR_ERR_INVALID_ARG ("unsupported flags": test driver)
+
+
+@dataclass(frozen=True)
+class PinState:
+    """One scope's pins, as written (CPU sets are libvirt syntax strings)."""
+    vcpus: tuple[tuple[int, str], ...] = ()
+    emulator: str | None = None
+    numa: tuple[str | None, str] | None = None  # (mode, nodeset); mode None: no attribute (strict)
+
+    @classmethod
+    def from_op(cls, op: Op) -> "PinState":
+        numa = op.get("numa")
+        return cls(vcpus=tuple(sorted((int(v), str(s)) for v, s in op.get("vcpus") or [])),
+                   emulator=op.get("emulator") or None,
+                   numa=(numa.get("mode"), str(numa["nodeset"])) if numa else None)
+
+    def op(self, vm: str, scope: str, with_numa: bool) -> Op:
+        out: Op = {"kind": "vm_pins", "vm": vm, "scope": scope, "vcpus": [[v, s] for v, s in self.vcpus],
+                   "emulator": self.emulator}
+        if with_numa:
+            out["numa"] = {"mode": self.numa[0], "nodeset": self.numa[1]} if self.numa else None
+        return out
+
+    def sets(self, every: frozenset[int] = frozenset()) -> tuple:
+        """Comparable form: CPU sets parsed; a pin covering `every` CPU counts as no pin."""
+        def norm(text: str | None) -> frozenset[int] | None:
+            cpus = frozenset(parse_libvirt_set(text)) if text else frozenset()
+            return None if not cpus or (every and cpus >= every) else cpus
+        vcpus = {v: s for v, text in self.vcpus if (s := norm(text)) is not None}
+        numa = (self.numa[0] or "strict", frozenset(parse_libvirt_set(self.numa[1]))) if self.numa else None
+        return vcpus, norm(self.emulator), numa
+
+
+def read_xml_state(xml: str) -> PinState:
+    """The pins of a domain XML, CPU sets as written."""
+    try:
+        root = ET.fromstring(xml)
+    except ET.ParseError as e:
+        raise DomainConfigError(f"domain XML is not well formed: {e}") from None
+    vcpus = tuple(sorted((int(p.get("vcpu", "0")), p.get("cpuset", ""))
+                         for p in root.findall("./cputune/vcpupin")))
+    emu = root.find("./cputune/emulatorpin")
+    mem = root.find("./numatune/memory")
+    numa = (mem.get("mode"), mem.get("nodeset", "")) if mem is not None else None
+    return PinState(vcpus=vcpus, emulator=emu.get("cpuset") if emu is not None else None, numa=numa)
+
+
+def scopes(cfg: DomainConfig, vm: str) -> tuple[str, ...]:
+    """Where a VM's pins are set: live and config for a running VM on libvirt; the config alone for a
+    shut-off VM and for the demo's node file (the test driver serves it as the running state too)."""
+    if isinstance(cfg, LibvirtDomainConfig) and cfg.is_active(vm):
+        return ("live", "config")
+    return ("config",)
+
+
+def host_cpus(cfg: DomainConfig) -> frozenset[int]:
+    """Every CPU of libvirt's CPU maps: a live pin to all of them is no pin (libvirt keeps an unpinned
+    vCPU's "pin" as the full map; offline CPUs in it are ignored by the kernel)."""
+    return frozenset(range(cfg.cpu_count())) if isinstance(cfg, LibvirtDomainConfig) else frozenset()
+
+
+def read_state(cfg: DomainConfig, vm: str, scope: str) -> PinState:
+    if scope == "live":
+        if not isinstance(cfg, LibvirtDomainConfig):
+            raise DomainConfigError("live pins need a libvirt connection")
+        return read_xml_state(cfg.live_xml(vm))
+    return read_xml_state(cfg.xml(vm))
+
+
+def write_state(cfg: DomainConfig, vm: str, scope: str, target: PinState, with_numa: bool) -> None:
+    if scope == "live":
+        _write_live(cfg, vm, target, with_numa)
+        return
+    if cfg.edit_text(vm, lambda text: edit_pins_text(text, target, with_numa)):
+        return
+    cfg.edit(vm, lambda xml: edit_pins_xml(xml, target, with_numa))
+
+
+def _write_live(cfg: Any, vm: str, target: PinState, with_numa: bool) -> None:
+    import libvirt
+
+    dom = cfg.domain(vm)
+    every = host_cpus(cfg)
+    width = len(every)
+    current = read_xml_state(cfg.live_xml(vm))
+    now_v, now_e, now_n = current.sets(every)
+    want_v, want_e, want_n = target.sets(every)
+    nvcpus = max([v + 1 for v, _ in target.vcpus + current.vcpus] + [dom.vcpusFlags(_AFFECT_LIVE)])
+
+    def cpumap(cpus: frozenset[int] | None) -> tuple[bool, ...]:
+        cpus = cpus if cpus is not None else every
+        beyond = sorted(c for c in cpus if c >= width)
+        if beyond:
+            raise StepError(f"CPU {format_cpulist(beyond)} is beyond this host's {width} CPUs")
+        return tuple(i in cpus for i in range(width))
+
+    def call(fn, *args) -> None:
+        try:
+            fn(*args, _AFFECT_LIVE)
+        except libvirt.libvirtError as e:
+            if e.get_error_code() not in _RETRY_CURRENT:
+                raise DomainConfigError(f"libvirt: {e.get_error_message()}") from None
+            try:  # drivers without the LIVE flag (test driver): flags 0 is the running state
+                fn(*args, 0)
+            except libvirt.libvirtError as e2:
+                raise DomainConfigError(f"libvirt: {e2.get_error_message()}") from None
+
+    for v in range(nvcpus):
+        if now_v.get(v) != want_v.get(v):
+            call(dom.pinVcpuFlags, v, cpumap(want_v.get(v)))
+    if now_e != want_e:
+        call(dom.pinEmulator, cpumap(want_e))
+    if with_numa and target.numa is not None and now_n != want_n:
+        # the mode of a running VM's policy cannot change (the planner keeps it); the nodeset can
+        call(dom.setNumaParameters, {"numa_nodeset": format_cpulist(want_n[1])})
+
+
+# -- edits of the XML --------------------------------------------------------------------------------
+
+def edit_pins_xml(xml: str, target: PinState, with_numa: bool) -> str:
+    """`xml` with exactly the target's pins (a document re-serialised: for libvirt, which reformats)."""
+    have = parse_domain(xml)
+    want = {v: parse_libvirt_set(s) for v, s in target.vcpus}
+    pins = {p.vcpu: () for p in have.pins if p.vcpu not in want}
+    pins.update(want)
+    out = set_vcpu_pins(xml, pins)
+    out = set_emulator_pins(out, parse_libvirt_set(target.emulator) if target.emulator else ())
+    if with_numa:
+        out = set_numatune(out, (target.numa[0] or "strict") if target.numa else None,
+                           parse_libvirt_set(target.numa[1]) if target.numa else ())
+    return out
+
+
+_ATTR = r"""\b{name}\s*=\s*(['"])(.*?)\1"""
+_VCPU_LINE = re.compile(r"(?m)^([ \t]*)<vcpu\b[^>]*(?:/>|>[^<]*</vcpu>)[ \t]*\n")
+_PIN_LINE = re.compile(r"^[ \t]*<(vcpupin|emulatorpin)\b[^>]*/>[ \t]*\n?$")
+_MEM_LINE = re.compile(r"^[ \t]*<memory\b[^>]*/>[ \t]*\n?$")
+_QUOTA_LINE = re.compile(r"^[ \t]*<(shares|period|quota|global_period|global_quota|emulator_period|"
+                         r"emulator_quota|iothread_period|iothread_quota)>")
+
+
+def _block(text: str, tag: str) -> re.Match | None:
+    return re.search(rf"(?ms)^([ \t]*)<{tag}>[ \t]*\n(.*?)^[ \t]*</{tag}>[ \t]*\n", text)
+
+
+def _attr(line: str, name: str) -> str | None:
+    m = re.search(_ATTR.format(name=name), line)
+    return m.group(2) if m else None
+
+
+def _set_attr(line: str, name: str, value: str) -> str | None:
+    m = re.search(_ATTR.format(name=name), line)
+    if m is None:
+        return None
+    return line[:m.start(2)] + value + line[m.end(2):]
+
+
+def _unit(text: str) -> str:
+    """The document's indentation step, from any element that holds others."""
+    m = re.search(r"(?m)^([ \t]*)<(?:os|devices|cpu|cputune|numatune)\b[^>]*>[ \t]*\n([ \t]*)<", text)
+    if m and len(m.group(2)) > len(m.group(1)):
+        return m.group(2)[len(m.group(1)):]
+    return "  "
+
+
+def edit_pins_text(dom: str, target: PinState, with_numa: bool) -> str | None:
+    """The domain's text with the target's pins, changing only the lines that must change (so an
+    apply followed by its undo gives back the same bytes). None when the text is laid out in a way
+    these line edits do not handle: the caller then edits the XML as a document."""
+    out = _edit_cputune(dom, target)
+    if out is not None and with_numa:
+        out = _edit_numatune(out, target.numa)
+    if out is None:
+        return None
+    got, want = read_xml_state(out).sets(), target.sets()
+    if got[:2] != want[:2] or (with_numa and got[2] != want[2]):
+        return None
+    return out
+
+
+def _edit_cputune(dom: str, target: PinState) -> str | None:
+    unit = _unit(dom)
+    want = dict(target.vcpus)
+    m = _block(dom, "cputune")
+    if m is None:
+        if "<cputune" in dom:
+            return None
+        if not want and not target.emulator:
+            return dom
+        anchor = _VCPU_LINE.search(dom)
+        if anchor is None:
+            return None
+        ind = anchor.group(1)
+        lines = [f"{ind}{unit}<vcpupin vcpu='{v}' cpuset='{s}'/>\n" for v, s in sorted(want.items())]
+        if target.emulator:
+            lines.append(f"{ind}{unit}<emulatorpin cpuset='{target.emulator}'/>\n")
+        block = f"{ind}<cputune>\n{''.join(lines)}{ind}</cputune>\n"
+        return dom[:anchor.end()] + block + dom[anchor.end():]
+    ind, body = m.group(1), m.group(2)
+    child = ind + unit
+    kept: list[tuple[str, int | None, str]] = []  # (line, vCPU or None, tag)
+    emu_seen = False
+    for line in body.splitlines(keepends=True):
+        pm = _PIN_LINE.match(line)
+        if pm is None:
+            if "<vcpupin" in line or "<emulatorpin" in line:
+                return None  # not one element per line
+            kept.append((line, None, ""))
+            continue
+        if pm.group(1) == "vcpupin":
+            v = _attr(line, "vcpu")
+            if v is None or not v.isdigit() or int(v) in {x for _, x, t in kept if t == "vcpupin"}:
+                return None
+            v = int(v)
+            if v not in want:
+                continue
+            if _attr(line, "cpuset") != want[v]:
+                line = _set_attr(line, "cpuset", want[v])
+                if line is None:
+                    return None
+            kept.append((line, v, "vcpupin"))
+        else:
+            emu_seen = True
+            if not target.emulator:
+                continue
+            if _attr(line, "cpuset") != target.emulator:
+                line = _set_attr(line, "cpuset", target.emulator)
+                if line is None:
+                    return None
+            kept.append((line, None, "emulatorpin"))
+    def first_pin_place() -> int:
+        # where libvirt writes pins: after the scheduler quotas, before everything else
+        pins = [i for i, (_, _, t) in enumerate(kept) if t]
+        if pins:
+            return pins[0]
+        quotas = [i for i, (line, _, _) in enumerate(kept) if _QUOTA_LINE.match(line)]
+        return quotas[-1] + 1 if quotas else 0
+
+    for v, s in sorted(want.items()):
+        if any(t == "vcpupin" and x == v for _, x, t in kept):
+            continue
+        before = [i for i, (_, x, t) in enumerate(kept) if t == "vcpupin" and x < v]
+        at = before[-1] + 1 if before else first_pin_place()
+        kept.insert(at, (f"{child}<vcpupin vcpu='{v}' cpuset='{s}'/>\n", v, "vcpupin"))
+    if target.emulator and not emu_seen:
+        pins = [i for i, (_, _, t) in enumerate(kept) if t == "vcpupin"]
+        kept.insert(pins[-1] + 1 if pins else first_pin_place(),
+                    (f"{child}<emulatorpin cpuset='{target.emulator}'/>\n", None, "emulatorpin"))
+    new_body = "".join(line for line, _, _ in kept)
+    if not new_body.strip():
+        return dom[:m.start()] + dom[m.end():]
+    return dom[:m.start(2)] + new_body + dom[m.end(2):]
+
+
+def _edit_numatune(dom: str, numa: tuple[str, str] | None) -> str | None:
+    m = _block(dom, "numatune")
+    if m is None:
+        if "<numatune" in dom:
+            return None
+        if numa is None:
+            return dom
+        anchor = _block(dom, "cputune") or _VCPU_LINE.search(dom)
+        if anchor is None:
+            return None
+        ind, unit = anchor.group(1), _unit(dom)
+        block = f"{ind}<numatune>\n{ind}{unit}{_memory(numa)}\n{ind}</numatune>\n"
+        return dom[:anchor.end()] + block + dom[anchor.end():]
+    lines = m.group(2).splitlines(keepends=True)
+    mem = [i for i, line in enumerate(lines) if "<memory" in line]
+    if len(mem) > 1 or (mem and not _MEM_LINE.match(lines[mem[0]])):
+        return None
+    if numa is None:
+        if mem:
+            del lines[mem[0]]
+    elif mem:
+        line = lines[mem[0]]
+        mode = numa[0] or "strict"
+        if _attr(line, "mode") is None:
+            if mode != "strict":  # libvirt's default mode; another one needs the attribute added
+                return None
+        elif _attr(line, "mode") != mode:
+            line = _set_attr(line, "mode", mode)
+        if _attr(line, "nodeset") != numa[1]:
+            line = _set_attr(line, "nodeset", numa[1])
+        if line is None:
+            return None
+        lines[mem[0]] = line
+    else:
+        lines.insert(0, f"{m.group(1)}{_unit(dom)}{_memory(numa)}\n")
+    body = "".join(lines)
+    if not body.strip():
+        return dom[:m.start()] + dom[m.end():]
+    return dom[:m.start(2)] + body + dom[m.end(2):]
+
+
+def _memory(numa: tuple[str | None, str]) -> str:
+    mode = f"mode='{numa[0]}' " if numa[0] else ""  # no mode attribute: as it was (libvirt's strict)
+    return f"<memory {mode}nodeset='{numa[1]}'/>"
+
+
+# -- the step kind -----------------------------------------------------------------------------------
+
+def describe(state: PinState, with_numa: bool) -> str:
+    """One line: what the state pins where."""
+    cpus = format_cpulist(c for _, s in state.vcpus for c in parse_libvirt_set(s))
+    parts = [f"{len(state.vcpus)} vCPU pin(s) on CPU {cpus}" if state.vcpus else "vCPUs unpinned",
+             f"emulator on {state.emulator}" if state.emulator else "emulator unpinned"]
+    if with_numa:
+        parts.append(f"memory {state.numa[0] or 'strict'} on node {state.numa[1]}" if state.numa
+                     else "no memory policy")
+    return ", ".join(parts)
+
+
+def _online_text(host: Any) -> str:
+    return host.root.read("sys/devices/system/cpu/online") or "0-N"
+
+
+@step_kind("vm_pins")
+def vm_pins_step(host: Any, op: Op) -> Step | None:
+    """See the module docstring for the operation."""
+    vm, scope = op["vm"], op.get("scope", "config")
+    if scope not in ("live", "config"):
+        raise StepError(f"unknown pin scope {scope!r}")
+    cfg: DomainConfig | None = host.domains
+    if cfg is None:
+        raise StepError("this host has no libvirt connection")
+    target = PinState.from_op(op)
+    with_numa = "numa" in op
+    if with_numa and target.numa and (target.numa[0] or "strict") not in _NUMA_MODES:
+        raise StepError(f"unknown memory mode {target.numa[0]!r}")
+    try:
+        every = host_cpus(cfg) if scope == "live" else frozenset()
+        current = read_state(cfg, vm, scope)
+    except DomainConfigError as e:
+        raise StepError(str(e)) from None
+
+    def same(state: PinState) -> bool:
+        a, b = state.sets(every), target.sets(every)
+        return a[:2] == b[:2] and (not with_numa or a[2] == b[2])
+
+    if same(current):
+        return None
+
+    def apply() -> None:
+        write_state(cfg, vm, scope, target, with_numa)
+
+    def verify() -> str | None:
+        now = read_state(cfg, vm, scope)
+        if same(now):
+            return None
+        return f"VM {vm}'s {scope} pins read back as: {describe(now, with_numa)}"
+
+    where = "live (the running VM)" if scope == "live" else "in its persistent config"
+    flag = f"--{scope}"
+    cmds = [f"virsh vcpupin {vm} {v} {s} {flag}" for v, s in target.vcpus]
+    cmds += [f"virsh vcpupin {vm} {v} {_online_text(host)} {flag}  # unpin"
+             for v, _ in current.vcpus if v not in dict(target.vcpus)]
+    if target.emulator or current.emulator:
+        cmds.append(f"virsh emulatorpin {vm} {target.emulator or _online_text(host)} {flag}")
+    if with_numa and target.numa:
+        cmds.append(f"virsh numatune {vm} --mode {target.numa[0] or 'strict'} --nodeset {target.numa[1]} {flag}")
+    elif with_numa and current.numa:
+        cmds.append(f"virsh edit {vm}  # remove <numatune>")
+    return Step(title=f"Pin VM {vm} {where}: {describe(target, with_numa)}",
+                why=f"now: {describe(current, with_numa)}", commands=tuple(cmds), op=dict(op),
+                inverse=current.op(vm, scope, with_numa), apply_fn=apply, verify_fn=verify)

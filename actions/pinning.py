@@ -1,0 +1,190 @@
+"""NUMA-aware vCPU pinning of a VM (and of every unpinned GPU VM at once), as a plan.
+
+`plan_pin` asks the placement planner (actions/pin_planner.py) where the VM's vCPUs, emulator threads
+and memory should go, then plans `vm_pins` steps (actions/pin_steps.py): live and in the persistent
+config for a running VM, the config alone for a shut-off one. The first step of each VM carries the
+before/after map of vCPU → host CPU. Only plans: the runner applies, verifies, audits and undoes.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from actions.libvirt_edit import DomainConfigError, NodeFileDomainConfig
+from actions.pin_planner import (INACTIVE, Proposal, Topology, busy_cpus, default_reserve, parse_cpu_choice,
+                                 propose, request_for, topology_of)
+from actions.pin_steps import PinState, read_state, scopes
+from actions.plan import Check, Plan, RequestError, StepError, build_step
+from console.checks import vm_alignment
+from console.cpulist import format_cpulist
+from console.model import HostSnapshot, Vm
+
+STRICT = "strict"
+
+
+def resolve_vm(snap: HostSnapshot, name: str) -> Vm:
+    """The VM called `name`. RequestError listing the known ones otherwise."""
+    vm = snap.vm((name or "").strip())
+    if vm is None:
+        why = f"libvirt {snap.sources.libvirt}" if snap.sources.libvirt != "ok" else \
+            f"known VMs: {', '.join(sorted(v.name for v in snap.vms)) or 'none'}"
+        raise RequestError(f"no VM named {name!r} ({why})")
+    return vm
+
+
+def _reserve(topo: Topology, text: str | None) -> tuple[int, ...]:
+    if text is None:
+        return default_reserve(topo)
+    try:
+        return parse_cpu_choice(text, topo, "--reserve", online=False)
+    except ValueError as e:
+        raise RequestError(str(e)) from None
+
+
+def _host_checks(host: Any, snap: HostSnapshot) -> list[Check]:
+    out = []
+    if snap.sources.sysfs != "ok":
+        out.append(Check("host topology readable", False, f"sysfs {snap.sources.sysfs}",
+                         "run on the host itself (or --demo)"))
+    if host.domains is None or snap.sources.libvirt != "ok":
+        why = "this host has no libvirt connection" if host.domains is None else f"libvirt {snap.sources.libvirt}"
+        out.append(Check("libvirt reachable", False, why, "start libvirtd, or pass --libvirt URI"))
+    return out
+
+
+def plan_pin(host: Any, snap: HostSnapshot, vm_name: str, cpus: str | None = None,
+             reserve: str | None = None) -> Plan:
+    """Plan pinning `vm_name` onto its GPUs' NUMA node (or onto `cpus`, a CPU list), keeping `reserve`
+    (a CPU list; default: the first core of each node) for the host. RequestError: unknown VM, bad list."""
+    vm = resolve_vm(snap, vm_name)
+    topo = topology_of(snap)
+    held = _reserve(topo, reserve)
+    chosen = None
+    if cpus is not None:
+        try:
+            chosen = parse_cpu_choice(cpus, topo, "--cpus")
+        except ValueError as e:
+            raise RequestError(str(e)) from None
+    req = request_for(snap, vm, chosen)
+    prop = propose(topo, req, held, busy_cpus(snap, topo, vm.name))
+    where = (f"CPU {format_cpulist(chosen)}" if chosen is not None else
+             f"NUMA node {format_cpulist(prop.nodes)}" if prop.ok else "its devices' NUMA node")
+    title = f"Pin VM {vm.name} to {where}" + (f", next to {', '.join(req.gpus)}" if req.gpus else "")
+    plan = Plan(action="pin", title=title, request={"vm": vm.name, "cpus": cpus, "reserve": reserve},
+                rebuild=lambda: plan_pin(host, host.snapshot(), vm.name, cpus, reserve))
+    plan.checks += _host_checks(host, snap)
+    if not plan.ok:
+        return plan
+    _add_vm(host, snap, topo, plan, vm, prop)
+    return plan
+
+
+def plan_pin_all(host: Any, snap: HostSnapshot, reserve: str | None = None) -> Plan:
+    """One plan pinning every GPU VM that has no vCPU pins, each onto its GPUs' node, none sharing a CPU
+    with another (CPUs given to one VM of the plan are busy for the next)."""
+    topo = topology_of(snap)
+    held = _reserve(topo, reserve)
+    todo = sorted((v for v in snap.vms if vm_alignment(snap, v) == "unpinned"), key=lambda v: v.name)
+    plan = Plan(action="pin", title=f"Pin every unpinned GPU VM to its GPUs' NUMA node ({len(todo)} VMs)",
+                request={"all": True, "reserve": reserve},
+                rebuild=lambda: plan_pin_all(host, host.snapshot(), reserve))
+    plan.checks += _host_checks(host, snap)
+    if not plan.ok:
+        return plan
+    names = {v.name for v in todo}
+    busy = {c: tuple(n for n in names_ if n not in names) for c, names_ in busy_cpus(snap, topo, "").items()}
+    busy = {c: n for c, n in busy.items() if n}
+    for vm in todo:
+        prop = propose(topo, request_for(snap, vm), held, busy)
+        if not prop.ok:
+            plan.notes.append(f"VM {vm.name} is left out: {prop.refusal}")
+            continue
+        _add_vm(host, snap, topo, plan, vm, prop)
+        for c in set(prop.vcpus):
+            busy[c] = tuple(sorted(set(busy.get(c, ())) | {vm.name}))
+    crossed = sorted(v.name for v in snap.vms if vm_alignment(snap, v) == "cross-numa")
+    if crossed:
+        plan.notes.append(f"pinned across NUMA nodes, not part of this plan: {', '.join(crossed)} "
+                          f"(`nodeconsole pin VM` re-pins one)")
+    if not todo:
+        plan.notes.append("every GPU VM already has vCPU pins")
+    return plan
+
+
+def _add_vm(host: Any, snap: HostSnapshot, topo: Topology, plan: Plan, vm: Vm, prop: Proposal) -> None:
+    """The checks, steps and notes for one VM's proposal."""
+    label = f"VM {vm.name}"
+    if not prop.ok:
+        plan.checks.append(Check(f"{label} can be placed", False, prop.refusal, prop.fix))
+        return
+    plan.checks.append(Check(f"{label} can be placed", True,
+                             f"{vm.vcpus} vCPUs on CPU {format_cpulist(prop.vcpus)}, host reserve "
+                             f"{format_cpulist(prop.reserve) or 'none'}"))
+    cfg = host.domains
+    try:
+        where = scopes(cfg, vm.name)
+        live_numa = read_state(cfg, vm.name, "live").numa if "live" in where else None
+    except DomainConfigError as e:
+        plan.checks.append(Check(f"{label}'s config readable", False, str(e), "check libvirt (virsh dominfo)"))
+        return
+    target = PinState(vcpus=tuple((i, str(c)) for i, c in enumerate(prop.vcpus)),
+                      emulator=format_cpulist(prop.emulator) or None,
+                      numa=(STRICT, format_cpulist(prop.memory_nodes)))
+    first = True
+    for scope in where:
+        with_numa = scope == "config" or (live_numa is not None and (live_numa[0] or STRICT) == STRICT)
+        try:
+            step = build_step(host, target.op(vm.name, scope, with_numa))
+        except StepError as e:
+            plan.checks.append(Check(f"{label}'s {scope} pins can be set", False, str(e)))
+            return
+        if step is None:
+            continue
+        step.why = _why(snap, vm, prop)
+        if first:
+            step.detail = "\n".join(pin_map(topo, vm, prop))
+            first = False
+        plan.steps.append(step)
+    if "live" in where and not (live_numa is not None and (live_numa[0] or STRICT) == STRICT):
+        plan.notes.append(f"{label}: libvirt cannot change the memory policy of a running VM; strict on node "
+                          f"{format_cpulist(prop.memory_nodes)} applies from its next start (memory already "
+                          "allocated stays where it is)")
+    if vm.state in INACTIVE:
+        plan.notes.append(f"{label} is {vm.state}: only its config changes; the pins take effect at its "
+                          "next start")
+    elif isinstance(cfg, NodeFileDomainConfig):
+        plan.notes.append(f"{label}: on the demo host the libvirt test driver serves the node file as both "
+                          "the running and the persistent state, so one edit covers both")
+    plan.notes += [f"warning: {w}" for w in prop.warnings]
+    plan.notes += list(prop.notes)
+
+
+def _why(snap: HostSnapshot, vm: Vm, prop: Proposal) -> str:
+    nodes = format_cpulist(prop.nodes)
+    now = {snap.cpu_node().get(c) for p in vm.pins for c in p.cpus} - {None}
+    was = f"now on node {format_cpulist(now)}" if vm.pins else "now unpinned: the scheduler moves them anywhere"
+    return (f"vCPUs, emulator threads and memory on node {nodes} next to the VM's devices ({was}); "
+            "a cross-node placement costs 10% or more")
+
+
+def _cpus_text(topo: Topology, cpus) -> str:
+    cpus = sorted(set(cpus))
+    if not cpus:
+        return "any CPU"
+    nodes = sorted({topo.node_of.get(c, -1) for c in cpus})
+    return f"{format_cpulist(cpus)} (node {format_cpulist(n for n in nodes if n >= 0) or '?'})"
+
+
+def pin_map(topo: Topology, vm: Vm, prop: Proposal) -> list[str]:
+    """The before/after map: each vCPU's host CPU(s) now and in the proposal, then emulator and memory."""
+    before = {p.vcpu: p.cpus for p in vm.pins}
+    rows = [(f"vCPU {i}", _cpus_text(topo, before.get(i, ())), _cpus_text(topo, (c,)))
+            for i, c in enumerate(prop.vcpus)]
+    rows.append(("emulator", _cpus_text(topo, vm.emulator_pins) if vm.emulator_pins else "unpinned",
+                 _cpus_text(topo, prop.emulator) if prop.emulator else "unpinned"))
+    rows.append(("memory", f"{vm.numa_mode} on node {format_cpulist(vm.numa_nodeset)}" if vm.numa_mode
+                 else "no policy", f"{STRICT} on node {format_cpulist(prop.memory_nodes)}"))
+    w0 = max(len(r[0]) for r in rows)
+    w1 = max(max(len(r[1]) for r in rows), len("before"))
+    out = [f"{'':<{w0}}  {'before':<{w1}}    after"]
+    out += [f"{a:<{w0}}  {b:<{w1}} →  {c}" for a, b, c in rows]
+    return out

@@ -1,0 +1,93 @@
+"""`nodeconsole mig`: show, plan and apply a GPU's MIG layout; save the layouts and restore them at boot.
+
+    nodeconsole mig GPU                         # mode, layout, profiles and their placements
+    nodeconsole mig GPU LAYOUT [--apply] [--yes]   # e.g. 3g.40gb,2g.20gb,1g.10gb*2 (NAME@START pins)
+    nodeconsole mig GPU --off [--apply] [--yes]
+    nodeconsole mig save [--apply] [--yes]      # layouts file + boot unit
+    nodeconsole mig restore [--apply] [--yes]   # what the boot unit runs
+
+Like every change: the plan is printed, nothing changes without --apply (exit 0 done / nothing to do,
+1 refused / cancelled / failed, 2 bad arguments).
+"""
+from __future__ import annotations
+
+import argparse
+
+from console.cli import UsageError, seams_from_args, subcommand
+from console.commands.actions import _change_args, _execute
+
+
+@subcommand("mig", "plan and apply a GPU's MIG layout; `mig save` / `mig restore` keep layouts across reboots")
+def configure_mig(p: argparse.ArgumentParser) -> None:
+    p.add_argument("target", metavar="GPU|save|restore",
+                   help="console index, PCI address or UUID of a GPU; or `save` / `restore`")
+    p.add_argument("layout", nargs="?", metavar="LAYOUT",
+                   help="instances by profile name: 3g.40gb,2g.20gb,1g.10gb*2; NAME@START pins a placement; "
+                        "`none` keeps MIG on with no instance")
+    p.add_argument("--off", action="store_true", help="destroy every instance and turn MIG mode off")
+    _change_args(p)
+    p.set_defaults(func=run_mig)
+
+
+def run_mig(args: argparse.Namespace) -> int:
+    from actions.runner import ActionHost
+
+    target = args.target
+    host = ActionHost.from_seams(seams_from_args(args))
+    if target in ("save", "restore"):
+        if args.layout is not None or args.off:
+            raise UsageError(f"`mig {target}` takes no layout and no --off")
+        from actions.mig_persist import plan_mig_restore, plan_mig_save
+
+        make = plan_mig_save if target == "save" else plan_mig_restore
+        return _execute(args, host, lambda: make(host, host.snapshot()))
+    if args.layout is None and not args.off:
+        if args.apply:
+            raise UsageError("--apply needs a LAYOUT or --off")
+        return _show(host, target)
+    if args.layout is not None and args.off:
+        raise UsageError("give a LAYOUT or --off, not both")
+    from actions.mig import plan_mig
+
+    return _execute(args, host, lambda: plan_mig(host, host.snapshot(), target, args.layout, args.off))
+
+
+def _show(host, target: str) -> int:
+    from actions.mig import mig_state_for, pinned
+    from actions.mig_planner import format_layout, slices_text
+    from actions.passthrough import resolve_gpu
+    from actions.plan import RequestError, StepError
+
+    snap = host.snapshot()
+    try:
+        g = resolve_gpu(snap, target)
+    except RequestError as e:
+        raise UsageError(str(e)) from None
+    print(f"GPU {g.index} ({g.address}, {g.name})")
+    if g.driver != "nvidia" or g.nvml_index is None:
+        print(f"  on {g.driver or 'no driver'}: NVML cannot see it, so it has no MIG state to show")
+        return 1
+    try:
+        st = mig_state_for(host, snap, g)
+    except StepError as e:
+        print(f"  {e}")
+        return 1
+    if not st.capable:
+        print("  MIG: not supported")
+        return 0
+    mode = {0: "off", 1: "on"}
+    pending = "" if st.pending == st.current else f" (pending {mode[st.pending]})"
+    print(f"  MIG mode {mode[st.current]}{pending}")
+    if st.current:
+        print(f"  layout: {format_layout(pinned(st), st.profiles)}")
+        for e in st.instances:
+            used = f"  in use by {', '.join(e.users)}" if e.users else ""
+            print(f"    GI {e.gi_id:<3} {e.profile:<11} {slices_text(e.start, e.size):<12} "
+                  f"{len(e.cis)} compute instance(s){used}")
+    src = "NVML" if not st.table else f"nodeconsole's table for {st.table}; NVML lists them once MIG is on"
+    print(f"  profiles ({src}):")
+    for p in st.profiles:
+        starts = ",".join(str(s) for s, _ in p.placements)
+        print(f"    {p.name:<11} id {p.profile_id:<3} {p.slice_count} compute slice(s)  {p.memory_mib} MiB  "
+              f"max {p.max_instances}  starts {starts} (size {p.size})")
+    return 0

@@ -1,0 +1,40 @@
+"""`nodeconsole pin VM` / `nodeconsole pin --all`: NUMA-aware vCPU pinning as a guided change.
+
+Prints the plan (with the before/after map of vCPU → host CPU) and changes nothing without --apply;
+--apply asks on the terminal unless --yes. Exit status as for every change: 0 done or nothing to do,
+1 refused / cancelled / failed, 2 bad arguments (unknown VM, bad CPU list).
+"""
+from __future__ import annotations
+
+import argparse
+
+from console.cli import UsageError, subcommand
+
+
+@subcommand("pin", "pin a VM's vCPUs, emulator threads and memory to its GPUs' NUMA node")
+def configure_pin(p: argparse.ArgumentParser) -> None:
+    p.add_argument("vm", nargs="?", metavar="VM", help="the VM to pin (or --all)")
+    p.add_argument("--all", action="store_true", help="one plan pinning every GPU VM that has no vCPU pins")
+    p.add_argument("--cpus", metavar="LIST",
+                   help="host CPUs to pin the vCPUs to (e.g. 34-41,98-105) instead of the proposal")
+    p.add_argument("--reserve", metavar="LIST",
+                   help="host CPUs kept for the host and the emulator threads "
+                        "(default: the first core of each NUMA node and its hyperthread siblings)")
+    p.add_argument("--apply", action="store_true", help="make the changes (default: only print the plan)")
+    p.add_argument("--yes", "-y", action="store_true", help="do not ask for confirmation (for scripts)")
+    p.set_defaults(func=run_pin)
+
+
+def run_pin(args: argparse.Namespace) -> int:
+    from actions.pinning import plan_pin, plan_pin_all
+    from console.commands.actions import _execute, _host
+
+    if args.all == (args.vm is not None):
+        raise UsageError("name one VM, or --all for every unpinned GPU VM")
+    if args.all and args.cpus is not None:
+        raise UsageError("--cpus chooses the CPUs of one VM: it does not go with --all")
+    host = _host(args)
+    if args.all:
+        return _execute(args, host, lambda: plan_pin_all(host, host.snapshot(), reserve=args.reserve))
+    return _execute(args, host, lambda: plan_pin(host, host.snapshot(), args.vm, cpus=args.cpus,
+                                                 reserve=args.reserve))

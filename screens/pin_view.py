@@ -1,0 +1,102 @@
+"""The rebalance view of the VMs screen: which VM's vCPUs sit on which host CPUs, host-wide, with CPUs
+shared by two VMs and vCPUs off their GPU's NUMA node marked. `n` plans pinning the selected VM,
+`N` one plan for every unpinned GPU VM. Rendering only (rich): no Textual, no host access."""
+from __future__ import annotations
+
+import string
+from dataclasses import dataclass
+
+from rich.text import Text
+
+from console.checks import vm_alignment, vm_gpu_nodes
+from console.cpulist import format_cpulist
+from console.model import HostSnapshot
+
+LETTERS = string.ascii_uppercase + string.ascii_lowercase
+_INACTIVE = ("shut off", "crashed")
+
+
+@dataclass(frozen=True)
+class Placement:
+    """One running VM as the map shows it."""
+    vm: str
+    mark: str  # its letter on the map ("+" when the letters ran out)
+    cpus: tuple[int, ...]  # host CPUs its vCPUs are pinned to
+    nodes: tuple[int, ...]  # NUMA nodes of those CPUs
+    gpu_nodes: tuple[int, ...]
+    status: str  # vm_alignment(): "aligned", "cross-numa", "unpinned" or "" (no GPU)
+
+
+def placements(snap: HostSnapshot) -> list[Placement]:
+    """Every VM with running threads, by name: where its vCPUs are pinned (a pin to every online CPU
+    is no pin)."""
+    online = {c.id for c in snap.cpus if c.online}
+    node = snap.cpu_node()
+    out = []
+    for v in sorted((v for v in snap.vms if v.state not in _INACTIVE), key=lambda v: v.name):
+        cpus = sorted({c for p in v.pins if not online <= set(p.cpus) for c in p.cpus})
+        mark = LETTERS[len(out)] if len(out) < len(LETTERS) else "+"
+        out.append(Placement(vm=v.name, mark=mark, cpus=tuple(cpus),
+                             nodes=tuple(sorted({n for c in cpus if (n := node.get(c)) is not None})),
+                             gpu_nodes=tuple(sorted(vm_gpu_nodes(snap, v))), status=vm_alignment(snap, v)))
+    return out
+
+
+def overlaps(places: list[Placement]) -> dict[int, tuple[str, ...]]:
+    """CPU → the VMs whose vCPUs share it (two or more)."""
+    users: dict[int, list[str]] = {}
+    for p in places:
+        for c in p.cpus:
+            users.setdefault(c, []).append(p.vm)
+    return {c: tuple(names) for c, names in sorted(users.items()) if len(names) > 1}
+
+
+def rebalance_map(snap: HostSnapshot, per_line: int = 32) -> Text:
+    """The host-wide map: one block per NUMA node, one cell per CPU (the VM's letter, `!` for a CPU two
+    VMs share, `·` free, `x` offline; red: a vCPU off its GPU's node), then the legend."""
+    places = placements(snap)
+    shared = overlaps(places)
+    owner: dict[int, Placement] = {}
+    for p in places:
+        for c in p.cpus:
+            owner.setdefault(c, p)
+    out = Text("Rebalance: running VMs' vCPUs", style="bold")
+    out.append("  n: pin VM · N: pin all unpinned\n", style="dim")
+    by_node: dict[int | None, list] = {}
+    for c in snap.cpus:
+        by_node.setdefault(c.numa_node, []).append(c)
+    for node, cpus in sorted(by_node.items(), key=lambda kv: (kv[0] is None, kv[0] or 0)):
+        gpus = " ".join(f"GPU{g.index}" for g in snap.gpus if g.numa_node == node)
+        out.append(f"node {node if node is not None else '?'}" + (f"  ({gpus})" if gpus else "") + "\n",
+                   style="bold")
+        for i, c in enumerate(sorted(cpus, key=lambda c: c.id)):
+            if i and i % per_line == 0:
+                out.append("\n")
+            p = owner.get(c.id)
+            if not c.online:
+                out.append("x", style="dim strike")
+            elif c.id in shared:
+                out.append("!", style="bold white on red")
+            elif p is not None:
+                off = bool(p.gpu_nodes) and node not in p.gpu_nodes
+                out.append(p.mark, style="bold white on red" if off else "bold cyan")
+            else:
+                out.append("·", style="dim")
+        out.append("\n")
+    for p in places:
+        out.append(f"{p.mark} {p.vm}", style="bold")
+        if not p.cpus:
+            line = "  unpinned" + ("  (GPU VM: n proposes a pinning)" if p.gpu_nodes else "")
+            out.append(line + "\n", style="yellow" if p.gpu_nodes else "dim")
+            continue
+        where = f"  CPU {format_cpulist(p.cpus)} on node {format_cpulist(p.nodes)}"
+        if p.status == "cross-numa":
+            out.append(where)
+            out.append(f"  ✖ GPU on node {format_cpulist(p.gpu_nodes)}\n", style="bold red")
+        else:
+            out.append(where + ("  ok" if p.status == "aligned" else "") + "\n")
+    if shared:
+        out.append("shared CPUs: " + "; ".join(f"{c} {'+'.join(names)}" for c, names in shared.items()) + "\n",
+                   style="bold red")
+    out.append("letter: a VM's vCPUs  ! shared  red: off its GPU's node  · free  x offline", style="dim")
+    return out

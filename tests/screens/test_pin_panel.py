@@ -1,0 +1,83 @@
+"""The VMs screen's pinning: select train-b (vCPUs across both nodes), press n, the plan modal shows the
+before/after map with "No" focused; confirming applies it and the next snapshot shows train-b aligned.
+The rebalance view marks the cross-node VM before and not after; N plans every unpinned GPU VM."""
+from __future__ import annotations
+
+from textual.widgets import Button, Static
+
+from console.app import NodeConsoleApp
+from console.checks import vm_alignment
+from screens.modals.plan import PlanModal
+from screens.widgets.keyed_table import KeyedTable
+
+
+async def _wait(pilot, cond, tries=100):
+    for _ in range(tries):
+        await pilot.pause(0.05)
+        if cond():
+            return True
+    return False
+
+
+def _text(app, selector: str) -> str:
+    return str(app.screen.query_one(selector, Static).content)
+
+
+async def test_pin_train_b_from_the_vms_screen(demo_seams):
+    app = NodeConsoleApp(demo_seams, interval=0.3)
+    async with app.run_test(size=(110, 50)) as pilot:
+        assert await _wait(pilot, lambda: app.snapshot is not None)
+        await pilot.press("5")
+        assert await _wait(pilot, lambda: bool(app.screen.query("#vm-rebalance")))
+        assert "train-b  CPU 10-13,34-37,74-77,98-101 on node 0-1  ✖ GPU on node 1" in _text(app, "#vm-rebalance")
+        table = app.screen.query_one("#vm-table", KeyedTable)
+        table.move_cursor(row=table.get_row_index("train-b"))
+        await pilot.press("n")
+        assert await _wait(pilot, lambda: isinstance(app.screen, PlanModal))
+        modal = app.screen
+        body = str(modal.query_one("#plan-body", Static).content)
+        assert "Pin VM train-b to NUMA node 1" in body
+        assert "before" in body and "after" in body
+        assert "vCPU 0    10 (node 0)" in body and "→  34 (node 1)" in body
+        assert "interleave on node 0-1 →  strict on node 1" in body
+        assert app.focused is modal.query_one("#no", Button)
+        await pilot.press("enter")  # "No" changes nothing
+        assert await _wait(pilot, lambda: not isinstance(app.screen, PlanModal))
+        await pilot.pause(0.4)
+        assert app.action_results == [] and vm_alignment(app.snapshot, app.snapshot.vm("train-b")) == "cross-numa"
+
+        await pilot.press("n")
+        assert await _wait(pilot, lambda: isinstance(app.screen, PlanModal))
+        await pilot.click("#yes")
+        assert await _wait(pilot, lambda: bool(app.action_results), tries=200)
+        assert app.action_results[0].ok, app.action_results[0].message
+        assert await _wait(pilot, lambda: vm_alignment(app.snapshot, app.snapshot.vm("train-b")) == "aligned")
+        vm = app.snapshot.vm("train-b")
+        assert vm.emulator_pins == (32, 96) and (vm.numa_mode, vm.numa_nodeset) == ("strict", (1,))
+        assert await _wait(pilot, lambda: "train-b  CPU 34-41,98-105 on node 1  ok" in _text(app, "#vm-rebalance"))
+
+
+async def test_pin_all_plans_every_unpinned_gpu_vm(demo_seams):
+    app = NodeConsoleApp(demo_seams, interval=0.3)
+    async with app.run_test(size=(110, 50)) as pilot:
+        assert await _wait(pilot, lambda: app.snapshot is not None)
+        await pilot.press("5")
+        await pilot.press("N")
+        assert await _wait(pilot, lambda: isinstance(app.screen, PlanModal))
+        body = str(app.screen.query_one("#plan-body", Static).content)
+        assert "Pin every unpinned GPU VM" in body and "Pin VM vgpu-desk-2" in body
+        assert "any CPU   →  24 (node 0)" in body
+        await pilot.press("escape")
+        assert await _wait(pilot, lambda: not isinstance(app.screen, PlanModal))
+        assert app.action_results == []
+
+
+async def test_pin_needs_the_vms_screen(demo_seams):
+    app = NodeConsoleApp(demo_seams, interval=0.3)
+    async with app.run_test(size=(110, 50)) as pilot:
+        assert await _wait(pilot, lambda: app.snapshot is not None)
+        await pilot.press("4")
+        await pilot.press("n")
+        await pilot.pause(0.3)
+        assert not isinstance(app.screen, PlanModal)
+        assert any("VMs screen" in str(n.message) for n in app._notifications)
