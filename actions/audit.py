@@ -96,7 +96,17 @@ class AuditLog:
         for obj in self._lines():
             merged.setdefault(obj["id"], {}).update(obj)
         out = list(merged.values())
-        undone_by = {r["undoes"]: r["id"] for r in out if r.get("undoes") and r.get("result") == APPLIED}
+        by_id = {r["id"]: r for r in out}
+        undone_by: dict[str, str] = {}
+        for r in out:  # in log order
+            target = r.get("undoes")
+            if not target or r.get("result") != APPLIED:
+                continue
+            undone_by[target] = r["id"]
+            # undoing an undo (a redo) puts the original change back in effect: undoable again
+            original = by_id.get(target, {}).get("undoes")
+            if original:
+                undone_by.pop(original, None)
         for r in out:
             if r["id"] in undone_by:
                 r["undone_by"] = undone_by[r["id"]]

@@ -65,8 +65,12 @@ class HostLock:
             if not same:
                 os.close(fd)
                 continue
-            os.ftruncate(fd, 0)
-            os.write(fd, f"{os.getpid()}\n".encode())
+            try:
+                os.ftruncate(fd, 0)
+                os.write(fd, f"{os.getpid()}\n".encode())
+            except OSError:
+                os.close(fd)  # e.g. a full /var/log: never keep a lock we could not record
+                raise
             self._fd = fd
             return
         raise LockHeld(self.holder())

@@ -7,6 +7,8 @@ the runner applies. The step kinds they use live in actions/host_steps.py and ac
 """
 from __future__ import annotations
 
+import os
+
 import re
 from typing import Any
 
@@ -170,8 +172,9 @@ def _device_users(host: Any, gpus: list[str]) -> list[str]:
     if not nodes:
         return []
     out = []
+    own = str(os.getpid())
     for pid in host.root.listdir("proc"):
-        if not pid.isdigit():
+        if not pid.isdigit() or pid == own:  # our own NVML handle is closed before any unbind
             continue
         try:
             fds = host.root.listdir(f"proc/{pid}/fd")

@@ -106,7 +106,12 @@ class ActionHost:
         libvirt's test driver (the demo) only re-reads its node file when a connection is opened."""
         from console.collector import Collector
 
-        return Collector(self.seams).collect()
+        collector = Collector(self.seams)
+        try:
+            return collector.collect()
+        finally:
+            # Let NVML go: a process holding it keeps /dev/nvidia* open, which blocks an unbind.
+            collector.close()
 
     def hostname(self) -> str:
         return self.root.read("proc/sys/kernel/hostname") or ""
@@ -177,7 +182,15 @@ class Runner:
             progress: ProgressFn | None = None) -> RunResult:
         """Apply `plan`. `confirm(plan)` is asked once before anything changes (None: no question);
         `progress(event)` hears about every phase of every step."""
-        emit = progress or (lambda _e: None)
+        def emit(event: Progress) -> None:
+            # Progress is for display: a broken pipe or a closed console must never stop a change
+            # half-way with nothing rolled back.
+            if progress is None:
+                return
+            try:
+                progress(event)
+            except Exception:  # noqa: BLE001
+                pass
         if not plan.ok:
             return RunResult(REFUSED, plan.refusal)
         if not plan.steps:

@@ -73,6 +73,10 @@ class NodeConsoleApp(App):
             if self.collector is None:
                 self.seams = self._seams_factory()
                 self.collector = Collector(self.seams)
+            if self.snapshot is None:
+                # First frame fast: the GPUs and topology from sysfs, then the full picture.
+                first = self.collector.collect(partial=True)
+                self.call_from_thread(self._show_partial, first)
             snap = self.collector.collect()
         except Exception as exc:  # noqa: BLE001 - the collector degrades; this is a last resort
             self.call_from_thread(self._poll_failed, exc)
@@ -82,6 +86,11 @@ class NodeConsoleApp(App):
     def _poll_failed(self, exc: Exception) -> None:
         self.note = f"collection failed: {exc}"
         self._rearm()
+
+    def _show_partial(self, snap: HostSnapshot) -> None:
+        if self.snapshot is None:
+            self.snapshot = snap
+            self.render_current()
 
     def _apply(self, snap: HostSnapshot) -> None:
         self.polls += 1
@@ -233,6 +242,9 @@ class NodeConsoleApp(App):
         self.call_from_thread(self.poll_now_if_idle)
 
     def poll_now_if_idle(self) -> None:
+        """Poll at once after a change, unless a poll is running (its end re-arms the timer)."""
+        if any(w.group == "poll" and w.is_running for w in self.workers):
+            return
         if self._timer is not None:
             self._timer.stop()
         self.poll_now()

@@ -11,10 +11,17 @@ from console.model import NA, HostSnapshot, Problem, Vm
 _RANK = {"error": 0, "warning": 1, "info": 2}
 
 
+def effective_pins(snap: HostSnapshot, vm: Vm):
+    """The VM's vCPU pins, leaving out pins to every online CPU (libvirt writes that when a pin is
+    removed live, and `virsh vcpupin VM N 0-LAST` means the same: not pinned)."""
+    online = {c.id for c in snap.cpus if c.online}
+    return tuple(p for p in vm.pins if not online or not online <= set(p.cpus))
+
+
 def vm_numa_nodes(snap: HostSnapshot, vm: Vm) -> set[int]:
     """NUMA nodes the VM's pinned vCPUs sit on (empty when unpinned)."""
     node = snap.cpu_node()
-    return {n for p in vm.pins for c in p.cpus if (n := node.get(c)) is not None}
+    return {n for p in effective_pins(snap, vm) for c in p.cpus if (n := node.get(c)) is not None}
 
 
 def vm_gpu_nodes(snap: HostSnapshot, vm: Vm) -> set[int]:
@@ -32,7 +39,7 @@ def vm_alignment(snap: HostSnapshot, vm: Vm) -> str:
     gpu_nodes = vm_gpu_nodes(snap, vm)
     if not gpu_nodes:
         return ""
-    if not vm.pins:
+    if not effective_pins(snap, vm):
         return "unpinned"
     return "aligned" if vm_numa_nodes(snap, vm) <= gpu_nodes else "cross-numa"
 
@@ -41,7 +48,7 @@ def find_problems(snap: HostSnapshot) -> tuple[Problem, ...]:
     out: list[Problem] = []
     for name in ("sysfs", "nvml", "libvirt", "psutil"):
         status = getattr(snap.sources, name)
-        if status != "ok":
+        if status not in ("ok", "pending"):
             out.append(Problem("error" if name == "sysfs" else "warning", name,
                                f"{name} {status}", _source_fix(name)))
     if snap.sources.sysfs == "ok" and not snap.iommu.enabled:

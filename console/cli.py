@@ -103,6 +103,10 @@ def validate_host_args(args: argparse.Namespace) -> None:
         raise UsageError("--demo and --root are exclusive")
     if uri is not None and not uri.strip():
         raise UsageError("--libvirt needs a URI")
+    if demo and uri is not None:
+        # the demo's VMs live in its own node file; another URI would let demo actions (no root
+        # check) change a real libvirt
+        raise UsageError("--libvirt cannot be combined with --demo (the demo host has its own libvirt)")
     if root is not None:
         if not os.path.isdir(root):
             raise UsageError(f"--root {root}: not a directory")

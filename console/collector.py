@@ -18,6 +18,7 @@ from console.seams import Seams
 from console.sources.types import LibvirtData, NvmlData, NvmlGpu, SourceError, SysfsData
 
 NVIDIA = 0x10DE
+PENDING = "pending"  # a source not read yet (only in the console's very first, sysfs-only frame)
 VFIO_DRIVERS = ("vfio-pci", "pci-stub")
 HOST_GPU_DRIVERS = ("nvidia", "nouveau")
 
@@ -69,6 +70,13 @@ class Collector:
         if self._nvml is not None:
             self._nvml.invalidate()  # re-initialise: the set of GPUs NVML sees may have changed
 
+    def close(self) -> None:
+        """Release the sources (NVML shut down, libvirt connection closed)."""
+        if self._nvml is not None:
+            self._nvml.close()
+        if self._libvirt is not None:
+            self._libvirt.close()
+
     # -- sources ---------------------------------------------------------------------------------
     def _read_sysfs(self) -> SysfsData:
         now = time.monotonic()
@@ -114,12 +122,18 @@ class Collector:
             return None, f"unavailable: {describe_error(exc)}"
 
     # -- assembly ---------------------------------------------------------------------------------
-    def collect(self) -> HostSnapshot:
+    def collect(self, partial: bool = False) -> HostSnapshot:
+        """One snapshot. `partial` reads sysfs alone (GPUs, topology, IOMMU) and marks the other
+        sources PENDING: the console shows that first, while NVML and libvirt open."""
         with self._lock:
             sysfs, s_sysfs = self._guard("sysfs", self._read_sysfs)
-            nvml, s_nvml = self._guard("nvml", self._read_nvml)
-            virt, s_virt = self._guard("libvirt", self._read_libvirt)
-            load, s_load = self._guard("psutil", self._read_load)
+            if partial:
+                nvml = virt = load = None
+                s_nvml = s_virt = s_load = PENDING
+            else:
+                nvml, s_nvml = self._guard("nvml", self._read_nvml)
+                virt, s_virt = self._guard("libvirt", self._read_libvirt)
+                load, s_load = self._guard("psutil", self._read_load)
         sources = Sources(sysfs=s_sysfs, nvml=s_nvml, libvirt=s_virt, psutil=s_load)
         return assemble(sysfs, nvml, virt, load, sources)
 

@@ -28,7 +28,7 @@ class Banner(Static):
         if snap is not None:
             for name in ("sysfs", "nvml", "libvirt", "psutil"):
                 status = getattr(snap.sources, name)
-                if status != "ok":
+                if status not in ("ok", "pending"):
                     parts.append(f"{name} {status}")
         if note:
             parts.append(note)
@@ -146,6 +146,9 @@ class SnapshotScreen(Screen):
 def host_line(snap: "HostSnapshot", title: str) -> str:
     h = snap.host
     iommu = "IOMMU on" if snap.iommu.enabled else "IOMMU OFF"
-    bad = [n for n in ("sysfs", "nvml", "libvirt", "psutil") if getattr(snap.sources, n) != "ok"]
+    states = {n: getattr(snap.sources, n) for n in ("sysfs", "nvml", "libvirt", "psutil")}
+    bad = [n for n, v in states.items() if v not in ("ok", "pending")]
     src = f"  degraded: {', '.join(bad)}" if bad else ""
+    if any(v == "pending" for v in states.values()):
+        src += "  reading NVML and libvirt…"
     return f"[b]{title}[/b] │ {h.hostname or '?'}  {h.kernel}  {iommu}  {len(snap.gpus)} GPUs  {len(snap.vms)} VMs{src}"

@@ -304,7 +304,11 @@ class NcclScreen(SnapshotScreen):
         self._stop.set()
         run = self._run
         if run is not None:
-            run.cancel()
+            # Off the UI thread (the kill waits for a grace period); a non-daemon thread, so the
+            # process still waits for the check's process group to be gone before it exits.
+            import threading
+
+            threading.Thread(target=run.cancel, name="nccl-cancel", daemon=False).start()
 
     # -- helpers -----------------------------------------------------------------------------------------
     def _to_ui(self, fn, *args) -> None:

@@ -18,7 +18,7 @@ class PlanModal(ModalScreen[bool]):
 
     def compose(self) -> ComposeResult:
         with VerticalScroll(id="plan"):
-            yield Static(f"[b]{self._title}[/b]", markup=True)
+            yield Static(self._title, id="plan-title", markup=False)  # names come from the host: no markup
             yield Static("\n".join(self._lines), id="plan-body", markup=False)
             if self._typed and self._can_apply:
                 yield Static(f"A VM's config uses this GPU: type {self._typed} to confirm", id="plan-typed-hint")

@@ -54,7 +54,7 @@ class KeyedTable(DataTable):
             elif old != cells:
                 for (col, _), a, b in zip(self._columns, old, cells):
                     if a != b:
-                        self.update_cell(k, col, b)
+                        self.update_cell(k, col, b, update_width=True)
             self._rows[k] = cells
 
     def _cursor_key(self) -> str | None:

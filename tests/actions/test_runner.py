@@ -270,3 +270,43 @@ def test_no_audit_log_no_change(host):
     res = Runner(host).run(_plan(host, CHANGES))
     assert res.status == REFUSED and "cannot write the audit log" in res.message
     assert _load(host) == before
+
+
+def test_a_failing_progress_display_never_stops_a_change_half_way(host):
+    """The CLI's stdout can break (a pipe to head, a dropped SSH session), the console can close."""
+    def broken(_event):
+        raise BrokenPipeError(32, "Broken pipe")
+
+    res = Runner(host).run(_plan(host, CHANGES), progress=broken)
+    assert res.status == DONE
+    assert _load(host)["values"] == {"a": 10, "b": 20, "d": 40}
+    assert host.audit.find(res.record_id)["result"] == APPLIED
+
+
+def test_after_a_redo_plain_undo_targets_the_change_back_in_effect(host):
+    older = Runner(host).run(_plan(host, {"a": 10}))
+    change = Runner(host).run(_plan(host, {"b": 20}))
+    undo = Runner(host).run(plan_undo(host))
+    assert undo.ok and _load(host)["values"] == {"a": 10, "c": 3}
+    redo = Runner(host).run(plan_undo(host, undo.record_id))
+    assert redo.ok and _load(host)["values"] == {"a": 10, "b": 20, "c": 3}
+    # b=20 is in effect again: the next plain undo must take it back, not the older a=10
+    nxt = plan_undo(host)
+    assert nxt.undoes == change.record_id != older.record_id
+    assert Runner(host).run(nxt).ok and _load(host)["values"] == {"a": 10, "c": 3}
+
+
+def test_lock_is_not_kept_when_recording_the_holder_fails(host, monkeypatch):
+    lock = host.lock()
+    real_write = os.write
+
+    def full_disk(fd, data):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(os, "write", full_disk)
+    with pytest.raises(OSError):
+        lock.acquire()
+    monkeypatch.setattr(os, "write", real_write)
+    again = host.lock()
+    again.acquire()  # not held by the failed attempt
+    again.release()

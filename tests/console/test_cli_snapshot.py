@@ -65,6 +65,7 @@ def test_readable_summary(capsys, demo_dir):
     (["snapshot", "--bogus"], "unrecognized arguments"),
     (["--interval", "0"], "positive"),
     (["nosuchcommand"], "invalid choice"),
+    (["snapshot", "--demo", "--libvirt", "qemu:///system"], "cannot be combined with --demo"),
 ])
 def test_bad_arguments_one_line_exit_2(capsys, argv, needle):
     rc, out, err = _run(capsys, *argv)

@@ -3,6 +3,7 @@ mapping, problems — and a collector that keeps going when a source raises."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 from console.collector import Collector, assemble
 from console.model import (NA, Cpu, HostInfo, Hostdev, Iommu, IommuGroup, Load, Mig, MigInstance,
@@ -123,3 +124,15 @@ def test_every_source_failing_still_gives_a_snapshot(tmp_path):
     assert snap.sources.psutil.startswith("unavailable:")
     assert snap.gpus == () and snap.vms == ()
     assert {p.subject for p in snap.problems} >= {"sysfs", "nvml", "libvirt", "psutil"}
+
+
+def test_a_pin_to_every_cpu_is_no_pin():
+    """libvirt writes the full CPU map when a pin is removed live; that is not cross-NUMA."""
+    libvirt = _libvirt()
+    everything = tuple(range(8))
+    vms = (replace(libvirt.vms[0], pins=tuple(VcpuPin(i, everything) for i in range(4))),) + libvirt.vms[1:]
+    snap = assemble(_sysfs(), _nvml(), LibvirtData(vms), Load(), Sources())
+    from console.checks import vm_alignment
+
+    assert vm_alignment(snap, snap.vm("train")) == "unpinned"
+    assert not any(p.subject == "train" and "node(s)" in p.message for p in snap.problems)

@@ -63,7 +63,7 @@ def term(tmp_path):
 
 
 def test_demo_in_a_real_terminal(term):
-    text = term.wait_for("Overview", "0000:bb:00.0", "Problems")
+    text = term.wait_for("Overview", "0000:bb:00.0", "Problems", "vfio→train-a")
     assert "0000:18:00.0" in text and "vfio→train-a" in text
     term.run("send-keys", "2")
     text = term.wait_for("GPU/NIC matrix")

@@ -33,7 +33,7 @@ class FrozenCollector(Collector):
                     for i, v in enumerate(snap.vms))
         self._frozen = replace(snap, vms=vms, taken_at=0.0)
 
-    def collect(self):
+    def collect(self, partial: bool = False):
         return self._frozen
 
 

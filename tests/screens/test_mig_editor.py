@@ -45,7 +45,7 @@ def _text(screen, selector) -> str:
 async def test_pick_profiles_see_plan_apply(demo_seams):
     app = NodeConsoleApp(demo_seams, interval=0.3)
     async with app.run_test(size=(110, 44)) as pilot:
-        assert await _wait(pilot, lambda: app.snapshot is not None)
+        assert await _wait(pilot, lambda: app.polls >= 1)
         editor = await _open_editor(app, pilot, IDLE)
         assert "MIG mode off" in _text(editor, "#mig-current")
         assert app.focused is editor.query_one("#mig-cancel", Button)
@@ -82,7 +82,7 @@ async def test_pick_profiles_see_plan_apply(demo_seams):
 async def test_editor_shows_why_and_cancel_changes_nothing(demo_seams):
     app = NodeConsoleApp(demo_seams, interval=0.3)
     async with app.run_test(size=(110, 44)) as pilot:
-        assert await _wait(pilot, lambda: app.snapshot is not None)
+        assert await _wait(pilot, lambda: app.polls >= 1)
         editor = await _open_editor(app, pilot, MIG)
         assert editor.layout_text() == "3g.40gb,2g.20gb,1g.10gb"  # starts from the current layout
         assert "mig-infer-a" in _text(editor, "#mig-current")

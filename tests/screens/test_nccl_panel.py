@@ -65,7 +65,7 @@ async def _until(pilot, cond, timeout: float = 10.0, step: float = 0.05) -> None
 
 
 async def _nccl_screen(app, pilot) -> NcclScreen:
-    await _until(pilot, lambda: app.snapshot is not None)
+    await _until(pilot, lambda: app.polls >= 1)
     await pilot.press("6")
     await _until(pilot, lambda: isinstance(app.screen, NcclScreen) and app.screen.plan is not None)
     return app.screen

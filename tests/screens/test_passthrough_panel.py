@@ -22,7 +22,7 @@ async def _wait(pilot, cond, tries=100):
 async def test_plan_modal_defaults_to_no_then_applies(demo_seams):
     app = NodeConsoleApp(demo_seams, interval=0.3)
     async with app.run_test(size=(100, 40)) as pilot:
-        assert await _wait(pilot, lambda: app.snapshot is not None)
+        assert await _wait(pilot, lambda: app.polls >= 1)
         await pilot.press("4")
         table = app.screen.query_one("#gpu-table", KeyedTable)
         table.move_cursor(row=table.get_row_index(GPU))

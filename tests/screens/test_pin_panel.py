@@ -26,7 +26,7 @@ def _text(app, selector: str) -> str:
 async def test_pin_train_b_from_the_vms_screen(demo_seams):
     app = NodeConsoleApp(demo_seams, interval=0.3)
     async with app.run_test(size=(110, 50)) as pilot:
-        assert await _wait(pilot, lambda: app.snapshot is not None)
+        assert await _wait(pilot, lambda: app.polls >= 1)
         await pilot.press("5")
         assert await _wait(pilot, lambda: bool(app.screen.query("#vm-rebalance")))
         assert "train-b  CPU 10-13,34-37,74-77,98-101 on node 0-1  ✖ GPU on node 1" in _text(app, "#vm-rebalance")
@@ -60,7 +60,7 @@ async def test_pin_train_b_from_the_vms_screen(demo_seams):
 async def test_pin_all_plans_every_unpinned_gpu_vm(demo_seams):
     app = NodeConsoleApp(demo_seams, interval=0.3)
     async with app.run_test(size=(110, 50)) as pilot:
-        assert await _wait(pilot, lambda: app.snapshot is not None)
+        assert await _wait(pilot, lambda: app.polls >= 1)
         await pilot.press("5")
         await pilot.press("N")
         assert await _wait(pilot, lambda: isinstance(app.screen, PlanModal))
@@ -75,7 +75,7 @@ async def test_pin_all_plans_every_unpinned_gpu_vm(demo_seams):
 async def test_pin_needs_the_vms_screen(demo_seams):
     app = NodeConsoleApp(demo_seams, interval=0.3)
     async with app.run_test(size=(110, 50)) as pilot:
-        assert await _wait(pilot, lambda: app.snapshot is not None)
+        assert await _wait(pilot, lambda: app.polls >= 1)
         await pilot.press("4")
         await pilot.press("n")
         await pilot.pause(0.3)

@@ -14,7 +14,7 @@ def _app(seams, theme=None):
 async def _settle(pilot):
     for _ in range(100):
         await pilot.pause(0.05)
-        if pilot.app.snapshot is not None:
+        if pilot.app.polls >= 1:
             break
     await pilot.pause(0.1)
 
