@@ -300,9 +300,16 @@ def _persist_ops(host: Any, snap: HostSnapshot, gpu: Gpu, members: list[str], pl
     twins = sorted(d.address for d in snap.pci_devices if _pci_id(d) in new_ids
                    and d.address not in members and d.driver not in STUB_DRIVERS)
     if twins:
+        # ids= matches by model: at the next boot vfio-pci would take every other card of this
+        # model from the host (GPUs running jobs, MIG, vGPU). Refuse instead of warning.
         shown = ", ".join(twins[:6]) + (f" and {len(twins) - 6} more" if len(twins) > 6 else "")
-        plan.notes.append("the modprobe.d file matches devices by model (ids=): at boot vfio-pci also takes "
-                          f"{shown}; install driverctl to persist single devices")
+        plan.checks.append(Check(
+            "persistence can be limited to this GPU", False,
+            f"without driverctl, persistence is a modprobe.d ids= line that matches by model: at boot "
+            f"vfio-pci would also take {shown}",
+            "install driverctl (apt-get install driverctl) to persist single devices, or pass through "
+            "without --persist"))
+        return []
     plan.notes.append("if vfio-pci loads from the initramfs, regenerate it (update-initramfs -u, or "
                       "dracut -f) so early boot sees the modprobe.d file")
     return [{"kind": "file", "path": MODPROBE_FILE, "content": content}] if content != current else []

@@ -56,6 +56,44 @@ class NoCommands(Commands):
         return 127, f"{argv[0]}: not available on this host"
 
 
+class DemoCommands(NoCommands):
+    """The demo host's programs: a driverctl that keeps its saved overrides under the demo root
+    (etc/driverctl.d/pci-ADDR, as driverctl does under /etc), so persistence on the demo is per
+    device, exactly like a real host with driverctl. Nothing of the machine's own is run."""
+
+    def __init__(self, root: Root) -> None:
+        self.root = root
+
+    def which(self, name: str) -> str | None:
+        return "driverctl (demo)" if name == "driverctl" else None
+
+    def run(self, argv: list[str]) -> tuple[int, str]:
+        from console.pciaddr import parse_pci_address
+
+        if len(argv) < 3 or argv[0] != "driverctl" or argv[1] not in ("set-override", "unset-override"):
+            return 127, f"{argv[0]}: not available on the demo host"
+        try:
+            address = parse_pci_address(argv[2])
+        except ValueError as e:
+            return 2, f"driverctl: {e}"
+        conf = self.root.p(f"etc/driverctl.d/pci-{address}")
+        if argv[1] == "set-override":
+            if len(argv) < 4:
+                return 2, "driverctl: set-override needs a driver"
+            conf.parent.mkdir(parents=True, exist_ok=True)
+            conf.write_text(argv[3] + "\n")
+        elif conf.exists():
+            conf.unlink()
+            for d in (conf.parent, conf.parent.parent):  # leave the demo root as it was generated
+                try:
+                    d.rmdir()
+                except OSError:
+                    break
+        else:
+            return 1, f"driverctl: no override for {address}"
+        return 0, ""
+
+
 @dataclass
 class ActionHost:
     """Everything an action reads and writes a host through. `from_seams` builds the real or demo one;
@@ -79,7 +117,7 @@ class ActionHost:
             from console.demo.kernel import SimulatedKernel
 
             return cls(seams=seams, kernel=SimulatedKernel(seams.root), domains=domain_config_for(seams),
-                       state_dir=Path(seams.state_dir or seams.demo_dir), commands=NoCommands(),
+                       state_dir=Path(seams.state_dir or seams.demo_dir), commands=DemoCommands(seams.root),
                        is_root=lambda: True, on_changed=on_changed)
         from console.demo.kernel import Kernel
 

@@ -59,7 +59,7 @@ def test_acceptance_passthrough_snapshot_undo(state):
 
     done = _cli(state, "passthrough", "4", "--demo", "--vm", "build-1", "--persist", "--apply", "--yes")
     assert done.returncode == 0, done.stdout + done.stderr
-    assert "[5/5] ok" in done.stdout and "applied 5 step(s)" in done.stdout
+    assert "[6/6] ok" in done.stdout and "applied 6 step(s)" in done.stdout
 
     snap = json.loads(_cli(state, "snapshot", "--demo", "--json").stdout)
     gpu = next(g for g in snap["gpus"] if g["address"] == IDLE)

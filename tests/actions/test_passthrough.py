@@ -4,6 +4,8 @@ writes as Linux does, libvirt config lives in the node file, and every check re-
 "Nothing changed" is checked on the whole host directory: every file's bytes and every link's target."""
 from __future__ import annotations
 
+import json
+
 import hashlib
 import os
 from pathlib import Path
@@ -15,7 +17,7 @@ from actions.host_steps import MODPROBE_FILE
 from actions.lock import HostLock
 from actions.passthrough import plan_passthrough, plan_release, resolve_gpu
 from actions.plan import RequestError, needs_typed_confirmation
-from actions.runner import DONE, FAILED_RESULT, REFUSED, ActionHost, Commands, Runner, plan_undo
+from actions.runner import NoCommands, DONE, FAILED_RESULT, REFUSED, ActionHost, Commands, Runner, plan_undo
 from console.demo.generator import generate, small_spec
 from console.demo.nvml_sim import SimulatedNvml
 from console.root import Root
@@ -87,13 +89,15 @@ def test_passthrough_to_vm_with_persist_then_undo_restores_exactly(demo):
     snap = demo.snapshot()
     plan = plan_passthrough(demo, snap, "4", vm="build-1", persist=True)
     assert plan.ok and plan.request["gpu"] == IDLE
-    assert [s.op["kind"] for s in plan.steps] == ["pci_driver", "pci_driver", "file", "vm_hostdev", "vm_hostdev"]
+    # the demo host has driverctl: persistence is per device (an ids= line would take every H100)
+    assert [s.op["kind"] for s in plan.steps] == ["pci_driver", "pci_driver", "driverctl", "driverctl",
+                                                  "vm_hostdev", "vm_hostdev"]
     # train-c's config also holds the GPU: the TUI must make the admin type the address
     assert needs_typed_confirmation(plan) == IDLE
     events = []
     res = Runner(demo).run(plan, confirm=lambda p: True, progress=events.append)
     assert res.status == DONE, res.message
-    assert [e.phase for e in events if e.phase in ("ok", "failed")] == ["ok"] * 5
+    assert [e.phase for e in events if e.phase in ("ok", "failed")] == ["ok"] * 6
 
     after = demo.snapshot()
     gpu = after.gpu(IDLE)
@@ -102,8 +106,9 @@ def test_passthrough_to_vm_with_persist_then_undo_restores_exactly(demo):
     assert demo.root.exists(f"dev/vfio/{gpu.iommu_group}")
     assert {h.address for h in after.vm("build-1").hostdevs} == {IDLE, IDLE_AUDIO}
     assert "build-1" in gpu.owner.vms
-    conf = demo.root.read(MODPROBE_FILE)
-    assert "options vfio-pci ids=10de:22a3,10de:2330" in conf and "softdep nvidia pre: vfio-pci" in conf
+    for a in (IDLE, IDLE_AUDIO):  # driverctl keeps one override per device
+        assert demo.root.read(f"etc/driverctl.d/pci-{a}") == "vfio-pci"
+    assert demo.root.read(MODPROBE_FILE) is None
 
     rec = demo.audit.find(res.record_id)
     assert rec["result"] == APPLIED and rec["action"] == "passthrough"
@@ -119,7 +124,7 @@ def test_passthrough_to_vm_with_persist_then_undo_restores_exactly(demo):
     assert plan_passthrough(demo, after, IDLE, vm="build-1", persist=True).empty
 
     undo = plan_undo(demo)
-    assert undo.undoes == res.record_id and len(undo.steps) == 5
+    assert undo.undoes == res.record_id and len(undo.steps) == 6
     assert Runner(demo).run(undo).status == DONE
     assert changed(before, tree_state(_dir(demo))) == set()
     snap2 = demo.snapshot()
@@ -142,11 +147,11 @@ def test_release_gives_everything_back_and_its_undo_restores(demo):
     passed = tree_state(_dir(demo))
     plan = plan_release(demo, demo.snapshot(), IDLE)
     kinds = [s.op["kind"] for s in plan.steps]
-    assert kinds == ["vm_hostdev"] * 4 + ["file", "pci_driver", "pci_driver"]
+    assert kinds == ["vm_hostdev"] * 4 + ["driverctl", "driverctl", "pci_driver", "pci_driver"]
     assert {s.op["vm"] for s in plan.steps[:4]} == {"build-1", "train-c"}
     assert needs_typed_confirmation(plan) == IDLE
     # the drivers it goes back to come from the audit of the passthrough
-    assert [s.title for s in plan.steps[5:]] == [f"Give {IDLE} back to nvidia", f"Give {IDLE_AUDIO} back to snd_hda_intel"]
+    assert [s.title for s in plan.steps[6:]] == [f"Give {IDLE} back to nvidia", f"Give {IDLE_AUDIO} back to snd_hda_intel"]
     res = Runner(demo).run(plan)
     assert res.status == DONE, res.message
     snap = demo.snapshot()
@@ -341,7 +346,7 @@ def test_failure_at_every_write_leaves_the_host_as_it_was(demo):
         demo.domains = FailingDomains(real, fail_at=k)
         res = Runner(demo).run(plan_passthrough(demo, demo.snapshot(), IDLE, vm="build-1", persist=True))
         assert res.status == FAILED_RESULT and res.failed_step.startswith("Add 0000:9a:00.")
-        assert res.undone[-1] == f"Bind {IDLE} to vfio-pci" and len(res.undone) == 4 + k
+        assert res.undone[-1] == f"Bind {IDLE} to vfio-pci" and len(res.undone) == 5 + k
         assert changed(before, tree_state(_dir(demo))) == set(), k
     demo.domains = real
     assert len(demo.audit.records()) == base + n_writes + 2
@@ -432,19 +437,43 @@ def test_persist_with_driverctl(demo):
     assert _driver(demo, IDLE) == "nvidia"
 
 
-def test_modprobe_file_keeps_the_ids_other_listed_devices_need(demo):
-    assert Runner(demo).run(plan_passthrough(demo, demo.snapshot(), IDLE, persist=True)).ok
-    conf = demo.root.p(MODPROBE_FILE)
-    text = conf.read_text()
-    assert f"# devices: {IDLE} {IDLE_AUDIO}\n" in text
-    # as if GPU 5 (same model, its audio not listed) had been persisted by an earlier passthrough
-    conf.write_text(text.replace(f"# devices: {IDLE} {IDLE_AUDIO}", f"# devices: 0000:9b:00.0 {IDLE} {IDLE_AUDIO}"))
-    plan = plan_release(demo, demo.snapshot(), IDLE)
-    step = next(s for s in plan.steps if s.op["kind"] == "file")
-    assert "options vfio-pci ids=10de:2330\n" in step.detail  # the audio id goes, the GPU id stays
-    assert "# devices: 0000:9b:00.0\n" in step.detail
-    assert Runner(demo).run(plan).ok
-    assert demo.root.read(MODPROBE_FILE).endswith("softdep snd_hda_intel pre: vfio-pci")
+def test_modprobe_fallback_is_refused_when_it_would_take_other_cards(demo):
+    """Without driverctl, persistence is an ids= line matching by model: on a host with other cards
+    of the model on host drivers that would hand them to vfio-pci at the next boot."""
+    demo.commands = NoCommands()
+    before = tree_state(_dir(demo))
+    plan = plan_passthrough(demo, demo.snapshot(), IDLE, persist=True)
+    assert not plan.ok and "would also take 0000:18:00.0" in plan.refusal
+    assert "driverctl" in " ".join(c.fix for c in plan.checks if not c.ok)
+    assert Runner(demo).run(plan).status == REFUSED
+    assert changed(before, tree_state(_dir(demo))) == set()
+
+
+def test_modprobe_file_when_the_card_is_the_only_one_of_its_model(tmp_path):
+    spec_host = generate(small_spec(gpus=1), tmp_path / "h")
+    state = json.loads(spec_host.nvml_state.read_text())
+    for g in state["gpus"]:
+        g["processes"] = []  # an idle card
+    spec_host.nvml_state.write_text(json.dumps(state))
+    root = Root(spec_host.root)
+    host = ActionHost.from_seams(Seams(root=root, libvirt_uri=spec_host.libvirt_uri,
+                                       nvml_lib=SimulatedNvml.from_file(spec_host.nvml_state, root=root),
+                                       demo_dir=spec_host.dest, state_dir=spec_host.dest))
+    host.commands = NoCommands()
+    (gpu,) = host.snapshot().gpus
+    before = tree_state(host.state_dir)
+    res = Runner(host).run(plan_passthrough(host, host.snapshot(), gpu.address, persist=True))
+    assert res.ok, res.message
+    text = host.root.read(MODPROBE_FILE)
+    assert f"# devices: {gpu.address}" in text and "options vfio-pci ids=10de:" in text
+    assert "softdep nvidia pre: vfio-pci" in text
+    rel = Runner(host).run(plan_release(host, host.snapshot(), gpu.address))
+    assert rel.ok, rel.message
+    assert host.root.read(MODPROBE_FILE) is None
+    assert _driver(host, gpu.address) == "nvidia"
+    # /etc/modprobe.d stays (as on every real host); no file other than the audit log differs
+    left = {p for p in changed(before, tree_state(host.state_dir)) if not (host.state_dir / p).is_dir()}
+    assert left <= {"audit.jsonl"}
 
 
 def test_a_captured_tree_is_read_only(tmp_path):
