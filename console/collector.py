@@ -56,6 +56,7 @@ class Collector:
         self._nvml = None
         self._libvirt = None
         self._load = None
+        self._nvml_reinit_at = -1e9
         self._lock = threading.Lock()
         # Fault injection for tests and the demo ("kill the source mid-run"): name → reason
         self.disabled: dict[str, str] = {}
@@ -134,8 +135,27 @@ class Collector:
                 nvml, s_nvml = self._guard("nvml", self._read_nvml)
                 virt, s_virt = self._guard("libvirt", self._read_libvirt)
                 load, s_load = self._guard("psutil", self._read_load)
+        if sysfs is not None and nvml is not None:
+            nvml = self._reconcile(sysfs, nvml)
         sources = Sources(sysfs=s_sysfs, nvml=s_nvml, libvirt=s_virt, psutil=s_load)
         return assemble(sysfs, nvml, virt, load, sources)
+
+    def _reconcile(self, sysfs: SysfsData, nvml: NvmlData) -> NvmlData:
+        """NVML keeps the GPU list of its last init: a GPU rebound since (by an action, or by hand)
+        is missing from it, or answers through a stale handle as if lost. Drop what sysfs shows is
+        no longer NVML's, and re-initialise NVML (at most every 5 s) so it sees the change."""
+        drivers = {d.address: d.driver for d in sysfs.pci_devices if is_gpu(d)}
+        stale = {g.address for g in nvml.gpus if drivers.get(g.address, "nvidia") != "nvidia"}
+        seen = {g.address for g in nvml.gpus}
+        missing = [a for a, drv in drivers.items() if drv == "nvidia" and a not in seen]
+        if (stale or missing) and self._nvml is not None:
+            now = time.monotonic()
+            if now - self._nvml_reinit_at > 5.0:
+                self._nvml_reinit_at = now
+                self._nvml.invalidate()
+        if not stale:
+            return nvml
+        return NvmlData(nvml.driver_version, tuple(g for g in nvml.gpus if g.address not in stale))
 
 
 def assemble(sysfs: SysfsData | None, nvml: NvmlData | None, virt: LibvirtData | None,

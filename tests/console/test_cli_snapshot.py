@@ -176,3 +176,31 @@ def test_known_commands_match_the_registry():
 
     build_parser()
     assert set(SUBCOMMANDS) == set(KNOWN_COMMANDS)
+
+
+def test_gpu_rebound_behind_nvmls_back(demo_dir):
+    """A GPU moved to vfio-pci by hand is not 'lost', and one given back to nvidia reappears in
+    NVML's view without waiting for a periodic rescan."""
+    from console.demo.kernel import SimulatedKernel
+
+    c = _demo_collector(demo_dir)
+    c.collect()
+    kernel = SimulatedKernel(c.seams.root)
+    gpu, audio = "0000:9a:00.0", "0000:9a:00.1"
+    for dev in (gpu, audio):
+        kernel.write(f"sys/bus/pci/devices/{dev}/driver_override", "vfio-pci")
+        kernel.write(f"sys/bus/pci/devices/{dev}/driver/unbind", dev)
+        kernel.write("sys/bus/pci/drivers_probe", dev)
+    c._sysfs = None  # forget cached sysfs only: NVML still holds its old handle, as after a manual rebind
+    snap = c.collect()
+    g = snap.gpu(gpu)
+    assert g.driver == "vfio-pci" and g.owner.kind == "vfio"
+    assert g.nvml_error == "" and not any("GPU is lost" in p.message for p in snap.problems)
+    for dev in (gpu, audio):
+        kernel.write(f"sys/bus/pci/devices/{dev}/driver_override", "\n")
+        kernel.write(f"sys/bus/pci/devices/{dev}/driver/unbind", dev)
+        kernel.write("sys/bus/pci/drivers_probe", dev)
+    c._sysfs = None
+    c.collect()  # sees it on nvidia but not in NVML: asks NVML to re-initialise
+    snap = c.collect()
+    assert snap.gpu(gpu).driver == "nvidia" and snap.gpu(gpu).nvml_index is not None
