@@ -58,7 +58,7 @@ def build_parser(load: bool = True) -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"nodeconsole {__version__}")
     parser.add_argument("--interval", type=float, default=1.0, metavar="S",
                         help="refresh interval of the console in seconds (default 1)")
-    parser.add_argument("--theme", default=None, help="console theme (nodeconsole-dark, -light, -contrast)")
+    parser.add_argument("--theme", default=None, help="console theme: dark, light or contrast (high contrast, reads well with 16 colours)")
     sub = parser.add_subparsers(dest="command", parser_class=_Parser, metavar="COMMAND")
     if load:
         _load_subcommands()

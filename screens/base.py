@@ -143,12 +143,27 @@ class SnapshotScreen(Screen):
             self.app.push_screen(DetailsModal(*got))
 
 
+def tab_strip(title: str) -> str:
+    """The screens and their keys, the current one highlighted (the footer keeps the other keys)."""
+    from rich.markup import escape
+
+    from screens.commands import COMMANDS
+
+    tabs = []
+    for c in COMMANDS:
+        if c.group == "Screens":
+            label = f"{c.key} {c.title}"
+            tabs.append(f"[reverse b] {escape(label)} [/]" if c.title == title else f" {escape(label)} ")
+    return "".join(tabs)
+
+
 def host_line(snap: "HostSnapshot", title: str) -> str:
-    h = snap.host
-    iommu = "IOMMU on" if snap.iommu.enabled else "IOMMU OFF"
+    from rich.markup import escape
+
+    iommu = "IOMMU on" if snap.iommu.enabled else "[b]IOMMU OFF[/b]"
     states = {n: getattr(snap.sources, n) for n in ("sysfs", "nvml", "libvirt", "psutil")}
     bad = [n for n, v in states.items() if v not in ("ok", "pending")]
-    src = f"  degraded: {', '.join(bad)}" if bad else ""
+    src = f" [b]degraded: {', '.join(bad)}[/b]" if bad else ""
     if any(v == "pending" for v in states.values()):
-        src += "  reading NVML and libvirt…"
-    return f"[b]{title}[/b] │ {h.hostname or '?'}  {h.kernel}  {iommu}  {len(snap.gpus)} GPUs  {len(snap.vms)} VMs{src}"
+        src += " reading…"
+    return f"{tab_strip(title)}│ {escape(snap.host.hostname or '?')} {iommu}{src}"

@@ -18,12 +18,12 @@ class Command:
 
 
 COMMANDS: tuple[Command, ...] = (
-    Command("1", "show('overview')", "Overview", "GPUs, VMs and the most important problems", "Screens"),
-    Command("2", "show('topology')", "Topology", "PCIe tree per NUMA node and the GPU/NIC matrix", "Screens"),
-    Command("3", "show('iommu')", "IOMMU", "IOMMU groups and their passthrough verdict", "Screens"),
-    Command("4", "show('gpus')", "GPUs", "Ownership, MIG slices, vGPU, processes, health", "Screens"),
-    Command("5", "show('vms')", "VMs", "VM load, vCPU pins against host CPUs, hostdevs", "Screens"),
-    Command("6", "show('nccl')", "NCCL", "Quick NCCL checks: preflight, run, verdict", "Screens"),
+    Command("1", "show('overview')", "Overview", "GPUs, VMs and the most important problems", "Screens", footer=False),
+    Command("2", "show('topology')", "Topology", "PCIe tree per NUMA node and the GPU/NIC matrix", "Screens", footer=False),
+    Command("3", "show('iommu')", "IOMMU", "IOMMU groups and their passthrough verdict", "Screens", footer=False),
+    Command("4", "show('gpus')", "GPUs", "Ownership, MIG slices, vGPU, processes, health", "Screens", footer=False),
+    Command("5", "show('vms')", "VMs", "VM load, vCPU pins against host CPUs, hostdevs", "Screens", footer=False),
+    Command("6", "show('nccl')", "NCCL", "Quick NCCL checks: preflight, run, verdict", "Screens", footer=False),
     Command("slash", "filter", "Filter", "Filter the rows of the current table", "Table"),
     Command("enter", "details", "Details", "Open the details of the selected row", "Table", footer=False),
     Command("a", "passthrough", "Passthrough", "Plan giving the selected GPU to vfio-pci (GPUs screen)",

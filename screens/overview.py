@@ -50,7 +50,8 @@ def gpu_rows(snap: HostSnapshot):
     for g in snap.gpus:
         util = metric(g.utilization_gpu, "%")
         if g.owner.kind == "vfio":
-            util = "(in VM)"
+            running = any(v.state == "running" and any(h.gpu == g.address for h in v.hostdevs) for v in snap.vms)
+            util = "(in VM)" if running else "(vfio)"
         yield g.address, (str(g.index), g.address, short_name(g.name), owner_text(g)[:16],
                           util, memory_text(g), metric(g.temperature_c, "C"), link_text(g))
 
@@ -64,13 +65,30 @@ def vm_rows(snap: HostSnapshot, history: dict[str, list]):
                        spark(history.get(v.name, [])), mark, ",".join(gpus))
 
 
+def host_info(snap: HostSnapshot) -> str:
+    """Host, kernel, driver, IOMMU and the sources that are unavailable, with the reason."""
+    h = snap.host
+    parts = [h.hostname or "?", f"kernel {h.kernel or '?'}",
+             f"driver {snap.nvml_driver_version}" if snap.nvml_driver_version else "no NVIDIA driver",
+             "IOMMU on" if snap.iommu.enabled else "IOMMU OFF"]
+    for n in ("sysfs", "nvml", "libvirt", "psutil"):
+        v = getattr(snap.sources, n)
+        if v not in ("ok", "pending"):
+            parts.append(f"{n} {v}")
+    return " · ".join(parts)
+
+
 def problems_view(problems):
     from rich.console import Group
 
     if not problems:
         return "nothing to report"
     shown = problems[:6]
-    items = [severity_text(p.severity, p.message) for p in shown]
+    items = []
+    for p in shown:  # one line each, so several fit at 80x24 (Enter on a GPU/VM shows the whole text)
+        t = severity_text(p.severity, p.message)
+        t.no_wrap, t.overflow = True, "ellipsis"
+        items.append(t)
     if len(problems) > len(shown):
         items.append(severity_text("info", f"{len(problems) - len(shown)} more (GPUs and VMs screens)"))
     return Group(*items)
@@ -80,14 +98,20 @@ class OverviewScreen(SnapshotScreen):
     TITLE = "Overview"
 
     def compose_body(self) -> ComposeResult:
-        yield Static("GPUs", classes="section")
+        yield Static(id="host-info")
+        yield Static("GPUs", classes="section", id="gpus-title")
         yield KeyedTable(GPU_COLS, id="gpus")
-        yield Static("VMs", classes="section")
+        yield Static("VMs", classes="section", id="vms-title")
         yield KeyedTable(VM_COLS, id="vms")
         yield Static("Problems", classes="section")
         yield Static(id="problems")
 
     def render_snapshot(self, snap: HostSnapshot) -> None:
+        info = host_info(snap)
+        self.set_static("#host-info", lambda: info, info)
+        counts = (len(snap.gpus), len(snap.vms))
+        self.set_static("#gpus-title", lambda: f"GPUs ({counts[0]})", ("g", counts[0]))
+        self.set_static("#vms-title", lambda: f"VMs ({counts[1]})", ("v", counts[1]))
         self.query_one("#gpus", KeyedTable).sync(gpu_rows(snap))
         self.query_one("#vms", KeyedTable).sync(vm_rows(snap, self.app.vm_history))
         self.set_static("#problems", lambda: problems_view(snap.problems), snap.problems)

@@ -1,6 +1,7 @@
 """`nodeconsole nccl`: the quick NCCL checks from the command line.
 
-- `nccl parse FILE`: read a saved all_reduce_perf output (exit 1 when it shows corrupted results).
+- `nccl parse FILE`: read a saved all_reduce_perf output (exit 1 when it shows corrupted results or
+  no result rows at all).
 - `nccl check`: preflight for the host's GPUs and the command a check would run; with --run, run it
   with progress row by row and judge the result against the topology (exit 1 on an error finding).
 - `nccl command`: the mpirun / torchrun line of a multi-node check (printed, never launched).
@@ -168,7 +169,8 @@ def run_parse(args: argparse.Namespace) -> int:
         if findings:
             print("findings:")
             _print_findings(findings)
-    return 1 if parsed.corrupted else 0
+    # corrupted data, or nothing that reads as all_reduce_perf output at all: not a passing result
+    return 1 if parsed.corrupted or not parsed.rows else 0
 
 
 # -- check -----------------------------------------------------------------------------------------------

@@ -19,16 +19,21 @@ class PlanModal(ModalScreen[bool]):
     def compose(self) -> ComposeResult:
         with VerticalScroll(id="plan"):
             yield Static(self._title, id="plan-title", markup=False)  # names come from the host: no markup
-            yield Static("\n".join(self._lines), id="plan-body", markup=False)
+            # the plan's own first line is its title, already shown above
+            body = self._lines[1:] if self._lines and self._title.startswith(self._lines[0]) else self._lines
+            yield Static("\n".join(body), id="plan-body", markup=False)
             if self._typed and self._can_apply:
                 yield Static(f"A VM's config uses this GPU: type {self._typed} to confirm", id="plan-typed-hint")
                 yield Input(placeholder=self._typed, id="plan-typed")
             with Horizontal(id="plan-buttons"):
                 yield Button("No", id="no", variant="primary")
-                yield Button("Yes, apply", id="yes", variant="error", disabled=not self._can_apply)
+                if self._can_apply:  # a refused or empty plan only has a way out
+                    yield Button("Yes, apply", id="yes", variant="error")
 
     def on_mount(self) -> None:
         self.query_one("#no", Button).focus()  # the safe answer is the default
+        # focusing the button scrolls to the bottom: the admin reads from the title down
+        self.call_after_refresh(lambda: self.query_one("#plan").scroll_home(animate=False))
 
     def on_button_pressed(self, event: Button.Pressed) -> None:
         if event.button.id == "no":
