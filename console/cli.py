@@ -114,8 +114,32 @@ def validate_host_args(args: argparse.Namespace) -> None:
             raise UsageError(f"--root {root}: no sys/ or proc/ below it")
 
 
+HOST_VALUE_FLAGS = ("--root", "--libvirt")
+
+
+def _host_flags_last(argv: list[str]) -> list[str]:
+    """Move --demo/--root/--libvirt after everything else: argparse cannot take a subcommand's
+    optional positional (e.g. `mig 2 --demo 7g.80gb`) once a flag has come between."""
+    rest, host = [], []
+    i = 0
+    while i < len(argv):
+        a = argv[i]
+        if a == "--":
+            rest += argv[i:]
+            break
+        if a == "--demo" or any(a.startswith(f + "=") for f in HOST_VALUE_FLAGS):
+            host.append(a)
+        elif a in HOST_VALUE_FLAGS and i + 1 < len(argv):
+            host += [a, argv[i + 1]]
+            i += 1
+        else:
+            rest.append(a)
+        i += 1
+    return rest + host
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
+    argv = _host_flags_last(list(sys.argv[1:] if argv is None else argv))
     try:
         # Without a subcommand word (and without --help, which lists them) the console starts:
         # don't import every subcommand for that.

@@ -266,6 +266,7 @@ class NcclScreen(SnapshotScreen):
 
     def _run_failed(self, why: str) -> None:
         self.running = False
+        self.query_one("#nccl-progress").display = False  # an indeterminate bar would spin forever
         self._set_status(f"cannot run: {why}")
         self._buttons()
 

@@ -204,3 +204,21 @@ def test_gpu_rebound_behind_nvmls_back(demo_dir):
     c.collect()  # sees it on nvidia but not in NVML: asks NVML to re-initialise
     snap = c.collect()
     assert snap.gpu(gpu).driver == "nvidia" and snap.gpu(gpu).nvml_index is not None
+
+
+@pytest.mark.parametrize("argv,expected", [
+    (["mig", "2", "--demo", "7g.80gb"], ["mig", "2", "7g.80gb", "--demo"]),
+    (["--root", "/x", "snapshot", "--json"], ["snapshot", "--json", "--root", "/x"]),
+    (["pin", "vm", "--libvirt=test:///a", "--cpus", "1-2"], ["pin", "vm", "--cpus", "1-2", "--libvirt=test:///a"]),
+    (["nccl", "parse", "--", "--demo"], ["nccl", "parse", "--", "--demo"]),
+])
+def test_host_flags_may_stand_anywhere(argv, expected):
+    from console.cli import _host_flags_last
+
+    assert _host_flags_last(argv) == expected
+
+
+def test_layout_after_demo_flag(capsys, demo_dir):
+    rc, out, err = _run(capsys, "mig", "4", "--demo", "3g.40gb,3g.40gb")
+    assert rc in (0, 1) and err == ""
+    assert "MIG layout 3g.40gb" in out and "Nothing was changed" in out
