@@ -43,8 +43,10 @@ class MigEditor(ModalScreen):
     MigEditor { align: center middle; }
     #mig-editor { width: 90%; max-width: 100; height: auto; max-height: 90%; border: thick $accent;
                   background: $surface; padding: 0 1; }
-    #mig-profiles, #mig-edit-buttons, #mig-buttons { height: auto; }
-    #mig-profiles Button { min-width: 10; margin: 0 1 0 0; }
+    #mig-edit-buttons, #mig-buttons { height: auto; }
+    /* a grid, not a row: 7 profiles must all be reachable at 80 columns */
+    #mig-profiles { layout: grid; grid-size: 4; grid-gutter: 0 1; height: auto; }
+    #mig-profiles Button { width: 1fr; min-width: 10; }
     #mig-buttons { align: center middle; }
     #mig-buttons Button, #mig-edit-buttons Button { margin: 0 1; }
     """
