@@ -104,7 +104,12 @@ class Collector:
             from console.sources.libvirt_src import LibvirtSource
 
             self._libvirt = LibvirtSource(self.seams.libvirt_uri)
-        return self._libvirt.poll()
+        data = self._libvirt.poll()
+        model = self.seams.vm_load
+        if model is None:
+            return data
+        now = time.time()
+        return LibvirtData(tuple(replace(v, cpu_percent=model(v.name, v.state, v.vcpus, now)) for v in data.vms))
 
     def _read_load(self) -> Load:
         # A stateful reader: per-CPU load is a delta between this call and the previous one.

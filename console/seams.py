@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 from console.root import Root
 
@@ -19,6 +20,9 @@ class Seams:
     use_real_nvml: bool = True  # False: do not try NVML at all (captured tree)
     demo_dir: Path | None = None  # the demo state directory when running on the demo host
     state_dir: Path | None = None  # where audit logs and locks live for this host
+    # The demo's VM load model (name, state, vcpus, time) -> CPU %: the libvirt test driver has no
+    # real CPU time. None everywhere else: load comes from libvirt's CPU-time deltas.
+    vm_load: Callable[[str, str, int, float], float | None] | None = None
 
     @property
     def is_demo(self) -> bool:
@@ -39,10 +43,12 @@ def demo_host(state_dir: Path | None = None, libvirt_uri: str | None = None) -> 
     """Seams for the bundled simulated host (generated on first use, kept until `demo reset`)."""
     from console.demo.nvml_sim import SimulatedNvml
     from console.demo.state import ensure_demo
+    from console.demo.vm_load import demo_vm_cpu_percent
 
     host = ensure_demo(state_dir)
     root = Root(host.root)
     # The demo stands for a root session: MIG changes are allowed as they would be for root.
     lib = SimulatedNvml.from_file(host.nvml_state, root=root, privileged=True)
     return Seams(root=root, libvirt_uri=libvirt_uri or host.libvirt_uri, nvml_lib=lib,
-                 demo_dir=Path(host.root).parent, state_dir=Path(host.root).parent)
+                 demo_dir=Path(host.root).parent, state_dir=Path(host.root).parent,
+                 vm_load=demo_vm_cpu_percent)
