@@ -68,7 +68,10 @@ def plan_pin(host: Any, snap: HostSnapshot, vm_name: str, cpus: str | None = Non
     prop = propose(topo, req, held, busy_cpus(snap, topo, vm.name))
     where = (f"CPU {format_cpulist(chosen)}" if chosen is not None else
              f"NUMA node {format_cpulist(prop.nodes)}" if prop.ok else "its devices' NUMA node")
-    title = f"Pin VM {vm.name} to {where}" + (f", next to {', '.join(req.gpus)}" if req.gpus else "")
+    if chosen is not None:  # the admin's CPUs: say where they are, not where the devices are
+        title = f"Pin VM {vm.name} to {where} (chosen), on NUMA node {format_cpulist(prop.nodes) or '?'}"
+    else:
+        title = f"Pin VM {vm.name} to {where}" + (f", next to {', '.join(req.gpus)}" if req.gpus else "")
     plan = Plan(action="pin", title=title, request={"vm": vm.name, "cpus": cpus, "reserve": reserve},
                 rebuild=lambda: plan_pin(host, host.snapshot(), vm.name, cpus, reserve))
     plan.checks += _host_checks(host, snap)
@@ -162,6 +165,10 @@ def _why(snap: HostSnapshot, vm: Vm, prop: Proposal) -> str:
     nodes = format_cpulist(prop.nodes)
     now = {snap.cpu_node().get(c) for p in vm.pins for c in p.cpus} - {None}
     was = f"now on node {format_cpulist(now)}" if vm.pins else "now unpinned: the scheduler moves them anywhere"
+    devices = {g.numa_node for h in vm.hostdevs if h.gpu and (g := snap.gpu(h.gpu)) and g.numa_node is not None}
+    if devices and not set(prop.nodes) <= devices:  # --cpus elsewhere than the devices
+        return (f"vCPUs, emulator threads and memory on node {nodes} as chosen ({was}); the VM's GPUs are "
+                f"on node {format_cpulist(devices)}")
     return (f"vCPUs, emulator threads and memory on node {nodes} next to the VM's devices ({was}); "
             "a cross-node placement costs 10% or more")
 

@@ -233,7 +233,8 @@ class NodeConsoleApp(App):
         from actions.runner import Runner
 
         def progress(p) -> None:
-            self.call_from_thread(self.notify, f"[{p.index}/{p.total}] {p.phase}: {p.title}", timeout=3)
+            # brief: the steps scroll by; the outcome stays (below)
+            self.call_from_thread(self.notify, f"[{p.index}/{p.total}] {p.phase}: {p.title}", timeout=1.5)
 
         result = Runner(host).run(plan, confirm=lambda _p: True, progress=progress)
         self.action_results.append(result)

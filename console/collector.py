@@ -57,6 +57,7 @@ class Collector:
         self._libvirt = None
         self._load = None
         self._nvml_reinit_at = -1e9
+        self._names: dict[str, str] = {}
         self._lock = threading.Lock()
         # Fault injection for tests and the demo ("kill the source mid-run"): name → reason
         self.disabled: dict[str, str] = {}
@@ -143,7 +144,9 @@ class Collector:
         if sysfs is not None and nvml is not None:
             nvml = self._reconcile(sysfs, nvml)
         sources = Sources(sysfs=s_sysfs, nvml=s_nvml, libvirt=s_virt, psutil=s_load)
-        return assemble(sysfs, nvml, virt, load, sources)
+        if nvml is not None:  # remember NVML's names: a GPU keeps its name after going to vfio-pci
+            self._names.update({g.address: g.name for g in nvml.gpus if g.name})
+        return assemble(sysfs, nvml, virt, load, sources, known_names=self._names)
 
     def _reconcile(self, sysfs: SysfsData, nvml: NvmlData) -> NvmlData:
         """NVML keeps the GPU list of its last init: a GPU rebound since (by an action, or by hand)
@@ -164,7 +167,7 @@ class Collector:
 
 
 def assemble(sysfs: SysfsData | None, nvml: NvmlData | None, virt: LibvirtData | None,
-             load: Load | None, sources: Sources) -> HostSnapshot:
+             load: Load | None, sources: Sources, known_names: dict[str, str] | None = None) -> HostSnapshot:
     """Pure merge of source data into a snapshot (tested directly)."""
     pci = sysfs.pci_devices if sysfs else ()
     by_addr = {d.address: d for d in pci}
@@ -172,7 +175,7 @@ def assemble(sysfs: SysfsData | None, nvml: NvmlData | None, virt: LibvirtData |
     vgpu_instances = list(sysfs.vgpu_instances if sysfs else ())
     gpu_of = _GpuIndex(by_addr)
     vms = _map_hostdevs(vms, gpu_of, vgpu_instances)
-    gpus = _merge_gpus(pci, by_addr, gpu_of, nvml, vms, sysfs)
+    gpus = _merge_gpus(pci, by_addr, gpu_of, nvml, vms, sysfs, known_names or {})
     snap = HostSnapshot(
         schema=SCHEMA,
         taken_at=time.time(),
@@ -225,7 +228,7 @@ def _map_hostdevs(vms, gpu_of: _GpuIndex, vgpu_instances) -> tuple[Vm, ...]:
 
 
 def _merge_gpus(pci, by_addr, gpu_of: _GpuIndex, nvml: NvmlData | None, vms,
-                sysfs: SysfsData | None) -> tuple[Gpu, ...]:
+                sysfs: SysfsData | None, known_names: dict[str, str]) -> tuple[Gpu, ...]:
     nv = {g.address: g for g in (nvml.gpus if nvml else ())}
     addrs = sorted({d.address for d in pci if is_gpu(d)} | set(nv))
     users: dict[str, list[str]] = {}
@@ -263,7 +266,8 @@ def _merge_gpus(pci, by_addr, gpu_of: _GpuIndex, nvml: NvmlData | None, vms,
             if mi.vm and mi.vm not in vm_names:
                 vm_names.append(mi.vm)
         kind = _owner_kind(driver, mig, insts)
-        name = (n.name if n else "") or (dev.device_name if dev else "") or "NVIDIA GPU"
+        name = ((n.name if n else "") or known_names.get(addr) or (dev.device_name if dev else "")
+                or "NVIDIA GPU")
         gpu = Gpu(
             address=addr, name=name, uuid=n.uuid if n else None, driver=driver,
             numa_node=dev.numa_node if dev else None, owner=GpuOwner(kind, tuple(vm_names)),

@@ -165,5 +165,7 @@ def run_log(args: argparse.Namespace) -> int:
             for f in r.get("undo_failed") or []:
                 print(f"    NOT undone: {f}")
         if r.get("undo") and not r.get("undone_by") and result.startswith(("applied", "failed, undo", "in-progress")):
-            print(f"    undo: nodeconsole undo {r['id']} --apply")
+            # undoing an undo puts the change back: say so, the plain `undo` walks back instead
+            verb = "redo" if r.get("undoes") else "undo"
+            print(f"    {verb}: nodeconsole undo {r['id']} --apply")
     return 0

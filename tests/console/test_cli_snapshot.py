@@ -195,6 +195,7 @@ def test_gpu_rebound_behind_nvmls_back(demo_dir):
     snap = c.collect()
     g = snap.gpu(gpu)
     assert g.driver == "vfio-pci" and g.owner.kind == "vfio"
+    assert g.name == "NVIDIA H100 80GB HBM3"  # the name NVML gave it, not pci.ids' spelling
     assert g.nvml_error == "" and not any("GPU is lost" in p.message for p in snap.problems)
     for dev in (gpu, audio):
         kernel.write(f"sys/bus/pci/devices/{dev}/driver_override", "\n")
