@@ -151,10 +151,8 @@ def local_command(gpus: Sequence[int | str], path: str | None = None, sweep: Seq
                      "nccl-tests (github.com/NVIDIA/nccl-tests) or install torch")
 
 
-def mpirun_command(hosts: Sequence[str], gpus_per_host: int, binary: str = "all_reduce_perf",
-                   sweep: Sequence[str] | None = None, env: Mapping[str, str] | None = None,
-                   mpirun: str = "mpirun") -> list[str]:
-    """`mpirun -H a:N,b:N -np TOTAL -x NCCL_DEBUG=INFO ... all_reduce_perf -b .. -g 1`: one rank per GPU."""
+def _hosts(hosts: Sequence[str], gpus_per_host: int) -> list[str]:
+    """The validated host names of a multi-node command (ValueError saying what is wrong)."""
     if not hosts:
         raise ValueError("no host given")
     if gpus_per_host < 1:
@@ -162,6 +160,14 @@ def mpirun_command(hosts: Sequence[str], gpus_per_host: int, binary: str = "all_
     names = [validate_host(h) for h in hosts]
     if len(set(names)) != len(names):
         raise ValueError("a host is listed twice")
+    return names
+
+
+def mpirun_command(hosts: Sequence[str], gpus_per_host: int, binary: str = "all_reduce_perf",
+                   sweep: Sequence[str] | None = None, env: Mapping[str, str] | None = None,
+                   mpirun: str = "mpirun") -> list[str]:
+    """`mpirun -H a:N,b:N -np TOTAL -x NCCL_DEBUG=INFO ... all_reduce_perf -b .. -g 1`: one rank per GPU."""
+    names = _hosts(hosts, gpus_per_host)
     exports = validate_env({"NCCL_DEBUG": "INFO", **(env or {})})
     argv = [_check_program(mpirun), "-H", ",".join(f"{h}:{gpus_per_host}" for h in names),
             "-np", str(gpus_per_host * len(names)), "--bind-to", "none"]
@@ -175,13 +181,7 @@ def torchrun_commands(hosts: Sequence[str], gpus_per_host: int, sweep: Sequence[
                       script: str = str(BENCHMARK)) -> list[tuple[str, list[str]]]:
     """(host, argv) for each host: torchrun with c10d rendezvous at the first host. The benchmark
     script must exist at `script` on every host."""
-    if not hosts:
-        raise ValueError("no host given")
-    if gpus_per_host < 1:
-        raise ValueError("at least one GPU per host")
-    names = [validate_host(h) for h in hosts]
-    if len(set(names)) != len(names):
-        raise ValueError("a host is listed twice")
+    names = _hosts(hosts, gpus_per_host)
     if not 0 < port < 65536:
         raise ValueError(f"port {port} out of range")
     if not ENV_NAME.fullmatch(rdzv_id.replace("-", "_")):
