@@ -39,17 +39,6 @@ def preview_mig(result: Fit, slices: int, users: dict[int, str] | None = None) -
 class MigEditor(ModalScreen):
     """Edit one GPU's MIG layout; see the module docstring."""
 
-    DEFAULT_CSS = """
-    MigEditor { align: center middle; }
-    #mig-editor { width: 90%; max-width: 100; height: auto; max-height: 90%; border: thick $accent;
-                  background: $surface; padding: 0 1; }
-    #mig-edit-buttons, #mig-buttons { height: auto; }
-    /* a grid, not a row: 7 profiles must all be reachable at 80 columns */
-    #mig-profiles { layout: grid; grid-size: 4; grid-gutter: 0 1; height: auto; }
-    #mig-profiles Button { width: 1fr; min-width: 10; }
-    #mig-buttons { align: center middle; }
-    #mig-buttons Button, #mig-edit-buttons Button { margin: 0 1; }
-    """
     BINDINGS = [Binding("escape", "cancel", "Cancel"), Binding("backspace", "remove_last", "Remove last")]
 
     def __init__(self, seams: Any, address: str, on_changed: Callable[[], None] | None = None) -> None:

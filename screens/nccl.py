@@ -106,14 +106,6 @@ def findings_text(findings: Sequence[Finding]) -> Group:
 class NcclScreen(SnapshotScreen):
     TITLE = "NCCL"
     BINDINGS = [Binding("r", "run_check", "Run"), Binding("c", "cancel_check", "Cancel")]
-    DEFAULT_CSS = """
-    #nccl-scroll { height: 1fr; }
-    #nccl-plan, #nccl-preflight, #nccl-status, #nccl-chart, #nccl-verdict { padding: 0 1; height: auto; }
-    #nccl-controls { height: 1; padding: 0 1; }
-    #nccl-controls Button { margin-right: 1; }
-    #nccl-progress { padding-left: 1; }
-    #nccl-rows { max-height: 12; }
-    """
 
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
