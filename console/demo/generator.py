@@ -6,7 +6,6 @@ The same spec always produces byte-identical files (UUIDs and serials are derive
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
 from pathlib import Path
 
 from console.demo import sysfs_ops
@@ -23,25 +22,7 @@ __all__ = ["GeneratedHost", "generate", "demo_spec", "small_spec", "large_spec",
            "HostBridge", "PciDev", "Link", "GpuSpec", "MigInstanceSpec", "VgpuTypeSpec", "MdevSpec",
            "GpuProcessSpec", "SriovSpec", "VfSpec", "VmSpec", "HostdevSpec"]
 
-ROOT, LIBVIRT, NVML = "root", "libvirt.xml", "nvml.json"
-
-
-@dataclass(frozen=True)
-class GeneratedHost:
-    root: Path  # stands for `/`: sys/, proc/, dev/vfio
-    libvirt_uri: str  # test:///ABS/dest/libvirt.xml
-    libvirt_xml: Path
-    nvml_state: Path
-
-    @property
-    def dest(self) -> Path:
-        return self.root.parent
-
-    @classmethod
-    def at(cls, dest: str | os.PathLike[str]) -> "GeneratedHost":
-        """The host generated earlier into `dest` (nothing is checked or written)."""
-        d = Path(os.path.abspath(dest))
-        return cls(d / ROOT, f"test://{d / LIBVIRT}", d / LIBVIRT, d / NVML)
+from console.demo.host import LIBVIRT, NVML, ROOT, GeneratedHost  # noqa: E402 - re-exported
 
 
 def generate(spec: HostSpec, dest: str | os.PathLike[str]) -> GeneratedHost:

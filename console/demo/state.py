@@ -10,9 +10,7 @@ import os
 from contextlib import contextmanager
 from pathlib import Path
 
-from console.demo.generator import LIBVIRT, NVML, ROOT, GeneratedHost, generate
-from console.demo.presets import demo_spec
-from console.demo.sysfs_ops import remove_tree
+from console.demo.host import LIBVIRT, NVML, ROOT, GeneratedHost
 
 LAYOUT_VERSION = 1  # bump when the generated layout changes in a way the spec digest cannot see
 STAMP = "demo-stamp.json"
@@ -33,9 +31,22 @@ def demo_state_dir(state_dir: str | os.PathLike[str] | None = None) -> Path:
     return base / "nodeconsole" / "demo"
 
 
+# The generator's sources: the stamp digests them instead of building the demo spec, so finding an
+# existing demo host at start-up imports none of the generator (~60 ms). Any change to how the demo
+# is described or written regenerates it.
+_SOURCES = ("presets.py", "spec.py", "builders.py", "generator.py", "gen_cpu.py", "gen_pci.py",
+            "gen_libvirt.py", "gen_nvml.py", "sysfs_ops.py", "fstree.py", "sim_vgpu.py", "host.py")
+
+
 def _stamp() -> dict:
-    digest = hashlib.sha256(repr(demo_spec()).encode()).hexdigest()[:16]
-    return {"layout_version": LAYOUT_VERSION, "spec": digest}
+    h = hashlib.sha256()
+    here = Path(__file__).parent
+    for name in _SOURCES:
+        try:
+            h.update((here / name).read_bytes())
+        except OSError:
+            h.update(name.encode())
+    return {"layout_version": LAYOUT_VERSION, "spec": h.hexdigest()[:16]}
 
 
 def is_current(state_dir: str | os.PathLike[str] | None = None) -> bool:
@@ -81,6 +92,10 @@ def reset_demo(state_dir: str | os.PathLike[str] | None = None) -> GeneratedHost
 
 
 def _regenerate(d: Path) -> GeneratedHost:
+    from console.demo.generator import generate
+    from console.demo.presets import demo_spec
+    from console.demo.sysfs_ops import remove_tree
+
     # Only what the generator wrote is removed: the directory may be shared with other files (logs).
     for name in GENERATED:
         remove_tree(d / name)
