@@ -250,6 +250,13 @@ class NodeConsoleApp(App):
             self._timer.stop()
         self.poll_now()
 
+    def action_nccl(self, what: str) -> None:
+        """The NCCL screen's run/cancel, reachable from the palette; the screen binds r/c itself."""
+        if self.current_mode != "nccl":
+            self.notify("open the NCCL screen (6) first", severity="warning")
+            return
+        getattr(self.screen, f"action_{what}")()
+
     def action_help(self) -> None:
         from screens.modals.help import HelpModal
 

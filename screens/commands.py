@@ -34,6 +34,9 @@ COMMANDS: tuple[Command, ...] = (
             footer=False),
     Command("n", "pin", "Pin", "Plan NUMA-aware pinning for the selected VM (VMs screen)", "Actions"),
     Command("N", "pin_all", "Pin all", "One plan pinning every unpinned GPU VM", "Actions", footer=False),
+    Command("r", "nccl('run_check')", "Run check", "Run the NCCL check (NCCL screen)", "Actions", footer=False),
+    Command("c", "nccl('cancel_check')", "Cancel check", "Cancel a running NCCL check, killing its processes "
+            "(NCCL screen)", "Actions", footer=False),
     Command("p", "toggle_pause", "Pause", "Pause or resume the live refresh"),
     Command("t", "cycle_theme", "Theme", "Switch to the next nodeconsole theme", footer=False),
     Command("question_mark", "help", "Help", "This list of keys"),
