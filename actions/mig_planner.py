@@ -152,11 +152,6 @@ def format_layout(wanted: Iterable[Wanted], profiles: Sequence[Profile]) -> str:
     return ",".join(parts) or "none"
 
 
-def layout_of(existing: Iterable[Existing], profiles: Sequence[Profile], pinned: bool = False) -> str:
-    """The layout text of the instances a GPU has (with @START pins when `pinned`)."""
-    return format_layout([Wanted(e.profile, e.start if pinned else None) for e in existing], profiles)
-
-
 # -- fitting ------------------------------------------------------------------------------------------
 
 @dataclass

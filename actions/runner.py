@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from actions.audit import (APPLIED, FAILED, FAILED_PARTIAL, IN_PROGRESS, AuditLog, new_id, now_iso,
+from actions.audit import (AUDIT_NAME, APPLIED, FAILED, FAILED_PARTIAL, IN_PROGRESS, AuditLog, new_id, now_iso,
                            who)
 from actions.lock import LOCK_NAME, HostLock, LockHeld
 from actions.plan import Check, Plan, StepError, build_step
@@ -134,7 +134,7 @@ class ActionHost:
 
     @property
     def audit(self) -> AuditLog:
-        return AuditLog(self.state_dir / "audit.jsonl")
+        return AuditLog(self.state_dir / AUDIT_NAME)
 
     def lock(self) -> HostLock:
         return HostLock(self.state_dir / LOCK_NAME)

@@ -6,7 +6,6 @@ the UI thread never touches the host.
 """
 from __future__ import annotations
 
-import time
 from collections import deque
 from typing import Callable, Iterable
 
@@ -49,7 +48,6 @@ class NodeConsoleApp(App):
         self.paused = False
         self.note = ""
         self.polls = 0
-        self.first_frame_at: float | None = None
         self._theme_name = resolve(theme)
         self.action_results: list = []  # outcomes of guided changes made from this console
         self._timer = None
@@ -101,8 +99,6 @@ class NodeConsoleApp(App):
         for gone in set(self.vm_history) - {v.name for v in snap.vms}:
             del self.vm_history[gone]
         self.render_current()
-        if self.first_frame_at is None and snap.gpus:
-            self.first_frame_at = time.monotonic()
         self._rearm()
 
     def _rearm(self) -> None:

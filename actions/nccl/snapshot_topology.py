@@ -217,12 +217,6 @@ def local_plan(snap: HostSnapshot, gpus: Sequence[Gpu] | None = None, root: Root
     return LocalPlan(chosen, topo, why, gpu_numa(chosen), node_socket(snap), nvlink_known=nvlink is not None)
 
 
-def snapshot_topology(snap: HostSnapshot, gpus: Sequence[Gpu] | None = None, root: Root | None = None,
-                      nvlink: bool | None = None) -> Topology:
-    """Just the `Topology` of `local_plan`."""
-    return local_plan(snap, gpus, root, nvlink).topology
-
-
 def snapshot_preflight(snap: HostSnapshot, root: Root, env: Mapping[str, str], plan: LocalPlan,
                        **kwargs: object) -> PreflightReport:
     """The preflight for `plan`'s GPUs on this host, with the GPUs' usability added."""

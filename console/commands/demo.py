@@ -20,7 +20,9 @@ def run(args: argparse.Namespace) -> int:
     host = reset_demo()
     # The audit log describes changes to the host that was just thrown away: its undo records
     # would target devices and configs that no longer exist.
-    log = host.root.parent / "audit.jsonl"
+    from actions.audit import AUDIT_NAME
+
+    log = host.root.parent / AUDIT_NAME
     if log.exists():
         log.unlink()
     print(f"demo host regenerated in {host.root.parent} (audit log cleared)")

@@ -17,16 +17,6 @@ from tests.actions.test_passthrough import IDLE, IDLE_AUDIO, changed, tree_state
 REPO = Path(__file__).resolve().parents[2]
 
 
-@pytest.fixture
-def state(tmp_path, monkeypatch) -> Path:
-    d = tmp_path / "demo"
-    monkeypatch.setenv("NODECONSOLE_STATE_DIR", str(d))
-    from console.demo.state import ensure_demo
-
-    ensure_demo(d)
-    return d
-
-
 @pytest.fixture(scope="module")
 def _shared(tmp_path_factory) -> Path:
     from console.demo.state import ensure_demo

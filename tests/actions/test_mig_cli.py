@@ -20,16 +20,6 @@ UNIT = "root/etc/systemd/system/nodeconsole-mig-restore.service"
 WANTS = "root/etc/systemd/system/multi-user.target.wants/nodeconsole-mig-restore.service"
 
 
-@pytest.fixture
-def state(tmp_path, monkeypatch) -> Path:
-    d = tmp_path / "demo"
-    monkeypatch.setenv("NODECONSOLE_STATE_DIR", str(d))
-    from console.demo.state import ensure_demo
-
-    ensure_demo(d)
-    return d
-
-
 def run(capsys, *args: str, stdin: str = "") -> tuple[int, str, str]:
     old = sys.stdin
     sys.stdin = io.StringIO(stdin)

@@ -9,17 +9,10 @@ from console.app import NodeConsoleApp
 from screens.mig_editor import MigEditor, button_id
 from screens.modals.plan import PlanModal
 from screens.widgets.keyed_table import KeyedTable
+from tests.screens.helpers import wait_until
 
 IDLE = "0000:9a:00.0"  # idle on nvidia, MIG off: the plan turns MIG on (the simulated driver resets it)
 MIG = "0000:3a:00.0"  # MIG on; GI 1 (3g.40gb) is held by VM mig-infer-a's vGPU
-
-
-async def _wait(pilot, cond, tries=100):
-    for _ in range(tries):
-        await pilot.pause(0.05)
-        if cond():
-            return True
-    return False
 
 
 async def _open_editor(app, pilot, address):
@@ -27,9 +20,9 @@ async def _open_editor(app, pilot, address):
     table = app.screen.query_one("#gpu-table", KeyedTable)
     table.move_cursor(row=table.get_row_index(address))
     await pilot.press("m")
-    assert await _wait(pilot, lambda: isinstance(app.screen, MigEditor))
+    assert await wait_until(pilot, lambda: isinstance(app.screen, MigEditor))
     editor = app.screen
-    assert await _wait(pilot, lambda: editor.state is not None and editor.query(f"#{button_id('3g.40gb')}"))
+    assert await wait_until(pilot, lambda: editor.state is not None and editor.query(f"#{button_id('3g.40gb')}"))
     return editor
 
 
@@ -45,7 +38,7 @@ def _text(screen, selector) -> str:
 async def test_pick_profiles_see_plan_apply(demo_seams):
     app = NodeConsoleApp(demo_seams, interval=0.3)
     async with app.run_test(size=(110, 44)) as pilot:
-        assert await _wait(pilot, lambda: app.polls >= 1)
+        assert await wait_until(pilot, lambda: app.polls >= 1)
         editor = await _open_editor(app, pilot, IDLE)
         assert "MIG mode off" in _text(editor, "#mig-current")
         assert app.focused is editor.query_one("#mig-cancel", Button)
@@ -64,16 +57,16 @@ async def test_pick_profiles_see_plan_apply(demo_seams):
         assert not editor.query_one("#mig-plan", Button).disabled
 
         await _click(pilot, "#mig-plan")
-        assert await _wait(pilot, lambda: isinstance(app.screen, PlanModal))
+        assert await wait_until(pilot, lambda: isinstance(app.screen, PlanModal))
         modal = app.screen
         body = str(modal.query_one("#plan-body", Static).content)
         assert "Enable MIG mode on 0000:9a:00.0" in body and "-cgi 9:4 -C" in body
         assert "Verify the MIG layout" in body
         assert app.focused is modal.query_one("#no", Button)
         await pilot.click("#yes")
-        assert await _wait(pilot, lambda: bool(app.action_results), tries=200)
+        assert await wait_until(pilot, lambda: bool(app.action_results), tries=200)
         assert app.action_results[0].ok, app.action_results[0].message
-        assert await _wait(pilot, lambda: len(app.snapshot.gpu(IDLE).mig.instances) == 4, tries=100)
+        assert await wait_until(pilot, lambda: len(app.snapshot.gpu(IDLE).mig.instances) == 4, tries=100)
         got = sorted((i.profile, i.start) for i in app.snapshot.gpu(IDLE).mig.instances)
         assert got == [("1g.10gb", 2), ("1g.10gb", 3), ("2g.20gb", 0), ("3g.40gb", 4)]
         assert app.snapshot.gpu(IDLE).mig.mode == "enabled"
@@ -82,7 +75,7 @@ async def test_pick_profiles_see_plan_apply(demo_seams):
 async def test_editor_shows_why_and_cancel_changes_nothing(demo_seams):
     app = NodeConsoleApp(demo_seams, interval=0.3)
     async with app.run_test(size=(110, 44)) as pilot:
-        assert await _wait(pilot, lambda: app.polls >= 1)
+        assert await wait_until(pilot, lambda: app.polls >= 1)
         editor = await _open_editor(app, pilot, MIG)
         assert editor.layout_text() == "3g.40gb,2g.20gb,1g.10gb"  # starts from the current layout
         assert "mig-infer-a" in _text(editor, "#mig-current")
@@ -93,7 +86,7 @@ async def test_editor_shows_why_and_cancel_changes_nothing(demo_seams):
         reason = _text(editor, "#mig-preview")
         assert "4g.40gb needs 4 free memory slices starting at 0" in reason and "GI 1" in reason
         await pilot.press("escape")
-        assert await _wait(pilot, lambda: not isinstance(app.screen, MigEditor))
+        assert await wait_until(pilot, lambda: not isinstance(app.screen, MigEditor))
         await pilot.pause(0.3)
         assert app.action_results == []
         assert [i.profile for i in app.snapshot.gpu(MIG).mig.instances] == ["3g.40gb", "2g.20gb", "1g.10gb"]

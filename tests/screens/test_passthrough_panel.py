@@ -7,53 +7,46 @@ from textual.widgets import Button, Input, Static
 from console.app import NodeConsoleApp
 from screens.modals.plan import PlanModal
 from screens.widgets.keyed_table import KeyedTable
+from tests.screens.helpers import wait_until
 
 GPU = "0000:9a:00.0"  # idle on nvidia; the shut-off VM train-c has it in its config
-
-
-async def _wait(pilot, cond, tries=100):
-    for _ in range(tries):
-        await pilot.pause(0.05)
-        if cond():
-            return True
-    return False
 
 
 async def test_plan_modal_defaults_to_no_then_applies(demo_seams):
     app = NodeConsoleApp(demo_seams, interval=0.3)
     async with app.run_test(size=(100, 40)) as pilot:
-        assert await _wait(pilot, lambda: app.polls >= 1)
+        assert await wait_until(pilot, lambda: app.polls >= 1)
         await pilot.press("4")
         table = app.screen.query_one("#gpu-table", KeyedTable)
         table.move_cursor(row=table.get_row_index(GPU))
         await pilot.press("a")
-        assert await _wait(pilot, lambda: isinstance(app.screen, PlanModal))
+        assert await wait_until(pilot, lambda: isinstance(app.screen, PlanModal))
         modal = app.screen
         body = str(modal.query_one("#plan-body", Static).content)
         assert "driver_override" in body and "vfio-pci" in body and GPU in body
         assert app.focused is modal.query_one("#no", Button)
         await pilot.press("enter")  # "No"
-        assert await _wait(pilot, lambda: not isinstance(app.screen, PlanModal))
+        assert await wait_until(pilot, lambda: not isinstance(app.screen, PlanModal))
         await pilot.pause(0.5)
         assert app.snapshot.gpu(GPU).driver == "nvidia" and app.action_results == []
 
         await pilot.press("a")
-        assert await _wait(pilot, lambda: isinstance(app.screen, PlanModal))
+        assert await wait_until(pilot, lambda: isinstance(app.screen, PlanModal))
         assert not app.screen.query("#plan-typed")  # only a shut-off VM's config names it: a note
         await pilot.click("#yes")
-        assert await _wait(pilot, lambda: bool(app.action_results), tries=200)
+        assert await wait_until(pilot, lambda: bool(app.action_results), tries=200)
         assert app.action_results[0].ok, app.action_results[0].message
-        assert await _wait(pilot, lambda: app.snapshot.gpu(GPU).driver == "vfio-pci", tries=100)
+        assert await wait_until(pilot, lambda: app.snapshot.gpu(GPU).driver == "vfio-pci", tries=100)
         assert app.snapshot.gpu(GPU).owner.kind == "vfio"
 
         # Release takes the GPU out of train-c's config: the address must be typed first.
         await pilot.press("R")
-        assert await _wait(pilot, lambda: isinstance(app.screen, PlanModal))
+        assert await wait_until(pilot, lambda: isinstance(app.screen, PlanModal))
         await pilot.click("#yes")
         await pilot.pause(0.3)
         assert isinstance(app.screen, PlanModal) and len(app.action_results) == 1
         app.screen.query_one("#plan-typed", Input).value = GPU
         await pilot.click("#yes")
-        assert await _wait(pilot, lambda: len(app.action_results) == 2, tries=200)
+        assert await wait_until(pilot, lambda: len(app.action_results) == 2, tries=200)
         assert app.action_results[1].ok, app.action_results[1].message
-        assert await _wait(pilot, lambda: app.snapshot.gpu(GPU).driver == "nvidia", tries=100)
+        assert await wait_until(pilot, lambda: app.snapshot.gpu(GPU).driver == "nvidia", tries=100)

@@ -9,14 +9,7 @@ from console.app import NodeConsoleApp
 from console.checks import vm_alignment
 from screens.modals.plan import PlanModal
 from screens.widgets.keyed_table import KeyedTable
-
-
-async def _wait(pilot, cond, tries=100):
-    for _ in range(tries):
-        await pilot.pause(0.05)
-        if cond():
-            return True
-    return False
+from tests.screens.helpers import wait_until
 
 
 def _text(app, selector: str) -> str:
@@ -26,14 +19,14 @@ def _text(app, selector: str) -> str:
 async def test_pin_train_b_from_the_vms_screen(demo_seams):
     app = NodeConsoleApp(demo_seams, interval=0.3)
     async with app.run_test(size=(110, 50)) as pilot:
-        assert await _wait(pilot, lambda: app.polls >= 1)
+        assert await wait_until(pilot, lambda: app.polls >= 1)
         await pilot.press("5")
-        assert await _wait(pilot, lambda: bool(app.screen.query("#vm-rebalance")))
+        assert await wait_until(pilot, lambda: bool(app.screen.query("#vm-rebalance")))
         assert "train-b  CPU 10-13,34-37,74-77,98-101 on node 0-1  ✖ GPU on node 1" in _text(app, "#vm-rebalance")
         table = app.screen.query_one("#vm-table", KeyedTable)
         table.move_cursor(row=table.get_row_index("train-b"))
         await pilot.press("n")
-        assert await _wait(pilot, lambda: isinstance(app.screen, PlanModal))
+        assert await wait_until(pilot, lambda: isinstance(app.screen, PlanModal))
         modal = app.screen
         assert "Pin VM train-b to NUMA node 1" in str(modal.query_one("#plan-title", Static).content)
         body = str(modal.query_one("#plan-body", Static).content)
@@ -42,43 +35,43 @@ async def test_pin_train_b_from_the_vms_screen(demo_seams):
         assert "interleave on node 0-1 →  strict on node 1" in body
         assert app.focused is modal.query_one("#no", Button)
         await pilot.press("enter")  # "No" changes nothing
-        assert await _wait(pilot, lambda: not isinstance(app.screen, PlanModal))
+        assert await wait_until(pilot, lambda: not isinstance(app.screen, PlanModal))
         await pilot.pause(0.4)
         assert app.action_results == [] and vm_alignment(app.snapshot, app.snapshot.vm("train-b")) == "cross-numa"
 
         await pilot.press("n")
-        assert await _wait(pilot, lambda: isinstance(app.screen, PlanModal))
+        assert await wait_until(pilot, lambda: isinstance(app.screen, PlanModal))
         await pilot.press("tab")  # from "No" to "Yes", as an admin would (scrolls it into view)
         assert app.focused.id == "yes"
         await pilot.press("enter")
-        assert await _wait(pilot, lambda: bool(app.action_results), tries=200)
+        assert await wait_until(pilot, lambda: bool(app.action_results), tries=200)
         assert app.action_results[0].ok, app.action_results[0].message
-        assert await _wait(pilot, lambda: vm_alignment(app.snapshot, app.snapshot.vm("train-b")) == "aligned")
+        assert await wait_until(pilot, lambda: vm_alignment(app.snapshot, app.snapshot.vm("train-b")) == "aligned")
         vm = app.snapshot.vm("train-b")
         assert vm.emulator_pins == (32, 96) and (vm.numa_mode, vm.numa_nodeset) == ("strict", (1,))
-        assert await _wait(pilot, lambda: "train-b  CPU 34-41,98-105 on node 1  ok" in _text(app, "#vm-rebalance"))
+        assert await wait_until(pilot, lambda: "train-b  CPU 34-41,98-105 on node 1  ok" in _text(app, "#vm-rebalance"))
 
 
 async def test_pin_all_plans_every_unpinned_gpu_vm(demo_seams):
     app = NodeConsoleApp(demo_seams, interval=0.3)
     async with app.run_test(size=(110, 50)) as pilot:
-        assert await _wait(pilot, lambda: app.polls >= 1)
+        assert await wait_until(pilot, lambda: app.polls >= 1)
         await pilot.press("5")
         await pilot.press("N")
-        assert await _wait(pilot, lambda: isinstance(app.screen, PlanModal))
+        assert await wait_until(pilot, lambda: isinstance(app.screen, PlanModal))
         assert "Pin every unpinned GPU VM" in str(app.screen.query_one("#plan-title", Static).content)
         body = str(app.screen.query_one("#plan-body", Static).content)
         assert "Pin VM vgpu-desk-2" in body
         assert "any CPU   →  24 (node 0)" in body
         await pilot.press("escape")
-        assert await _wait(pilot, lambda: not isinstance(app.screen, PlanModal))
+        assert await wait_until(pilot, lambda: not isinstance(app.screen, PlanModal))
         assert app.action_results == []
 
 
 async def test_pin_needs_the_vms_screen(demo_seams):
     app = NodeConsoleApp(demo_seams, interval=0.3)
     async with app.run_test(size=(110, 50)) as pilot:
-        assert await _wait(pilot, lambda: app.polls >= 1)
+        assert await wait_until(pilot, lambda: app.polls >= 1)
         await pilot.press("4")
         await pilot.press("n")
         await pilot.pause(0.3)
