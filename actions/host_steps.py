@@ -12,9 +12,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from actions.plan import Op, Step, StepError, step_kind
-from console.pciaddr import parse_pci_address
-from console.root import Root
+from nodeconsole.actions.plan import Op, Step, StepError, step_kind
+from nodeconsole.console.pciaddr import parse_pci_address
+from nodeconsole.console.root import Root
 
 MODPROBE_FILE = "etc/modprobe.d/nodeconsole-vfio.conf"
 DRIVERCTL_DIR = "etc/driverctl.d"

@@ -18,9 +18,9 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 from typing import Any, Callable
 
-from actions.plan import Op, Step, StepError, step_kind
-from console.libvirt_xml import add_pci_hostdev, parse_domain, remove_pci_hostdev
-from console.pciaddr import parse_pci_address
+from nodeconsole.actions.plan import Op, Step, StepError, step_kind
+from nodeconsole.console.libvirt_xml import add_pci_hostdev, parse_domain, remove_pci_hostdev
+from nodeconsole.console.pciaddr import parse_pci_address
 
 _ERR_NO_SUPPORT = 3  # libvirt.VIR_ERR_NO_SUPPORT: the driver lacks the call (test driver: attach)
 _ERR_NO_DOMAIN = 42

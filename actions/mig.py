@@ -13,12 +13,12 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
-from actions.mig_planner import Fit, LayoutError, Wanted, fit, format_layout, parse_layout, slices_text
-from actions.mig_steps import MigState, read_mig_state
-from actions.passthrough import HOLDER_DAEMONS, _daemons, _device_users, resolve_gpu
-from actions.plan import Check, Op, Plan, RequestError, StepError, build_step
-from actions.vgpu import _vf_held
-from console.model import Gpu, HostSnapshot
+from nodeconsole.actions.mig_planner import Fit, LayoutError, Wanted, fit, format_layout, parse_layout, slices_text
+from nodeconsole.actions.mig_steps import MigState, read_mig_state
+from nodeconsole.actions.passthrough import HOLDER_DAEMONS, _daemons, _device_users, resolve_gpu
+from nodeconsole.actions.plan import Check, Op, Plan, RequestError, StepError, build_step
+from nodeconsole.actions.vgpu import _vf_held
+from nodeconsole.console.model import Gpu, HostSnapshot
 
 SAVE_HINT = "GPU instances do not survive a reboot: `nodeconsole mig save` re-creates the layouts at boot"
 

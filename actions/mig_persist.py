@@ -12,11 +12,11 @@ import shutil
 import sys
 from typing import Any
 
-from actions.host_steps import read_raw
-from actions.mig import _label, mig_state_for, pinned, plan_mig
-from actions.mig_planner import format_layout
-from actions.plan import Check, Op, Plan, RequestError, Step, StepError, build_step, step_kind
-from console.model import HostSnapshot
+from nodeconsole.actions.host_steps import read_raw
+from nodeconsole.actions.mig import _label, mig_state_for, pinned, plan_mig
+from nodeconsole.actions.mig_planner import format_layout
+from nodeconsole.actions.plan import Check, Op, Plan, RequestError, Step, StepError, build_step, step_kind
+from nodeconsole.console.model import HostSnapshot
 
 LAYOUT_FILE = "etc/nodeconsole/mig-layout.json"
 UNIT_NAME = "nodeconsole-mig-restore.service"

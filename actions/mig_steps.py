@@ -21,11 +21,11 @@ from typing import Any, Iterator
 
 import pynvml
 
-from actions.mig_planner import CiSpec, Existing, Profile, slices_text
-from actions.plan import Op, Step, StepError, step_kind
-from console import nvml_mig
-from console.demo.mig_profiles import table_for_pci_device_id
-from console.pciaddr import parse_pci_address
+from nodeconsole.actions.mig_planner import CiSpec, Existing, Profile, slices_text
+from nodeconsole.actions.plan import Op, Step, StepError, step_kind
+from nodeconsole.console import nvml_mig
+from nodeconsole.console.demo.mig_profiles import table_for_pci_device_id
+from nodeconsole.console.pciaddr import parse_pci_address
 
 _NA_U32 = 0xFFFFFFFF
 

@@ -12,12 +12,12 @@ import os
 import re
 from typing import Any
 
-from actions.host_steps import (MODPROBE_FILE, driverctl_state, modprobe_ids, pci_state, read_raw,
+from nodeconsole.actions.host_steps import (MODPROBE_FILE, driverctl_state, modprobe_ids, pci_state, read_raw,
                                 render_modprobe)
-from actions.plan import Check, Plan, RequestError, Step, build_step
-from console.iommu import EXEMPT_DRIVERS, blocker_reasons, slot_of
-from console.model import Gpu, HostSnapshot, PciDevice
-from console.pciaddr import parse_pci_address
+from nodeconsole.actions.plan import Check, Plan, RequestError, Step, build_step
+from nodeconsole.console.iommu import EXEMPT_DRIVERS, blocker_reasons, slot_of
+from nodeconsole.console.model import Gpu, HostSnapshot, PciDevice
+from nodeconsole.console.pciaddr import parse_pci_address
 
 VFIO = "vfio-pci"
 STUB_DRIVERS = ("vfio-pci", "pci-stub")

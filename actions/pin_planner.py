@@ -19,8 +19,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from console.cpulist import format_cpulist, parse_cpulist
-from console.model import HostSnapshot, Vm
+from nodeconsole.console.cpulist import format_cpulist, parse_cpulist
+from nodeconsole.console.model import HostSnapshot, Vm
 
 INACTIVE = ("shut off", "crashed")  # VMs without running threads: their pins take no CPU time
 CORE_SHARE_WARN = 0.70  # more than this share of a node's physical cores for one VM: warn

@@ -26,10 +26,10 @@ import xml.etree.ElementTree as ET
 from dataclasses import dataclass
 from typing import Any
 
-from actions.libvirt_edit import DomainConfig, DomainConfigError, LibvirtDomainConfig
-from actions.plan import Op, Step, StepError, step_kind
-from console.cpulist import format_cpulist
-from console.libvirt_xml import parse_domain, parse_libvirt_set, set_emulator_pins, set_numatune, set_vcpu_pins
+from nodeconsole.actions.libvirt_edit import DomainConfig, DomainConfigError, LibvirtDomainConfig
+from nodeconsole.actions.plan import Op, Step, StepError, step_kind
+from nodeconsole.console.cpulist import format_cpulist
+from nodeconsole.console.libvirt_xml import parse_domain, parse_libvirt_set, set_emulator_pins, set_numatune, set_vcpu_pins
 
 _AFFECT_LIVE = 1  # libvirt.VIR_DOMAIN_AFFECT_LIVE
 _NUMA_MODES = {"strict": 0, "preferred": 1, "interleave": 2, "restrictive": 3}

@@ -9,14 +9,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from actions.libvirt_edit import DomainConfigError, NodeFileDomainConfig
-from actions.pin_planner import (INACTIVE, Proposal, Topology, busy_cpus, default_reserve, parse_cpu_choice,
+from nodeconsole.actions.libvirt_edit import DomainConfigError, NodeFileDomainConfig
+from nodeconsole.actions.pin_planner import (INACTIVE, Proposal, Topology, busy_cpus, default_reserve, parse_cpu_choice,
                                  propose, request_for, topology_of)
-from actions.pin_steps import PinState, read_state, scopes
-from actions.plan import Check, Plan, RequestError, StepError, build_step
-from console.checks import vm_alignment
-from console.cpulist import format_cpulist
-from console.model import HostSnapshot, Vm
+from nodeconsole.actions.pin_steps import PinState, read_state, scopes
+from nodeconsole.actions.plan import Check, Plan, RequestError, StepError, build_step
+from nodeconsole.console.checks import vm_alignment
+from nodeconsole.console.cpulist import format_cpulist
+from nodeconsole.console.model import HostSnapshot, Vm
 
 STRICT = "strict"
 

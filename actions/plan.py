@@ -18,8 +18,8 @@ from typing import Any, Callable
 Op = dict[str, Any]
 
 # Modules that define step kinds; imported before an undo plan is rebuilt from the audit log.
-KIND_MODULES = ("actions.host_steps", "actions.libvirt_edit", "actions.mig_steps", "actions.mig_persist",
-                "actions.vgpu", "actions.pin_steps")
+KIND_MODULES = ("nodeconsole.actions.host_steps", "nodeconsole.actions.libvirt_edit", "nodeconsole.actions.mig_steps", "nodeconsole.actions.mig_persist",
+                "nodeconsole.actions.vgpu", "nodeconsole.actions.pin_steps")
 
 
 class RequestError(ValueError):

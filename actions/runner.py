@@ -12,12 +12,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from actions.audit import (AUDIT_NAME, APPLIED, FAILED, FAILED_PARTIAL, IN_PROGRESS, AuditLog, new_id, now_iso,
+from nodeconsole.actions.audit import (AUDIT_NAME, APPLIED, FAILED, FAILED_PARTIAL, IN_PROGRESS, AuditLog, new_id, now_iso,
                            who)
-from actions.lock import LOCK_NAME, HostLock, LockHeld
-from actions.plan import Check, Plan, StepError, build_step
-from console.root import Root
-from console.seams import Seams
+from nodeconsole.actions.lock import LOCK_NAME, HostLock, LockHeld
+from nodeconsole.actions.plan import Check, Plan, StepError, build_step
+from nodeconsole.console.root import Root
+from nodeconsole.console.seams import Seams
 
 # results of a run
 DONE = "applied"
@@ -68,7 +68,7 @@ class DemoCommands(NoCommands):
         return "driverctl (demo)" if name == "driverctl" else None
 
     def run(self, argv: list[str]) -> tuple[int, str]:
-        from console.pciaddr import parse_pci_address
+        from nodeconsole.console.pciaddr import parse_pci_address
 
         if len(argv) < 3 or argv[0] != "driverctl" or argv[1] not in ("set-override", "unset-override"):
             return 127, f"{argv[0]}: not available on the demo host"
@@ -111,15 +111,15 @@ class ActionHost:
     def from_seams(cls, seams: Seams, on_changed: Callable[[], None] | None = None) -> "ActionHost":
         """The real host (needs root), a captured tree (read-only) or the demo host (simulated kernel,
         node-file libvirt config, no root needed, audit log and lock in its state directory)."""
-        from actions.libvirt_edit import domain_config_for
+        from nodeconsole.actions.libvirt_edit import domain_config_for
 
         if seams.is_demo:
-            from console.demo.kernel import SimulatedKernel
+            from nodeconsole.console.demo.kernel import SimulatedKernel
 
             return cls(seams=seams, kernel=SimulatedKernel(seams.root), domains=domain_config_for(seams),
                        state_dir=Path(seams.state_dir or seams.demo_dir), commands=DemoCommands(seams.root),
                        is_root=lambda: True, on_changed=on_changed)
-        from console.demo.kernel import Kernel
+        from nodeconsole.console.demo.kernel import Kernel
 
         captured = os.path.abspath(seams.root.path) != "/"
         state = seams.state_dir or (seams.root.p("var/log/nodeconsole") if captured else Path(DEFAULT_STATE))
@@ -142,7 +142,7 @@ class ActionHost:
     def snapshot(self):
         """A fresh read of the host. A new collector every time: plans must not see cached facts, and
         libvirt's test driver (the demo) only re-reads its node file when a connection is opened."""
-        from console.collector import Collector
+        from nodeconsole.console.collector import Collector
 
         collector = Collector(self.seams)
         try:
@@ -350,7 +350,7 @@ def _err(e: BaseException) -> str:
 def plan_undo(host: ActionHost, record_id: str | None = None) -> Plan:
     """The plan that rolls back audit record `record_id` (the latest undoable change when None).
     Raises RequestError when there is no such record."""
-    from actions.plan import RequestError
+    from nodeconsole.actions.plan import RequestError
 
     log = host.audit
     try:

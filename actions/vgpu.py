@@ -16,12 +16,12 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
-from actions.libvirt_edit import DomainConfigError
-from actions.passthrough import resolve_gpu
-from actions.plan import Check, Op, Plan, RequestError, Step, StepError, build_step, step_kind
-from console.libvirt_xml import add_mdev_hostdev, parse_domain, remove_mdev_hostdev
-from console.model import Gpu, HostSnapshot
-from console.pciaddr import parse_pci_address
+from nodeconsole.actions.libvirt_edit import DomainConfigError
+from nodeconsole.actions.passthrough import resolve_gpu
+from nodeconsole.actions.plan import Check, Op, Plan, RequestError, Step, StepError, build_step, step_kind
+from nodeconsole.console.libvirt_xml import add_mdev_hostdev, parse_domain, remove_mdev_hostdev
+from nodeconsole.console.model import Gpu, HostSnapshot
+from nodeconsole.console.pciaddr import parse_pci_address
 
 _MIG_TYPE = re.compile(r"-(\d+)-(\d+)[A-Z]$")
 _UUID = re.compile(r"^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$")

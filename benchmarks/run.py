@@ -28,12 +28,12 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from console.collector import Collector  # noqa: E402
-from console.demo.generator import generate  # noqa: E402
-from console.demo.nvml_sim import SimulatedNvml  # noqa: E402
-from console.demo.presets import demo_spec, large_spec, small_spec  # noqa: E402
-from console.root import Root  # noqa: E402
-from console.seams import Seams  # noqa: E402
+from nodeconsole.console.collector import Collector  # noqa: E402
+from nodeconsole.console.demo.generator import generate  # noqa: E402
+from nodeconsole.console.demo.nvml_sim import SimulatedNvml  # noqa: E402
+from nodeconsole.console.demo.presets import demo_spec, large_spec, small_spec  # noqa: E402
+from nodeconsole.console.root import Root  # noqa: E402
+from nodeconsole.console.seams import Seams  # noqa: E402
 
 
 def seams_for(spec, dest: Path) -> Seams:
@@ -135,16 +135,16 @@ def first_frame_table(state: Path, runs: int) -> None:
     bare_file = state / "bare_app.py"
     bare_file.write_text(BARE_APP)
     # generate the demo once so that launches measure start-up, not generation
-    subprocess.run([py, "-m", "console.cli", "snapshot", "--demo"], cwd=REPO, capture_output=True,
+    subprocess.run([py, "-m", "nodeconsole.console.cli", "snapshot", "--demo"], cwd=REPO, capture_output=True,
                    env={**os.environ, "NODECONSOLE_STATE_DIR": str(state / "demo")})
-    from console.demo.state import ensure_demo
+    from nodeconsole.console.demo.state import ensure_demo
 
     addrs = [g["address"] for g in __import__("json").loads(
         Path(ensure_demo(state / "demo").nvml_state).read_text())["gpus"]]
     bare, console = [], []
     for _ in range(runs):
         bare.append(first_frame(f"{py} {bare_file}", ["BARE-READY"]))
-        console.append(first_frame(f"cd {REPO} && NODECONSOLE_STATE_DIR={state / 'demo'} {py} -m console.cli --demo",
+        console.append(first_frame(f"cd {REPO} && NODECONSOLE_STATE_DIR={state / 'demo'} {py} -m nodeconsole.console.cli --demo",
                                    addrs))
     b, c = statistics.median(bare), statistics.median(console)
     print("\n## First frame in a real terminal (tmux 120x40, median of %d launches)" % runs)
@@ -172,7 +172,7 @@ def cpu_table(state: Path, window: float) -> None:
     tmp = Path(tempfile.mkdtemp(prefix="nclarge-"))
     large = generate(large_spec(), tmp / "large")
     runs = {
-        "nodeconsole --demo": f"cd {REPO} && NODECONSOLE_STATE_DIR={state / 'demo'} {py} -m console.cli --demo --interval 1",
+        "nodeconsole --demo": f"cd {REPO} && NODECONSOLE_STATE_DIR={state / 'demo'} {py} -m nodeconsole.console.cli --demo --interval 1",
         "nodeconsole large host": (f"cd {REPO} && {py} -m benchmarks.large_console {large.dest}"),
         "htop -d 10": "htop -d 10",
     }

@@ -1,7 +1,7 @@
-"""`python -m console` runs the nodeconsole command."""
+"""`python -m nodeconsole.console` runs the nodeconsole command."""
 import sys
 
 if __name__ == "__main__":
-    from console.cli import main
+    from nodeconsole.console.cli import main
 
     sys.exit(main())

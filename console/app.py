@@ -13,16 +13,16 @@ from textual import work
 from textual.app import App, SystemCommand
 from textual.screen import Screen
 
-from console.collector import Collector
-from console.model import HostSnapshot
-from console.seams import Seams
-from screens.commands import COMMANDS, bindings
-from screens.gpus import GpusScreen
-from screens.iommu import IommuScreen
-from screens.overview import OverviewScreen
-from screens.topology import TopologyScreen
-from screens.vms import VmsScreen
-from themes import CSS_PATH, NAMES, THEMES, resolve
+from nodeconsole.console.collector import Collector
+from nodeconsole.console.model import HostSnapshot
+from nodeconsole.console.seams import Seams
+from nodeconsole.screens.commands import COMMANDS, bindings
+from nodeconsole.screens.gpus import GpusScreen
+from nodeconsole.screens.iommu import IommuScreen
+from nodeconsole.screens.overview import OverviewScreen
+from nodeconsole.screens.topology import TopologyScreen
+from nodeconsole.screens.vms import VmsScreen
+from nodeconsole.themes import CSS_PATH, NAMES, THEMES, resolve
 
 HISTORY = 30  # samples of VM CPU % kept for the sparklines
 
@@ -165,8 +165,8 @@ class NodeConsoleApp(App):
         addr = self._selected_gpu()
         if not addr:
             return
-        from actions.plan import needs_typed_confirmation
-        from screens.mig_editor import MigEditor
+        from nodeconsole.actions.plan import needs_typed_confirmation
+        from nodeconsole.screens.mig_editor import MigEditor
 
         def chosen(result) -> None:
             if result is not None:
@@ -185,12 +185,12 @@ class NodeConsoleApp(App):
     def action_pin(self) -> None:
         name = self._selected_vm()
         if name:
-            from actions.pinning import plan_pin
+            from nodeconsole.actions.pinning import plan_pin
 
             self._plan_worker("pin", name, plan_pin)
 
     def action_pin_all(self) -> None:
-        from actions.pinning import plan_pin_all
+        from nodeconsole.actions.pinning import plan_pin_all
 
         self._plan_worker("pin all", "", lambda host, snap, _subject: plan_pin_all(host, snap))
 
@@ -198,9 +198,9 @@ class NodeConsoleApp(App):
     def _plan_worker(self, kind: str, address: str, build: Callable | None = None) -> None:
         """Build the plan off the UI thread (it re-reads the host), then ask on the UI thread.
         `build(host, snapshot, subject)` makes the plan; without it, passthrough or release."""
-        from actions.passthrough import plan_passthrough, plan_release
-        from actions.plan import RequestError, needs_typed_confirmation
-        from actions.runner import ActionHost
+        from nodeconsole.actions.passthrough import plan_passthrough, plan_release
+        from nodeconsole.actions.plan import RequestError, needs_typed_confirmation
+        from nodeconsole.actions.runner import ActionHost
 
         try:
             host = ActionHost.from_seams(self.seams, on_changed=self.collector.invalidate)
@@ -213,7 +213,7 @@ class NodeConsoleApp(App):
         self.call_from_thread(self._ask, host, plan, typed)
 
     def _ask(self, host, plan, typed) -> None:
-        from screens.modals.plan import PlanModal
+        from nodeconsole.screens.modals.plan import PlanModal
 
         can_apply = plan.ok and not plan.empty
         title = plan.title + ("" if can_apply else ("  (refused)" if not plan.ok else "  (nothing to do)"))
@@ -226,7 +226,7 @@ class NodeConsoleApp(App):
 
     @work(thread=True, exclusive=True, group="action", exit_on_error=False)
     def _apply_worker(self, host, plan) -> None:
-        from actions.runner import Runner
+        from nodeconsole.actions.runner import Runner
 
         def progress(p) -> None:
             # brief: the steps scroll by; the outcome stays (below)
@@ -254,7 +254,7 @@ class NodeConsoleApp(App):
         getattr(self.screen, f"action_{what}")()
 
     def action_help(self) -> None:
-        from screens.modals.help import HelpModal
+        from nodeconsole.screens.modals.help import HelpModal
 
         self.push_screen(HelpModal())
 
@@ -274,13 +274,13 @@ class NodeConsoleApp(App):
 
 def _nccl_screen():
     # imported on first use: the NCCL checks are not needed for the first frame
-    from screens.nccl import NcclScreen
+    from nodeconsole.screens.nccl import NcclScreen
 
     return NcclScreen()
 
 
 def run_app(seams: "Seams | Callable[[], Seams]", interval: float = 1.0, theme: str | None = None) -> int:
-    from console.cli import UsageError
+    from nodeconsole.console.cli import UsageError
 
     try:
         resolve(theme)

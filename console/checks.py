@@ -4,9 +4,9 @@ Ordered by severity; each says what is wrong and, where we know, how to fix it.
 """
 from __future__ import annotations
 
-from console.cpulist import format_cpulist
-from console.iommu import blocker_reasons, slot_of
-from console.model import NA, HostSnapshot, Problem, Vm
+from nodeconsole.console.cpulist import format_cpulist
+from nodeconsole.console.iommu import blocker_reasons, slot_of
+from nodeconsole.console.model import NA, HostSnapshot, Problem, Vm
 
 _RANK = {"error": 0, "warning": 1, "info": 2}
 

@@ -7,7 +7,7 @@ import argparse
 import sys
 from typing import Callable, Sequence
 
-from console import __version__
+from nodeconsole.console import __version__
 
 EXIT_USAGE = 2
 
@@ -70,10 +70,10 @@ def build_parser(load: bool = True) -> argparse.ArgumentParser:
 
 def _load_subcommands() -> None:
     # Each module registers its subcommands on import.
-    import console.commands.snapshot  # noqa: F401
-    import console.commands.demo  # noqa: F401
-    for optional in ("console.commands.actions", "console.commands.nccl", "console.commands.pin",
-                     "console.commands.mig", "console.commands.vgpu"):
+    import nodeconsole.console.commands.snapshot  # noqa: F401
+    import nodeconsole.console.commands.demo  # noqa: F401
+    for optional in ("nodeconsole.console.commands.actions", "nodeconsole.console.commands.nccl", "nodeconsole.console.commands.pin",
+                     "nodeconsole.console.commands.mig", "nodeconsole.console.commands.vgpu"):
         try:
             __import__(optional)
         except ModuleNotFoundError as e:
@@ -83,7 +83,7 @@ def _load_subcommands() -> None:
 
 def seams_from_args(args: argparse.Namespace):
     """Turn --demo/--root/--libvirt into Seams (validated: bad input is a UsageError)."""
-    from console.seams import demo_host, real_host
+    from nodeconsole.console.seams import demo_host, real_host
 
     validate_host_args(args)
     uri = getattr(args, "libvirt", None)
@@ -162,7 +162,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _run_console(args: argparse.Namespace) -> int:
     validate_host_args(args)  # usage errors before the screen opens
-    from console.app import run_app  # Textual is imported only here
+    from nodeconsole.console.app import run_app  # Textual is imported only here
 
     # Preparing the host (the demo's generation check, opening sources) happens in the first poll,
     # overlapping Textual's start-up.
@@ -171,6 +171,6 @@ def _run_console(args: argparse.Namespace) -> int:
 
 if __name__ == "__main__":
     # `python -m console.cli`: run the registered copy of this module, not __main__'s
-    from console.cli import main as _main
+    from nodeconsole.console.cli import main as _main
 
     sys.exit(_main())

@@ -12,10 +12,10 @@ import threading
 import time
 from dataclasses import replace
 
-from console.model import (SCHEMA, metric_names, Gpu, GpuOwner, HostInfo, HostSnapshot, Iommu, Load, Mig,
+from nodeconsole.console.model import (SCHEMA, metric_names, Gpu, GpuOwner, HostInfo, HostSnapshot, Iommu, Load, Mig,
                            MigInstance, PciDevice, Sources, Vgpu, VgpuInstance, Vm)
-from console.seams import Seams
-from console.sources.types import LibvirtData, NvmlData, NvmlGpu, SourceError, SysfsData
+from nodeconsole.console.seams import Seams
+from nodeconsole.console.sources.types import LibvirtData, NvmlData, NvmlGpu, SourceError, SysfsData
 
 NVIDIA = 0x10DE
 PENDING = "pending"  # a source not read yet (only in the console's very first, sysfs-only frame)
@@ -83,9 +83,9 @@ class Collector:
     def _read_sysfs(self) -> SysfsData:
         now = time.monotonic()
         if self._sysfs is None or now - self._sysfs_at > self.sysfs_ttl:
-            from console.sources.sysfs import read_sysfs
+            from nodeconsole.console.sources.sysfs import read_sysfs
 
-            self._sysfs = read_sysfs(self.seams.root)
+            self._sysfs = read_sysfs(self.seams.root, self.seams.pci_ids)
             self._sysfs_at = now
         return self._sysfs
 
@@ -93,7 +93,7 @@ class Collector:
         if not self.seams.use_real_nvml and self.seams.nvml_lib is None:
             raise SourceError("not read for a captured tree")
         if self._nvml is None:
-            from console.sources.nvml import NvmlSource
+            from nodeconsole.console.sources.nvml import NvmlSource
 
             self._nvml = NvmlSource(self.seams.nvml_lib)
         return self._nvml.read()
@@ -102,7 +102,7 @@ class Collector:
         if self.seams.libvirt_uri is None:
             raise SourceError("no libvirt URI for a captured tree (use --libvirt URI)")
         if self._libvirt is None:
-            from console.sources.libvirt_src import LibvirtSource
+            from nodeconsole.console.sources.libvirt_src import LibvirtSource
 
             self._libvirt = LibvirtSource(self.seams.libvirt_uri)
         data = self._libvirt.poll()
@@ -115,7 +115,7 @@ class Collector:
     def _read_load(self) -> Load:
         # A stateful reader: per-CPU load is a delta between this call and the previous one.
         if self._load is None:
-            from console.sources.load import LoadReader
+            from nodeconsole.console.sources.load import LoadReader
 
             self._load = LoadReader()
         return self._load.read()
@@ -190,7 +190,7 @@ def assemble(sysfs: SysfsData | None, nvml: NvmlData | None, virt: LibvirtData |
         sources=sources,
         nvml_driver_version=nvml.driver_version if nvml else None,
     )
-    from console.checks import find_problems
+    from nodeconsole.console.checks import find_problems
 
     return replace(snap, problems=find_problems(snap))
 

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
-from console.model import Iommu, IommuGroup, PciDevice
-from console.pciaddr import is_pci_address, parse_pci_address
-from console.root import Root
+from nodeconsole.console.model import Iommu, IommuGroup, PciDevice
+from nodeconsole.console.pciaddr import is_pci_address, parse_pci_address
+from nodeconsole.console.root import Root
 
 VFIO_DRIVERS = frozenset({"vfio-pci", "pci-stub"})
 # Drivers vfio tolerates in a group: PCIe port services stay bound to bridges.

@@ -11,9 +11,9 @@ import xml.etree.ElementTree as ET
 from dataclasses import dataclass
 from typing import Iterable, Mapping
 
-from console.cpulist import format_cpulist, parse_cpulist
-from console.model import Hostdev, VcpuPin
-from console.pciaddr import format_pci_address, parse_pci_address
+from nodeconsole.console.cpulist import format_cpulist, parse_cpulist
+from nodeconsole.console.model import Hostdev, VcpuPin
+from nodeconsole.console.pciaddr import format_pci_address, parse_pci_address
 
 NUMA_MODES = ("strict", "preferred", "interleave", "restrictive")
 

@@ -14,7 +14,7 @@ from typing import Any
 
 import pynvml
 
-from console.demo.mig_profiles import table_for_pci_device_id
+from nodeconsole.console.demo.mig_profiles import table_for_pci_device_id
 
 Placement = tuple[int, int]  # (start, size)
 

@@ -13,6 +13,16 @@ from pathlib import Path
 
 DEFAULT_PATHS = ("/usr/share/misc/pci.ids", "/usr/share/hwdata/pci.ids", "/usr/share/pci.ids",
                  "/usr/local/share/pci.ids")
+# Overrides the search: a colon-separated list of files to try; set but empty means the built-in table.
+ENV = "NODECONSOLE_PCI_IDS"
+
+
+def configured_paths() -> tuple[str, ...]:
+    """The files the process-wide database is read from: $NODECONSOLE_PCI_IDS, else DEFAULT_PATHS."""
+    env = os.environ.get(ENV)
+    if env is None:
+        return DEFAULT_PATHS
+    return tuple(p for p in env.split(":") if p)
 
 VENDORS: dict[int, str] = {
     0x1000: "Broadcom / LSI", 0x1002: "Advanced Micro Devices, Inc. [AMD/ATI]",
@@ -208,21 +218,12 @@ _default_lock = threading.Lock()
 
 
 def default_ids() -> PciIds:
-    """The process-wide database (the host's pci.ids), created on first use."""
+    """The process-wide database (the machine's pci.ids, or $NODECONSOLE_PCI_IDS), created on first use
+    and created again when the configured paths change."""
     global _default
+    paths = configured_paths()
     with _default_lock:
-        if _default is None:
-            _default = PciIds()
+        if _default is None or _default.paths != tuple(Path(p) for p in paths):
+            _default = PciIds(paths)
         return _default
 
-
-def vendor_name(vendor_id: int) -> str:
-    return default_ids().vendor_name(vendor_id)
-
-
-def device_name(vendor_id: int, device_id: int) -> str:
-    return default_ids().device_name(vendor_id, device_id)
-
-
-def class_name(class_id: int) -> str:
-    return default_ids().class_name(class_id)

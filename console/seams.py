@@ -3,11 +3,12 @@ test fixture differ only in these values."""
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from console.root import Root
+from nodeconsole.console.pciids import PciIds, default_ids
+from nodeconsole.console.root import Root
 
 SYSTEM_URI = "qemu:///system"
 
@@ -23,6 +24,9 @@ class Seams:
     # The demo's VM load model (name, state, vcpus, time) -> CPU %: the libvirt test driver has no
     # real CPU time. None everywhere else: load comes from libvirt's CPU-time deltas.
     vm_load: Callable[[str, str, int, float], float | None] | None = None
+    # The pci.ids database that names devices: the running machine's (or $NODECONSOLE_PCI_IDS) by
+    # default; tests pass a fixed one so a rendered name never depends on what the machine has installed.
+    pci_ids: PciIds = field(default_factory=default_ids)
 
     @property
     def is_demo(self) -> bool:
@@ -41,9 +45,9 @@ def real_host(root: str = "/", libvirt_uri: str | None = None) -> Seams:
 
 def demo_host(state_dir: Path | None = None, libvirt_uri: str | None = None) -> Seams:
     """Seams for the bundled simulated host (generated on first use, kept until `demo reset`)."""
-    from console.demo.nvml_sim import SimulatedNvml
-    from console.demo.state import ensure_demo
-    from console.demo.vm_load import demo_vm_cpu_percent
+    from nodeconsole.console.demo.nvml_sim import SimulatedNvml
+    from nodeconsole.console.demo.state import ensure_demo
+    from nodeconsole.console.demo.vm_load import demo_vm_cpu_percent
 
     host = ensure_demo(state_dir)
     root = Root(host.root)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from console.model import HostSnapshot, PciDevice
+from nodeconsole.console.model import HostSnapshot, PciDevice
 
 NIC_CLASSES = (0x02, 0x0C06)  # network controllers; InfiniBand (serial bus 0x0c06)
 NVME_CLASS = 0x010802

@@ -12,10 +12,10 @@ from textual.containers import Vertical
 from textual.screen import Screen
 from textual.widgets import Footer, Input, Static
 
-from screens.widgets.keyed_table import KeyedTable
+from nodeconsole.screens.widgets.keyed_table import KeyedTable
 
 if TYPE_CHECKING:
-    from console.model import HostSnapshot
+    from nodeconsole.console.model import HostSnapshot
 
 
 class Banner(Static):
@@ -138,7 +138,7 @@ class SnapshotScreen(Screen):
     def open_details(self, table: KeyedTable, key: str) -> None:
         got = self.details_for(table, key)
         if got is not None:
-            from screens.modals.details import DetailsModal
+            from nodeconsole.screens.modals.details import DetailsModal
 
             self.app.push_screen(DetailsModal(*got))
 
@@ -147,7 +147,7 @@ def tab_strip(title: str) -> str:
     """The screens and their keys, the current one highlighted (the footer keeps the other keys)."""
     from rich.markup import escape
 
-    from screens.commands import COMMANDS
+    from nodeconsole.screens.commands import COMMANDS
 
     tabs = []
     for c in COMMANDS:

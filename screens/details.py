@@ -1,10 +1,10 @@
 """Plain-text details of one GPU, VM or IOMMU group (used by the details modal)."""
 from __future__ import annotations
 
-from console.checks import vm_alignment, vm_gpu_nodes, vm_numa_nodes
-from console.cpulist import format_cpulist
-from console.model import Gpu, HostSnapshot, IommuGroup, Vm
-from screens.widgets.text import metric
+from nodeconsole.console.checks import vm_alignment, vm_gpu_nodes, vm_numa_nodes
+from nodeconsole.console.cpulist import format_cpulist
+from nodeconsole.console.model import Gpu, HostSnapshot, IommuGroup, Vm
+from nodeconsole.screens.widgets.text import metric
 
 
 def gpu_details(snap: HostSnapshot, g: Gpu) -> str:

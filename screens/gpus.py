@@ -7,13 +7,13 @@ from textual.app import ComposeResult
 from textual.containers import VerticalScroll
 from textual.widgets import DataTable, Static
 
-from console.model import HostSnapshot
-from screens.base import SnapshotScreen
-from screens.details import gpu_details
-from screens.overview import link_text, owner_text
-from screens.widgets.keyed_table import KeyedTable
-from screens.widgets.slice_bar import slice_bar
-from screens.widgets.text import metric
+from nodeconsole.console.model import HostSnapshot
+from nodeconsole.screens.base import SnapshotScreen
+from nodeconsole.screens.details import gpu_details
+from nodeconsole.screens.overview import link_text, owner_text
+from nodeconsole.screens.widgets.keyed_table import KeyedTable
+from nodeconsole.screens.widgets.slice_bar import slice_bar
+from nodeconsole.screens.widgets.text import metric
 
 COLS = [("idx", "#"), ("addr", "Address"), ("owner", "Owner"), ("mig", "MIG"),
         ("vgpu", "vGPU"), ("ecc", "ECC"), ("proc", "Procs"), ("link", "Link")]

@@ -5,10 +5,10 @@ from textual.app import ComposeResult
 from textual.containers import VerticalScroll
 from textual.widgets import DataTable, Static
 
-from console.model import HostSnapshot
-from screens.base import SnapshotScreen
-from screens.details import group_details
-from screens.widgets.keyed_table import KeyedTable
+from nodeconsole.console.model import HostSnapshot
+from nodeconsole.screens.base import SnapshotScreen
+from nodeconsole.screens.details import group_details
+from nodeconsole.screens.widgets.keyed_table import KeyedTable
 
 COLS = [("id", "Group"), ("verdict", "Verdict"), ("devices", "Devices [driver]")]
 

@@ -18,9 +18,9 @@ from textual.containers import Horizontal, VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Button, Static
 
-from actions.mig_planner import Fit, Wanted, fit, format_layout
-from console.model import Mig, MigInstance
-from screens.widgets.slice_bar import slice_bar
+from nodeconsole.actions.mig_planner import Fit, Wanted, fit, format_layout
+from nodeconsole.console.model import Mig, MigInstance
+from nodeconsole.screens.widgets.slice_bar import slice_bar
 
 
 def button_id(profile: str) -> str:
@@ -73,8 +73,8 @@ class MigEditor(ModalScreen):
     # -- reading (thread workers) ---------------------------------------------------------------------
     @work(thread=True, exclusive=True, group="mig-editor", exit_on_error=False)
     def _load(self) -> None:
-        from actions.mig import mig_state_for
-        from actions.runner import ActionHost
+        from nodeconsole.actions.mig import mig_state_for
+        from nodeconsole.actions.runner import ActionHost
 
         try:
             host = ActionHost.from_seams(self.seams, on_changed=self.on_changed)
@@ -168,7 +168,7 @@ class MigEditor(ModalScreen):
 
     @work(thread=True, exclusive=True, group="mig-editor", exit_on_error=False)
     def _plan(self, layout: str | None, off: bool) -> None:
-        from actions.mig import plan_mig
+        from nodeconsole.actions.mig import plan_mig
 
         try:
             plan = plan_mig(self.host, self.host.snapshot(), self.address, layout, off=off)

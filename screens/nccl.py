@@ -20,16 +20,16 @@ from textual.binding import Binding
 from textual.containers import Horizontal, VerticalScroll
 from textual.widgets import Button, ProgressBar, Static
 
-from actions.nccl.commands import LocalCommand, format_command, sweep_args
-from actions.nccl.finding import Finding
-from actions.nccl.parse import Cell, Row
-from actions.nccl.run import DEFAULT_TIMEOUT, NcclRun, Progress, RunResult
-from actions.nccl.snapshot_topology import (LocalPlan, local_check_command, local_plan,
+from nodeconsole.actions.nccl.commands import LocalCommand, format_command, sweep_args
+from nodeconsole.actions.nccl.finding import Finding
+from nodeconsole.actions.nccl.parse import Cell, Row
+from nodeconsole.actions.nccl.run import DEFAULT_TIMEOUT, NcclRun, Progress, RunResult
+from nodeconsole.actions.nccl.snapshot_topology import (LocalPlan, local_check_command, local_plan,
                                             snapshot_preflight)
-from console.model import HostSnapshot
-from screens.base import SnapshotScreen
-from screens.widgets.keyed_table import KeyedTable
-from screens.widgets.text import severity_text
+from nodeconsole.console.model import HostSnapshot
+from nodeconsole.screens.base import SnapshotScreen
+from nodeconsole.screens.widgets.keyed_table import KeyedTable
+from nodeconsole.screens.widgets.text import severity_text
 
 ROW_COLS = [("size", "Size"), ("oop_alg", "algbw"), ("oop_bus", "busbw"), ("oop_wrong", "#wrong"),
             ("ip_alg", "in-place algbw"), ("ip_bus", "busbw"), ("ip_wrong", "#wrong")]

@@ -4,12 +4,12 @@ from __future__ import annotations
 from textual.app import ComposeResult
 from textual.widgets import Static
 
-from console.checks import vm_alignment
-from console.model import HostSnapshot
-from screens.base import SnapshotScreen
-from screens.details import gpu_details, vm_details
-from screens.widgets.keyed_table import KeyedTable
-from screens.widgets.text import metric, severity_text, spark
+from nodeconsole.console.checks import vm_alignment
+from nodeconsole.console.model import HostSnapshot
+from nodeconsole.screens.base import SnapshotScreen
+from nodeconsole.screens.details import gpu_details, vm_details
+from nodeconsole.screens.widgets.keyed_table import KeyedTable
+from nodeconsole.screens.widgets.text import metric, severity_text, spark
 
 GPU_COLS = [("idx", "#"), ("addr", "Address"), ("name", "Model"), ("owner", "Owner"), ("util", "Util"),
             ("mem", "Mem"), ("temp", "Temp"), ("link", "Link")]

@@ -8,9 +8,9 @@ from dataclasses import dataclass
 
 from rich.text import Text
 
-from console.checks import vm_alignment, vm_gpu_nodes
-from console.cpulist import format_cpulist
-from console.model import HostSnapshot
+from nodeconsole.console.checks import vm_alignment, vm_gpu_nodes
+from nodeconsole.console.cpulist import format_cpulist
+from nodeconsole.console.model import HostSnapshot
 
 LETTERS = string.ascii_uppercase + string.ascii_lowercase
 _INACTIVE = ("shut off", "crashed")

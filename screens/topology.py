@@ -8,10 +8,10 @@ from textual.app import ComposeResult
 from textual.containers import VerticalScroll
 from textual.widgets import Static
 
-from console.cpulist import format_cpulist
-from console.model import HostSnapshot
-from console.topology import matrix, tree
-from screens.base import SnapshotScreen
+from nodeconsole.console.cpulist import format_cpulist
+from nodeconsole.console.model import HostSnapshot
+from nodeconsole.console.topology import matrix, tree
+from nodeconsole.screens.base import SnapshotScreen
 
 
 def tree_text(snap: HostSnapshot) -> Text:

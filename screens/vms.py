@@ -8,15 +8,15 @@ from textual.app import ComposeResult
 from textual.containers import VerticalScroll
 from textual.widgets import DataTable, Static
 
-from console.checks import vm_alignment
-from console.cpulist import format_cpulist
-from console.model import HostSnapshot
-from screens.base import SnapshotScreen
-from screens.details import vm_details
-from screens.pin_view import rebalance_map
-from screens.widgets.cpu_map import cpu_map
-from screens.widgets.keyed_table import KeyedTable
-from screens.widgets.text import metric, spark
+from nodeconsole.console.checks import vm_alignment
+from nodeconsole.console.cpulist import format_cpulist
+from nodeconsole.console.model import HostSnapshot
+from nodeconsole.screens.base import SnapshotScreen
+from nodeconsole.screens.details import vm_details
+from nodeconsole.screens.pin_view import rebalance_map
+from nodeconsole.screens.widgets.cpu_map import cpu_map
+from nodeconsole.screens.widgets.keyed_table import KeyedTable
+from nodeconsole.screens.widgets.text import metric, spark
 
 COLS = [("name", "VM"), ("state", "State"), ("vcpus", "vCPU"), ("cpu", "CPU%"), ("hist", "History"),
         ("pins", "Pinned to"), ("numa", "NUMA"), ("hostdevs", "Devs")]

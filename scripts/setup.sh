@@ -7,7 +7,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 MODE=${1:-run}
 
-PKGS="python3 python3-venv python3-dev gcc pkg-config libvirt-dev"
+PKGS="python3 python3-venv python3-dev gcc pkg-config libvirt-dev pci.ids"
 if [ "$MODE" = "--test" ]; then
   PKGS="$PKGS tmux librsvg2-bin bc htop libvirt-daemon libvirt-daemon-driver-qemu qemu-system-x86 qemu-utils libvirt-clients"
 fi
@@ -46,14 +46,17 @@ fi
 if [ ! -x .venv/bin/python ]; then
   "$PY" -m venv .venv
 fi
+# Exactly the tested versions (constraints.txt), built without fetching a build backend of the day.
 stamp=.venv/.installed
-if [ ! -f $stamp ] || [ pyproject.toml -nt $stamp ] || [ "$MODE" = "--test" -a ! -f $stamp.test ]; then
-  .venv/bin/pip install -q --upgrade pip >/dev/null 2>&1 || true
+if [ ! -f $stamp ] || [ pyproject.toml -nt $stamp ] || [ constraints.txt -nt $stamp ] \
+   || [ "$MODE" = "--test" -a ! -f $stamp.test ]; then
+  pip=(.venv/bin/python -m pip install -q --disable-pip-version-check -c constraints.txt)
+  "${pip[@]}" pip setuptools wheel
   if [ "$MODE" = "--test" ]; then
-    .venv/bin/pip install -q -e '.[test]'
+    "${pip[@]}" --no-build-isolation -e '.[test]'
     touch $stamp.test
   else
-    .venv/bin/pip install -q -e .
+    "${pip[@]}" --no-build-isolation -e .
   fi
   touch $stamp
 fi

@@ -1,14 +1,71 @@
-"""Shared fixtures. `shared_dir` finds the project's reference material (../shared from the repo root,
+"""Shared fixtures, and the hermetic test environment.
+
+Hermetic: before anything is collected, the environment that could leak from the machine running the
+suite is replaced: `HOME` and `XDG_*` point into a fresh temporary directory, the time zone and locale
+are fixed, pci.ids is the built-in table (device names never depend on what is installed), and
+variables that the console or its checks read (NCCL_*, SSH_*, SUDO_*, terminal size, colour switches,
+the demo state directory) are removed. Subprocesses inherit the same environment.
+
+`shared_dir` finds the project's reference material (../shared from the repo root,
 or $NODECONSOLE_SHARED): in a user's clone without it, dependent tests skip and say so; in CI (env CI
 set) its absence is a failure, never a silent skip."""
 from __future__ import annotations
 
+import importlib.abc
 import os
+import shutil
+import sys
+import tempfile
+import time
 from pathlib import Path
 
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
+_HERMETIC_HOME: Path | None = None
+_DROP_PREFIXES = ("NCCL_", "SSH_", "SUDO_", "XDG_", "LC_", "TEXTUAL", "NODECONSOLE_", "LIBVIRT_", "VIRSH_", "OMPI_", "PMIX_")
+_DROP = {"COLUMNS", "LINES", "NO_COLOR", "FORCE_COLOR", "TMUX", "TMUX_PANE", "LANGUAGE",
+         "CUDA_VISIBLE_DEVICES", "LD_LIBRARY_PATH", "MAIL", "USER", "LOGNAME"}
+_KEEP = {"NODECONSOLE_SHARED"}
+
+
+class _RepoFoldersAreNotPackages(importlib.abc.MetaPathFinder):
+    """The repository root is on sys.path while testing (for `tests.*`), which would let `console`,
+    `actions`, `screens` and `themes` import as top-level packages beside `nodeconsole.*` (two copies of
+    every module). Refuse them, so a stray old-style import fails loudly here instead of at a user's."""
+
+    NAMES = {"console", "actions", "screens", "themes"}
+
+    def find_spec(self, fullname, path=None, target=None):  # noqa: ANN001, ANN201
+        if fullname.partition(".")[0] in self.NAMES:
+            raise ImportError(f"import nodeconsole.{fullname}, not {fullname}: the repository's folders "
+                              f"install under the one package `nodeconsole`")
+        return None
+
+
+def hermetic_environ(home: Path) -> dict[str, str]:
+    """The environment every test (and every subprocess a test starts) runs with."""
+    env = {k: v for k, v in os.environ.items()
+           if k in _KEEP or not (k in _DROP or k.startswith(_DROP_PREFIXES))}
+    env.update(HOME=str(home), XDG_CONFIG_HOME=str(home / ".config"), XDG_STATE_HOME=str(home / ".local/state"),
+               XDG_CACHE_HOME=str(home / ".cache"), XDG_DATA_HOME=str(home / ".local/share"),
+               TZ="UTC", LANG="C.UTF-8", LC_ALL="C.UTF-8", NODECONSOLE_PCI_IDS="")
+    return env
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    global _HERMETIC_HOME
+    sys.meta_path.insert(0, _RepoFoldersAreNotPackages())
+    _HERMETIC_HOME = Path(tempfile.mkdtemp(prefix="nodeconsole-test-home-"))
+    env = hermetic_environ(_HERMETIC_HOME)
+    os.environ.clear()
+    os.environ.update(env)
+    time.tzset()
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    if _HERMETIC_HOME is not None:
+        shutil.rmtree(_HERMETIC_HOME, ignore_errors=True)
 
 
 def _shared_path() -> Path:

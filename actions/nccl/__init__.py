@@ -5,11 +5,11 @@ Modules: parse (output reader), expect (reference bandwidths and verdict), prefl
 interfaces, InfiniBand, libraries, NUMA) with libs and acs, commands (argv builders), run (the child
 process), torch_allreduce (the PyTorch fallback benchmark).
 """
-from actions.nccl.expect import Expectation, Topology, expected_busbw, verdict
-from actions.nccl.finding import Finding
-from actions.nccl.parse import ParsedOutput, Parser, Row, parse_text
-from actions.nccl.preflight import PreflightReport, preflight
-from actions.nccl.run import NcclRun, Progress, RunResult, run_local
+from nodeconsole.actions.nccl.expect import Expectation, Topology, expected_busbw, verdict
+from nodeconsole.actions.nccl.finding import Finding
+from nodeconsole.actions.nccl.parse import ParsedOutput, Parser, Row, parse_text
+from nodeconsole.actions.nccl.preflight import PreflightReport, preflight
+from nodeconsole.actions.nccl.run import NcclRun, Progress, RunResult, run_local
 
 __all__ = ["Expectation", "Finding", "NcclRun", "ParsedOutput", "Parser", "PreflightReport", "Progress", "Row",
            "RunResult", "Topology", "expected_busbw", "parse_text", "preflight", "run_local", "verdict"]

@@ -14,9 +14,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from itertools import combinations
 
-from actions.nccl.finding import Finding
-from console.pciaddr import is_pci_address, parse_pci_address
-from console.root import Root
+from nodeconsole.actions.nccl.finding import Finding
+from nodeconsole.console.pciaddr import is_pci_address, parse_pci_address
+from nodeconsole.console.root import Root
 
 ACS_CAP_ID = 0x000D
 EXT_CAP_START = 0x100

@@ -16,7 +16,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from actions.nccl.parse import size_arg
+from nodeconsole.actions.nccl.parse import size_arg
 
 BENCHMARK = Path(__file__).with_name("torch_allreduce.py")
 DEFAULT_MIN, DEFAULT_MAX, DEFAULT_FACTOR = "8", "1G", 2

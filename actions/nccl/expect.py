@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from actions.nccl.finding import Finding
-from actions.nccl.parse import ParsedOutput
+from nodeconsole.actions.nccl.finding import Finding
+from nodeconsole.actions.nccl.parse import ParsedOutput
 
 # Below this largest message size the sweep never reaches the bandwidth plateau: no verdict on speed.
 LARGE_MESSAGE = 64 << 20

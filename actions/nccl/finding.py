@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from console.model import Problem
+from nodeconsole.console.model import Problem
 
 SEVERITIES = ("error", "warning", "info")
 

@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from console.root import Root
+from nodeconsole.console.root import Root
 
 DEFAULT_SYSTEM_DIRS: tuple[str, ...] = (
     "usr/lib/x86_64-linux-gnu", "usr/lib/aarch64-linux-gnu", "usr/lib64", "usr/lib", "usr/local/lib",

@@ -11,7 +11,7 @@ from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from console.pciaddr import format_pci_address
+from nodeconsole.console.pciaddr import format_pci_address
 
 # `mpirun --tag-output` puts "[1,0]<stdout>:" before every line of every rank.
 _MPI_TAG = re.compile(r"^\[\d+,\d+\]<(?:stdout|stderr)>:\s?")

@@ -10,10 +10,10 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from actions.nccl.acs import check_acs
-from actions.nccl.finding import Finding, by_severity
-from actions.nccl.libs import DEFAULT_SITE_PACKAGES, DEFAULT_SYSTEM_DIRS, NcclLib, find_nccl_libs
-from console.root import Root
+from nodeconsole.actions.nccl.acs import check_acs
+from nodeconsole.actions.nccl.finding import Finding, by_severity
+from nodeconsole.actions.nccl.libs import DEFAULT_SITE_PACKAGES, DEFAULT_SYSTEM_DIRS, NcclLib, find_nccl_libs
+from nodeconsole.console.root import Root
 
 RECOMMENDED_IB_TIMEOUT = 22
 RECOMMENDED_IB_RETRY_CNT = 7

@@ -20,10 +20,10 @@ from dataclasses import dataclass, field
 
 import psutil
 
-from actions.nccl.commands import ENV_NAME, LocalCommand, local_command
-from actions.nccl.expect import Topology, verdict
-from actions.nccl.finding import Finding
-from actions.nccl.parse import ParsedOutput, Parser, Row, Transport, expected_rows, size_arg
+from nodeconsole.actions.nccl.commands import ENV_NAME, LocalCommand, local_command
+from nodeconsole.actions.nccl.expect import Topology, verdict
+from nodeconsole.actions.nccl.finding import Finding
+from nodeconsole.actions.nccl.parse import ParsedOutput, Parser, Row, Transport, expected_rows, size_arg
 
 DEFAULT_TIMEOUT = 600.0
 TAIL_LINES = 200

@@ -16,14 +16,14 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import combinations
 
-from actions.nccl.acs import ports_between
-from actions.nccl.commands import LocalCommand, local_command
-from actions.nccl.expect import Expectation, Topology, expected_busbw
-from actions.nccl.finding import Finding, by_severity
-from actions.nccl.preflight import PreflightReport, preflight
-from console.model import Gpu, HostSnapshot
-from console.root import Root
-from console.topology import is_nic, relation
+from nodeconsole.actions.nccl.acs import ports_between
+from nodeconsole.actions.nccl.commands import LocalCommand, local_command
+from nodeconsole.actions.nccl.expect import Expectation, Topology, expected_busbw
+from nodeconsole.actions.nccl.finding import Finding, by_severity
+from nodeconsole.actions.nccl.preflight import PreflightReport, preflight
+from nodeconsole.console.model import Gpu, HostSnapshot
+from nodeconsole.console.root import Root
+from nodeconsole.console.topology import is_nic, relation
 
 # An all_reduce_perf to use instead of the one on PATH (console and CLI alike).
 BINARY_ENV = "NODECONSOLE_ALL_REDUCE_PERF"

@@ -11,7 +11,7 @@ import json
 import sys
 from typing import Callable
 
-from console.cli import UsageError, seams_from_args, subcommand
+from nodeconsole.console.cli import UsageError, seams_from_args, subcommand
 
 
 def _change_args(p: argparse.ArgumentParser) -> None:
@@ -51,13 +51,13 @@ def configure_undo(p: argparse.ArgumentParser) -> None:
 
 
 def _host(args: argparse.Namespace):
-    from actions.runner import ActionHost
+    from nodeconsole.actions.runner import ActionHost
 
     return ActionHost.from_seams(seams_from_args(args))
 
 
 def run_passthrough(args: argparse.Namespace) -> int:
-    from actions.passthrough import plan_passthrough
+    from nodeconsole.actions.passthrough import plan_passthrough
 
     host = _host(args)
     return _execute(args, host, lambda: plan_passthrough(host, host.snapshot(), args.gpu, vm=args.vm,
@@ -65,14 +65,14 @@ def run_passthrough(args: argparse.Namespace) -> int:
 
 
 def run_release(args: argparse.Namespace) -> int:
-    from actions.passthrough import plan_release
+    from nodeconsole.actions.passthrough import plan_release
 
     host = _host(args)
     return _execute(args, host, lambda: plan_release(host, host.snapshot(), args.gpu))
 
 
 def run_undo(args: argparse.Namespace) -> int:
-    from actions.runner import plan_undo
+    from nodeconsole.actions.runner import plan_undo
 
     host = _host(args)
     try:
@@ -86,8 +86,8 @@ def run_undo(args: argparse.Namespace) -> int:
 
 
 def _execute(args: argparse.Namespace, host, make_plan: Callable) -> int:
-    from actions.plan import RequestError, StepError
-    from actions.runner import Runner
+    from nodeconsole.actions.plan import RequestError, StepError
+    from nodeconsole.actions.runner import Runner
 
     try:
         plan = make_plan()
@@ -112,7 +112,7 @@ def _execute(args: argparse.Namespace, host, make_plan: Callable) -> int:
 
 def _ask(plan) -> bool:
     """Ask on the terminal: the GPU address to type when a VM config holds the GPU, else y/N."""
-    from actions.plan import needs_typed_confirmation
+    from nodeconsole.actions.plan import needs_typed_confirmation
 
     typed = needs_typed_confirmation(plan)
     prompt = (f"A VM's config uses this GPU. Type {typed} to go ahead: " if typed

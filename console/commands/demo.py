@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import argparse
 
-from console.cli import UsageError, subcommand
+from nodeconsole.console.cli import UsageError, subcommand
 
 
 @subcommand("demo", "manage the bundled demo host (demo reset)")
@@ -13,14 +13,14 @@ def configure(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from console.demo.state import reset_demo
+    from nodeconsole.console.demo.state import reset_demo
 
     if getattr(args, "root", None):
         raise UsageError("demo reset works on the demo host, not on --root")
     host = reset_demo()
     # The audit log describes changes to the host that was just thrown away: its undo records
     # would target devices and configs that no longer exist.
-    from actions.audit import AUDIT_NAME
+    from nodeconsole.actions.audit import AUDIT_NAME
 
     log = host.root.parent / AUDIT_NAME
     if log.exists():

@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import argparse
 
-from console.cli import UsageError, seams_from_args, subcommand
-from console.commands.actions import _change_args, _execute
+from nodeconsole.console.cli import UsageError, seams_from_args, subcommand
+from nodeconsole.console.commands.actions import _change_args, _execute
 
 
 @subcommand("mig", "plan and apply a GPU's MIG layout; `mig save` / `mig restore` keep layouts across reboots")
@@ -30,14 +30,14 @@ def configure_mig(p: argparse.ArgumentParser) -> None:
 
 
 def run_mig(args: argparse.Namespace) -> int:
-    from actions.runner import ActionHost
+    from nodeconsole.actions.runner import ActionHost
 
     target = args.target
     host = ActionHost.from_seams(seams_from_args(args))
     if target in ("save", "restore"):
         if args.layout is not None or args.off:
             raise UsageError(f"`mig {target}` takes no layout and no --off")
-        from actions.mig_persist import plan_mig_restore, plan_mig_save
+        from nodeconsole.actions.mig_persist import plan_mig_restore, plan_mig_save
 
         make = plan_mig_save if target == "save" else plan_mig_restore
         return _execute(args, host, lambda: make(host, host.snapshot()))
@@ -47,16 +47,16 @@ def run_mig(args: argparse.Namespace) -> int:
         return _show(host, target)
     if args.layout is not None and args.off:
         raise UsageError("give a LAYOUT or --off, not both")
-    from actions.mig import plan_mig
+    from nodeconsole.actions.mig import plan_mig
 
     return _execute(args, host, lambda: plan_mig(host, host.snapshot(), target, args.layout, args.off))
 
 
 def _show(host, target: str) -> int:
-    from actions.mig import mig_state_for, pinned
-    from actions.mig_planner import format_layout, slices_text
-    from actions.passthrough import resolve_gpu
-    from actions.plan import RequestError, StepError
+    from nodeconsole.actions.mig import mig_state_for, pinned
+    from nodeconsole.actions.mig_planner import format_layout, slices_text
+    from nodeconsole.actions.passthrough import resolve_gpu
+    from nodeconsole.actions.plan import RequestError, StepError
 
     snap = host.snapshot()
     try:

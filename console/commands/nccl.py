@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 from typing import TextIO
 
-from console.cli import UsageError, _common, seams_from_args, subcommand
+from nodeconsole.console.cli import UsageError, _common, seams_from_args, subcommand
 
 
 @subcommand("nccl", "quick NCCL checks: parse an all_reduce_perf output, preflight and run, multi-node commands")
@@ -68,7 +68,7 @@ def _sweep_options(p: argparse.ArgumentParser) -> None:
 
 
 def _sweep(args: argparse.Namespace) -> list[str]:
-    from actions.nccl.commands import sweep_args
+    from nodeconsole.actions.nccl.commands import sweep_args
 
     try:
         return sweep_args(args.min_bytes, args.max_bytes, args.factor)
@@ -133,8 +133,8 @@ def parsed_dict(parsed) -> dict[str, object]:
 
 # -- parse -----------------------------------------------------------------------------------------------
 def run_parse(args: argparse.Namespace) -> int:
-    from actions.nccl.expect import verdict
-    from actions.nccl.parse import parse_text
+    from nodeconsole.actions.nccl.expect import verdict
+    from nodeconsole.actions.nccl.parse import parse_text
 
     if args.file == "-":
         text = sys.stdin.read()
@@ -186,11 +186,11 @@ def _progress_line(p) -> str:
 
 
 def run_check(args: argparse.Namespace) -> int:
-    from actions.nccl.commands import format_command
-    from actions.nccl.run import NcclRun
-    from actions.nccl.snapshot_topology import (local_check_command, local_plan, parse_gpu_list, select_gpus,
+    from nodeconsole.actions.nccl.commands import format_command
+    from nodeconsole.actions.nccl.run import NcclRun
+    from nodeconsole.actions.nccl.snapshot_topology import (local_check_command, local_plan, parse_gpu_list, select_gpus,
                                                 snapshot_preflight)
-    from console.collector import Collector
+    from nodeconsole.console.collector import Collector
 
     if not (args.timeout > 0 and math.isfinite(args.timeout)):
         raise UsageError("--timeout must be a positive number of seconds")
@@ -259,7 +259,7 @@ def run_check(args: argparse.Namespace) -> int:
 
 
 def _print_plan(plan, report, cmd, cmd_error: str, will_run: bool) -> None:
-    from actions.nccl.commands import format_command
+    from nodeconsole.actions.nccl.commands import format_command
 
     t = plan.topology
     print(f"GPUs: {', '.join(f'{g.index} {g.address} ({g.name}, node {g.numa_node})' for g in plan.gpus) or 'none'}")
@@ -279,7 +279,7 @@ def _print_plan(plan, report, cmd, cmd_error: str, will_run: bool) -> None:
 
 # -- command ---------------------------------------------------------------------------------------------
 def run_command(args: argparse.Namespace) -> int:
-    from actions.nccl.commands import format_command, mpirun_command, torchrun_commands, validate_env
+    from nodeconsole.actions.nccl.commands import format_command, mpirun_command, torchrun_commands, validate_env
 
     hosts = [h.strip() for h in args.hosts.split(",")]
     if any(not h for h in hosts):

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import argparse
 
-from console.cli import UsageError, subcommand
+from nodeconsole.console.cli import UsageError, subcommand
 
 
 @subcommand("pin", "pin a VM's vCPUs, emulator threads and memory to its GPUs' NUMA node")
@@ -26,8 +26,8 @@ def configure_pin(p: argparse.ArgumentParser) -> None:
 
 
 def run_pin(args: argparse.Namespace) -> int:
-    from actions.pinning import plan_pin, plan_pin_all
-    from console.commands.actions import _execute, _host
+    from nodeconsole.actions.pinning import plan_pin, plan_pin_all
+    from nodeconsole.console.commands.actions import _execute, _host
 
     if args.all == (args.vm is not None):
         raise UsageError("name one VM, or --all for every unpinned GPU VM")

@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import argparse
 
-from console.cli import seams_from_args, subcommand
-from console.model import HostSnapshot, format_metric
+from nodeconsole.console.cli import seams_from_args, subcommand
+from nodeconsole.console.model import HostSnapshot, format_metric
 
 
 @subcommand("snapshot", "read the host once and print a summary (or --json)")
@@ -14,7 +14,7 @@ def configure(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from console.collector import Collector
+    from nodeconsole.console.collector import Collector
 
     import time
 

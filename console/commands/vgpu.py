@@ -13,8 +13,8 @@ from __future__ import annotations
 import argparse
 import json
 
-from console.cli import UsageError, _common, seams_from_args, subcommand
-from console.commands.actions import _change_args, _execute
+from nodeconsole.console.cli import UsageError, _common, seams_from_args, subcommand
+from nodeconsole.console.commands.actions import _change_args, _execute
 
 
 @subcommand("vgpu", "list, create and remove vGPUs (mdev or SR-IOV VF), attached to a VM's config")
@@ -39,15 +39,15 @@ def configure_vgpu(p: argparse.ArgumentParser) -> None:
 
 
 def _host(args: argparse.Namespace):
-    from actions.runner import ActionHost
+    from nodeconsole.actions.runner import ActionHost
 
     return ActionHost.from_seams(seams_from_args(args))
 
 
 def run_list(args: argparse.Namespace) -> int:
-    from actions.passthrough import resolve_gpu
-    from actions.plan import RequestError
-    from actions.vgpu import offers
+    from nodeconsole.actions.passthrough import resolve_gpu
+    from nodeconsole.actions.plan import RequestError
+    from nodeconsole.actions.vgpu import offers
 
     host = _host(args)
     snap = host.snapshot()
@@ -84,7 +84,7 @@ def run_list(args: argparse.Namespace) -> int:
 
 
 def run_create(args: argparse.Namespace) -> int:
-    from actions.vgpu import plan_vgpu_create
+    from nodeconsole.actions.vgpu import plan_vgpu_create
 
     host = _host(args)
     return _execute(args, host, lambda: plan_vgpu_create(host, host.snapshot(), args.gpu, args.type, vm=args.vm,
@@ -92,7 +92,7 @@ def run_create(args: argparse.Namespace) -> int:
 
 
 def run_remove(args: argparse.Namespace) -> int:
-    from actions.vgpu import plan_vgpu_remove
+    from nodeconsole.actions.vgpu import plan_vgpu_remove
 
     host = _host(args)
     return _execute(args, host, lambda: plan_vgpu_remove(host, host.snapshot(), args.vgpu))

@@ -2,8 +2,8 @@
 cores, MIG instances and H100 vGPU types. The presets (`presets.py`) are written with them."""
 from __future__ import annotations
 
-from console.demo.mig_profiles import ci_profiles_for, table_for_model
-from console.demo.spec import (NVIDIA, CpuSpec, GpuSpec, HostBridge, Link, MigInstanceSpec, PciDev,
+from nodeconsole.console.demo.mig_profiles import ci_profiles_for, table_for_model
+from nodeconsole.console.demo.spec import (NVIDIA, CpuSpec, GpuSpec, HostBridge, Link, MigInstanceSpec, PciDev,
                                SriovSpec, VfSpec, VgpuTypeSpec)
 
 H100_DEVICE, H100_AUDIO = 0x2330, 0x22A3

@@ -3,9 +3,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from console.cpulist import format_cpulist
-from console.demo.fstree import TreeWriter
-from console.demo.spec import HostSpec
+from nodeconsole.console.cpulist import format_cpulist
+from nodeconsole.console.demo.fstree import TreeWriter
+from nodeconsole.console.demo.spec import HostSpec
 
 CPU = "sys/devices/system/cpu"
 NODE = "sys/devices/system/node"

@@ -6,11 +6,11 @@ from __future__ import annotations
 
 from xml.sax.saxutils import escape, quoteattr
 
-from console.cpulist import format_cpulist
-from console.demo.gen_cpu import CpuLayout
-from console.demo.gen_pci import PciLayout
-from console.demo.spec import HostSpec, VmSpec, stable_uuid
-from console.pciaddr import parse_pci_address
+from nodeconsole.console.cpulist import format_cpulist
+from nodeconsole.console.demo.gen_cpu import CpuLayout
+from nodeconsole.console.demo.gen_pci import PciLayout
+from nodeconsole.console.demo.spec import HostSpec, VmSpec, stable_uuid
+from nodeconsole.console.pciaddr import parse_pci_address
 
 TEST_NS = "http://libvirt.org/schemas/domain/test/1.0"
 RUNSTATE = {"running": 1, "blocked": 2, "paused": 3, "shutdown": 4, "shut off": 5, "crashed": 6,

@@ -7,9 +7,9 @@ from __future__ import annotations
 import hashlib
 import json
 
-from console.demo.gen_libvirt import vm_uuid
-from console.demo.gen_pci import Func, PciLayout
-from console.demo.spec import NVIDIA, HostSpec, VgpuTypeSpec, stable_uuid
+from nodeconsole.console.demo.gen_libvirt import vm_uuid
+from nodeconsole.console.demo.gen_pci import Func, PciLayout
+from nodeconsole.console.demo.spec import NVIDIA, HostSpec, VgpuTypeSpec, stable_uuid
 
 LIVE = ("running", "paused")  # NVML lists a vGPU as active only while its VM exists as a process
 

@@ -5,11 +5,11 @@ from __future__ import annotations
 import uuid as uuidlib
 from dataclasses import dataclass, field
 
-from console.cpulist import format_cpulist
-from console.demo import sysfs_ops as ops
-from console.demo.fstree import TreeWriter
-from console.demo.gen_cpu import CpuLayout, format_cpumask
-from console.demo.spec import (NVIDIA, GpuSpec, HostSpec, Link, PciDev, SriovSpec, VfSpec, vf_address,
+from nodeconsole.console.cpulist import format_cpulist
+from nodeconsole.console.demo import sysfs_ops as ops
+from nodeconsole.console.demo.fstree import TreeWriter
+from nodeconsole.console.demo.gen_cpu import CpuLayout, format_cpumask
+from nodeconsole.console.demo.spec import (NVIDIA, GpuSpec, HostSpec, Link, PciDev, SriovSpec, VfSpec, vf_address,
                                walk)
 
 SPEEDS = {1: "2.5 GT/s PCIe", 2: "5.0 GT/s PCIe", 3: "8.0 GT/s PCIe", 4: "16.0 GT/s PCIe",

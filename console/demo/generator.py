@@ -8,21 +8,21 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from console.demo import sysfs_ops
-from console.demo.fstree import TreeWriter
-from console.demo.gen_cpu import cpu_layout, write_cpus, write_nodes, write_proc
-from console.demo.gen_libvirt import libvirt_xml, validate_vms
-from console.demo.gen_nvml import nvml_json
-from console.demo.gen_pci import build_layout, write_pci
-from console.demo.presets import demo_spec, large_spec, small_spec
-from console.demo.spec import (CpuSpec, GpuProcessSpec, GpuSpec, HostBridge, HostdevSpec, HostSpec, Link,
+from nodeconsole.console.demo import sysfs_ops
+from nodeconsole.console.demo.fstree import TreeWriter
+from nodeconsole.console.demo.gen_cpu import cpu_layout, write_cpus, write_nodes, write_proc
+from nodeconsole.console.demo.gen_libvirt import libvirt_xml, validate_vms
+from nodeconsole.console.demo.gen_nvml import nvml_json
+from nodeconsole.console.demo.gen_pci import build_layout, write_pci
+from nodeconsole.console.demo.presets import demo_spec, large_spec, small_spec
+from nodeconsole.console.demo.spec import (CpuSpec, GpuProcessSpec, GpuSpec, HostBridge, HostdevSpec, HostSpec, Link,
                                MdevSpec, MigInstanceSpec, PciDev, SriovSpec, VfSpec, VgpuTypeSpec, VmSpec)
 
 __all__ = ["GeneratedHost", "generate", "demo_spec", "small_spec", "large_spec", "HostSpec", "CpuSpec",
            "HostBridge", "PciDev", "Link", "GpuSpec", "MigInstanceSpec", "VgpuTypeSpec", "MdevSpec",
            "GpuProcessSpec", "SriovSpec", "VfSpec", "VmSpec", "HostdevSpec"]
 
-from console.demo.host import LIBVIRT, NVML, ROOT, GeneratedHost  # noqa: E402 - re-exported
+from nodeconsole.console.demo.host import LIBVIRT, NVML, ROOT, GeneratedHost  # noqa: E402 - re-exported
 
 
 def generate(spec: HostSpec, dest: str | os.PathLike[str]) -> GeneratedHost:

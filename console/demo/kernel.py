@@ -11,10 +11,10 @@ import re
 from dataclasses import dataclass
 from typing import Callable, Union
 
-from console.demo import sim_vgpu
-from console.demo import sysfs_ops as ops
-from console.demo.fstree import TreeWriter
-from console.root import Root
+from nodeconsole.console.demo import sim_vgpu
+from nodeconsole.console.demo import sysfs_ops as ops
+from nodeconsole.console.demo.fstree import TreeWriter
+from nodeconsole.console.root import Root
 
 Match = Union[str, Callable[[str, str], bool]]
 _DRIVER_FILE = re.compile(r"^sys/bus/pci/drivers/([^/]+)/(bind|unbind|new_id|remove_id)$")

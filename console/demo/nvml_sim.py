@@ -29,13 +29,13 @@ import pynvml
 from pynvml import (NVML_ERROR_GPU_IS_LOST, NVML_ERROR_INVALID_ARGUMENT, NVML_ERROR_NOT_SUPPORTED,
                     NVML_ERROR_UNINITIALIZED, NVML_SUCCESS)
 
-from console.demo.nvml_abi import NvmlAbiError, NvmlReturn, handle_value, in_int, out_ref, write_str
-from console.demo.nvml_sim_ci import MigComputeSymbols
-from console.demo.nvml_sim_device import DeviceSymbols
-from console.demo.nvml_sim_mig import MigSymbols
-from console.demo.nvml_sim_vgpu import VgpuSymbols
-from console.pciaddr import parse_pci_address
-from console.root import Root
+from nodeconsole.console.demo.nvml_abi import NvmlAbiError, NvmlReturn, handle_value, in_int, out_ref, write_str
+from nodeconsole.console.demo.nvml_sim_ci import MigComputeSymbols
+from nodeconsole.console.demo.nvml_sim_device import DeviceSymbols
+from nodeconsole.console.demo.nvml_sim_mig import MigSymbols
+from nodeconsole.console.demo.nvml_sim_vgpu import VgpuSymbols
+from nodeconsole.console.pciaddr import parse_pci_address
+from nodeconsole.console.root import Root
 
 __all__ = ["SimulatedNvml", "NvmlAbiError", "install", "uninstall", "METRIC_SYMBOLS"]
 

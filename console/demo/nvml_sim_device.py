@@ -13,10 +13,10 @@ import pynvml
 from pynvml import (NVML_ERROR_INSUFFICIENT_SIZE, NVML_ERROR_INVALID_ARGUMENT, NVML_ERROR_NOT_FOUND,
                     NVML_ERROR_NOT_SUPPORTED)
 
-from console.demo.mig_profiles import table_for_model
-from console.demo.nvml_abi import (NvmlReturn, fill_array, in_int, in_str, out_array, out_handle, out_ref,
+from nodeconsole.console.demo.mig_profiles import table_for_model
+from nodeconsole.console.demo.nvml_abi import (NvmlReturn, fill_array, in_int, in_str, out_array, out_handle, out_ref,
                                    set_handle, write_str)
-from console.pciaddr import parse_pci_address
+from nodeconsole.console.pciaddr import parse_pci_address
 
 _NOT_AVAILABLE_U32 = 0xFFFFFFFF
 _MIB = 1024 * 1024

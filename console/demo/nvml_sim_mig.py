@@ -24,9 +24,9 @@ from pynvml import (NVML_ERROR_IN_USE, NVML_ERROR_INSUFFICIENT_RESOURCES, NVML_E
                     NVML_ERROR_NO_PERMISSION, NVML_ERROR_NOT_FOUND, NVML_ERROR_NOT_SUPPORTED,
                     NVML_ERROR_RESET_REQUIRED, NVML_SUCCESS)
 
-from console.demo.mig_profiles import (CI_PROFILE_SLICES, CiProfile, GiProfile, GpuMigTable,
+from nodeconsole.console.demo.mig_profiles import (CI_PROFILE_SLICES, CiProfile, GiProfile, GpuMigTable,
                                        ci_profiles_for, table_for_model, table_for_pci_device_id)
-from console.demo.nvml_abi import (NvmlAbiError, NvmlReturn, handle_value, in_int, out_array, out_handle,
+from nodeconsole.console.demo.nvml_abi import (NvmlAbiError, NvmlReturn, handle_value, in_int, out_array, out_handle,
                                    out_ref, set_handle)
 
 _HOPPER = ("H100", "H200", "GH100", "GH200")
@@ -47,7 +47,7 @@ class MigSymbols:
 
     # -- state helpers --------------------------------------------------------------------------------
     def _table(self, gpu: dict[str, Any]) -> GpuMigTable | None:
-        from console.demo.nvml_sim_device import pci_device_id
+        from nodeconsole.console.demo.nvml_sim_device import pci_device_id
         return table_for_model(gpu.get("model", "")) or table_for_pci_device_id(pci_device_id(gpu))
 
     def _mig_state(self, gpu: dict[str, Any]) -> tuple[dict[str, Any], GpuMigTable]:

@@ -15,7 +15,7 @@ import pynvml
 from pynvml import (NVML_ERROR_INSUFFICIENT_SIZE, NVML_ERROR_INVALID_ARGUMENT, NVML_ERROR_NOT_FOUND,
                     NVML_ERROR_NOT_SUPPORTED)
 
-from console.demo.nvml_abi import NvmlReturn, fill_array, in_int, out_array, out_ref, write_str
+from nodeconsole.console.demo.nvml_abi import NvmlReturn, fill_array, in_int, out_array, out_ref, write_str
 
 _INVALID_ID = 0xFFFFFFFF
 _CLASSES = {"C": "Compute", "Q": "Quadro", "B": "NVS", "A": "GRID"}

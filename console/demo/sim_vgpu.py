@@ -7,12 +7,12 @@ import os
 import re
 from typing import TYPE_CHECKING
 
-from console.demo import sysfs_ops as ops
-from console.demo.fstree import TreeWriter
-from console.demo.spec import vf_address_at
+from nodeconsole.console.demo import sysfs_ops as ops
+from nodeconsole.console.demo.fstree import TreeWriter
+from nodeconsole.console.demo.spec import vf_address_at
 
 if TYPE_CHECKING:
-    from console.demo.kernel import SimulatedKernel
+    from nodeconsole.console.demo.kernel import SimulatedKernel
 
 _UUID = re.compile(r"^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$")
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from console.pciaddr import format_pci_address
+from nodeconsole.console.pciaddr import format_pci_address
 
 NVIDIA = 0x10DE
 

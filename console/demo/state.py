@@ -10,7 +10,7 @@ import os
 from contextlib import contextmanager
 from pathlib import Path
 
-from console.demo.host import LIBVIRT, NVML, ROOT, GeneratedHost
+from nodeconsole.console.demo.host import LIBVIRT, NVML, ROOT, GeneratedHost
 
 LAYOUT_VERSION = 1  # bump when the generated layout changes in a way the spec digest cannot see
 STAMP = "demo-stamp.json"
@@ -92,9 +92,9 @@ def reset_demo(state_dir: str | os.PathLike[str] | None = None) -> GeneratedHost
 
 
 def _regenerate(d: Path) -> GeneratedHost:
-    from console.demo.generator import generate
-    from console.demo.presets import demo_spec
-    from console.demo.sysfs_ops import remove_tree
+    from nodeconsole.console.demo.generator import generate
+    from nodeconsole.console.demo.presets import demo_spec
+    from nodeconsole.console.demo.sysfs_ops import remove_tree
 
     # Only what the generator wrote is removed: the directory may be shared with other files (logs).
     for name in GENERATED:

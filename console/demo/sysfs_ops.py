@@ -7,7 +7,7 @@ import json
 import os
 from pathlib import Path
 
-from console.demo.fstree import TreeWriter
+from nodeconsole.console.demo.fstree import TreeWriter
 
 PCI_DEVICES = "sys/bus/pci/devices"
 PCI_DRIVERS = "sys/bus/pci/drivers"

@@ -21,9 +21,9 @@ import zlib
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from console.libvirt_xml import DomainXml, parse_domain
-from console.model import Vm
-from console.sources.types import LibvirtData, SourceError
+from nodeconsole.console.libvirt_xml import DomainXml, parse_domain
+from nodeconsole.console.model import Vm
+from nodeconsole.console.sources.types import LibvirtData, SourceError
 
 try:
     import libvirt

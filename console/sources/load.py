@@ -11,8 +11,8 @@ from __future__ import annotations
 import threading
 from typing import Any, Sequence
 
-from console.model import Load
-from console.sources.types import SourceError
+from nodeconsole.console.model import Load
+from nodeconsole.console.sources.types import SourceError
 
 try:
     import psutil

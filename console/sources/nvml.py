@@ -21,11 +21,11 @@ from typing import Any
 
 import pynvml
 
-from console import nvml_mig
-from console.demo.mig_profiles import table_for_pci_device_id
-from console.model import NA, GpuProcess, Metric, Mig, MigInstance, VgpuInstance, VgpuType
-from console.pciaddr import parse_pci_address
-from console.sources.types import NvmlData, NvmlGpu, SourceError
+from nodeconsole.console import nvml_mig
+from nodeconsole.console.demo.mig_profiles import table_for_pci_device_id
+from nodeconsole.console.model import NA, GpuProcess, Metric, Mig, MigInstance, VgpuInstance, VgpuType
+from nodeconsole.console.pciaddr import parse_pci_address
+from nodeconsole.console.sources.types import NvmlData, NvmlGpu, SourceError
 
 _MIB = 1024 * 1024
 

@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import re
 
-from console.iommu import read_iommu
-from console.model import Cpu, HostInfo, NumaNode
-from console.pciids import PciIds, default_ids
-from console.root import Root
-from console.sources.sysfs_pci import read_pci, read_vgpu
-from console.sources.sysfs_root import SysfsRoot, to_cpulist, to_cpumask, to_int
-from console.sources.types import SourceError, SysfsData
+from nodeconsole.console.iommu import read_iommu
+from nodeconsole.console.model import Cpu, HostInfo, NumaNode
+from nodeconsole.console.pciids import PciIds, default_ids
+from nodeconsole.console.root import Root
+from nodeconsole.console.sources.sysfs_pci import read_pci, read_vgpu
+from nodeconsole.console.sources.sysfs_root import SysfsRoot, to_cpulist, to_cpumask, to_int
+from nodeconsole.console.sources.types import SourceError, SysfsData
 
 CPU_DIR = "sys/devices/system/cpu"
 NODE_DIR = "sys/devices/system/node"

@@ -9,9 +9,9 @@ import dataclasses
 import re
 from collections.abc import Callable
 
-from console.model import NumaNode, PciDevice, PciLink, VgpuInstance, VgpuType
-from console.pciids import PciIds
-from console.sources.sysfs_root import (PCI_COMPONENT, SysfsRoot, canonical_pci, pci_sort_key, to_cpulist,
+from nodeconsole.console.model import NumaNode, PciDevice, PciLink, VgpuInstance, VgpuType
+from nodeconsole.console.pciids import PciIds
+from nodeconsole.console.sources.sysfs_root import (PCI_COMPONENT, SysfsRoot, canonical_pci, pci_sort_key, to_cpulist,
                                         to_cpumask, to_int)
 
 PCI_DIR = "sys/bus/pci/devices"

@@ -8,9 +8,9 @@ from __future__ import annotations
 import os
 import re
 
-from console.cpulist import parse_cpulist, parse_cpumask
-from console.pciaddr import is_pci_address, parse_pci_address
-from console.root import Root
+from nodeconsole.console.cpulist import parse_cpulist, parse_cpumask
+from nodeconsole.console.pciaddr import is_pci_address, parse_pci_address
+from nodeconsole.console.root import Root
 
 # what sysfs itself writes: lower-case, 4+ digit domain (Intel VMD domains are 10000 and up)
 _CANONICAL_PCI = re.compile(r"^[0-9a-f]{4,8}:[0-9a-f]{2}:[01][0-9a-f]\.[0-7]$")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from console.model import (Cpu, GpuMetrics, GpuProcess, HostInfo, Iommu, Load, Metric, Mig, NumaNode, PciDevice,
+from nodeconsole.console.model import (Cpu, GpuMetrics, GpuProcess, HostInfo, Iommu, Load, Metric, Mig, NumaNode, PciDevice,
                            PciLink, VgpuInstance, VgpuType, Vm)
 
 

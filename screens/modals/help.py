@@ -7,7 +7,7 @@ from textual.containers import VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Static
 
-from screens.commands import COMMANDS, key_label
+from nodeconsole.screens.commands import COMMANDS, key_label
 
 
 def help_text() -> str:

@@ -3,13 +3,13 @@ from __future__ import annotations
 
 from rich.text import Text
 
-from console.model import HostSnapshot, Vm
+from nodeconsole.console.model import HostSnapshot, Vm
 
 
 def cpu_map(snap: HostSnapshot, vm: Vm | None, per_line: int = 32) -> Text:
     """One block per NUMA node/package: each CPU is a cell; the VM's vCPU pins are highlighted
     (cyan on the GPU's node, red elsewhere), emulator pins marked 'e', other VMs' pins dimmed 'o'."""
-    from console.checks import vm_gpu_nodes
+    from nodeconsole.console.checks import vm_gpu_nodes
 
     mine: dict[int, list[int]] = {}
     emu: set[int] = set()

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from rich.text import Text
 
-from console.model import Mig
+from nodeconsole.console.model import Mig
 
 PALETTE = ["cyan", "magenta", "green", "yellow", "blue", "red", "bright_cyan", "bright_magenta"]
 

@@ -5,7 +5,7 @@ from typing import Iterable
 
 from rich.text import Text
 
-from console.model import format_metric
+from nodeconsole.console.model import format_metric
 
 BLOCKS = " ▁▂▃▄▅▆▇█"
 

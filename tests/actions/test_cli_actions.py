@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from actions.lock import HostLock
-from console.cli import main
+from nodeconsole.actions.lock import HostLock
+from nodeconsole.console.cli import main
 from tests.actions.test_passthrough import IDLE, IDLE_AUDIO, changed, tree_state
 
 REPO = Path(__file__).resolve().parents[2]
@@ -19,7 +19,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 @pytest.fixture(scope="module")
 def _shared(tmp_path_factory) -> Path:
-    from console.demo.state import ensure_demo
+    from nodeconsole.console.demo.state import ensure_demo
 
     d = tmp_path_factory.mktemp("shared") / "demo"
     ensure_demo(d)
@@ -35,7 +35,7 @@ def state_ro(_shared, monkeypatch) -> Path:
 
 def _cli(state: Path, *args: str) -> subprocess.CompletedProcess:
     env = {**os.environ, "NODECONSOLE_STATE_DIR": str(state)}
-    code = "import sys; from console.cli import main; sys.exit(main(sys.argv[1:]))"  # what the script runs
+    code = "import sys; from nodeconsole.console.cli import main; sys.exit(main(sys.argv[1:]))"  # what the script runs
     return subprocess.run([sys.executable, "-c", code, *args], cwd=REPO, env=env, capture_output=True,
                           text=True, timeout=120)
 
@@ -133,9 +133,9 @@ def test_refused_and_locked_exit_1(state_ro, monkeypatch, capsys):
 
 
 def test_log_shows_failures_and_what_was_undone(state, monkeypatch, capsys):
-    from actions.passthrough import plan_passthrough
-    from actions.runner import ActionHost, Runner
-    from console.seams import demo_host
+    from nodeconsole.actions.passthrough import plan_passthrough
+    from nodeconsole.actions.runner import ActionHost, Runner
+    from nodeconsole.console.seams import demo_host
 
     host = ActionHost.from_seams(demo_host())
     host.kernel.fail_on("drivers_probe", after=1)  # the second function's probe fails

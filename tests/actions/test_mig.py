@@ -13,13 +13,13 @@ import json
 import pynvml
 import pytest
 
-from actions import mig_steps
-from actions.mig import plan_mig
-from actions.mig_planner import Profile, format_layout, maximal_layouts
-from actions.plan import RequestError
-from actions.runner import DONE, FAILED_RESULT, REFUSED, ActionHost, Runner, plan_undo
-from console.demo import mig_profiles
-from console.seams import demo_host
+from nodeconsole.actions import mig_steps
+from nodeconsole.actions.mig import plan_mig
+from nodeconsole.actions.mig_planner import Profile, format_layout, maximal_layouts
+from nodeconsole.actions.plan import RequestError
+from nodeconsole.actions.runner import DONE, FAILED_RESULT, REFUSED, ActionHost, Runner, plan_undo
+from nodeconsole.console.demo import mig_profiles
+from nodeconsole.console.seams import demo_host
 from tests.actions.test_passthrough import changed, tree_state
 
 GPU = "0000:9a:00.0"

@@ -9,17 +9,17 @@ from types import SimpleNamespace
 import pynvml
 import pytest
 
-from actions.mig import layout_ops
-from actions.mig_planner import (Existing, LayoutError, Profile, Wanted, fit, format_layout,
+from nodeconsole.actions.mig import layout_ops
+from nodeconsole.actions.mig_planner import (Existing, LayoutError, Profile, Wanted, fit, format_layout,
                                  maximal_layouts, parse_layout)
-from actions.mig_steps import current_layout, read_mig_state
-from actions.plan import build_step
-from actions.runner import NoCommands
-from console import nvml_mig
-from console.demo import mig_profiles
-from console.demo.nvml_sim import SimulatedNvml, uninstall
-from console.root import Root
-from console.seams import Seams
+from nodeconsole.actions.mig_steps import current_layout, read_mig_state
+from nodeconsole.actions.plan import build_step
+from nodeconsole.actions.runner import NoCommands
+from nodeconsole.console import nvml_mig
+from nodeconsole.console.demo import mig_profiles
+from nodeconsole.console.demo.nvml_sim import SimulatedNvml, uninstall
+from nodeconsole.console.root import Root
+from nodeconsole.console.seams import Seams
 from tests.console.nvml_states import H100, mig_state
 
 H100_TABLE = mig_profiles.table_for_model("H100-80GB-HBM3")

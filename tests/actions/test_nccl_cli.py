@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from actions.nccl.torch_allreduce import bus_factor, footer_lines, format_row, header_lines
-from console.cli import main
-from console.collector import Collector
-from console.seams import demo_host
+from nodeconsole.actions.nccl.torch_allreduce import bus_factor, footer_lines, format_row, header_lines
+from nodeconsole.console.cli import main
+from nodeconsole.console.collector import Collector
+from nodeconsole.console.seams import demo_host
 
 REPO = Path(__file__).resolve().parents[2]
 FAKE = Path(__file__).resolve().parent / "fixtures" / "fake_all_reduce_perf.py"
@@ -245,7 +245,7 @@ def test_check_run_prints_rows_while_the_test_runs(host_env: Path, fake_exe: Pat
     record = tmp_path / "record.json"
     env = {**os.environ, "FAKE_NCCL_OUTPUT": str(output), "FAKE_NCCL_DELAY": "0.05",
            "FAKE_NCCL_RECORD": str(record), "PYTHONUNBUFFERED": "1"}
-    cli = "import sys; from console.cli import main; sys.exit(main())"
+    cli = "import sys; from nodeconsole.console.cli import main; sys.exit(main())"
     proc = subprocess.Popen([sys.executable, "-c", cli, "nccl", "check", "--demo", "--gpus", "0,4",
                              "--run", "--binary", str(fake_exe)], cwd=REPO, env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
@@ -312,7 +312,7 @@ def test_command_refuses_bad_options(capsys, extra: list[str]) -> None:
 # -- the snapshot's topology -------------------------------------------------------------------------------
 def _acs_config(control: int) -> bytes:
     """A full PCIe config space whose only extended capability is ACS, with this control value."""
-    from actions.nccl.acs import ACS_CAP_ID
+    from nodeconsole.actions.nccl.acs import ACS_CAP_ID
 
     cfg = bytearray(4096)
     cfg[0x100:0x104] = (ACS_CAP_ID | 1 << 16).to_bytes(4, "little")
@@ -321,8 +321,8 @@ def _acs_config(control: int) -> bytes:
 
 
 def test_p2p_needs_a_common_switch_and_no_acs_redirect(host_env: Path) -> None:
-    from actions.nccl.snapshot_topology import local_plan, select_gpus
-    from console.topology import relation
+    from nodeconsole.actions.nccl.snapshot_topology import local_plan, select_gpus
+    from nodeconsole.console.topology import relation
 
     seams = demo_host(host_env)
     snap = Collector(seams).collect()
@@ -342,7 +342,7 @@ def test_p2p_needs_a_common_switch_and_no_acs_redirect(host_env: Path) -> None:
 
 
 def test_plan_reads_sockets_models_and_nic_speeds(host_env: Path) -> None:
-    from actions.nccl.snapshot_topology import local_plan, nic_speeds, node_socket, select_gpus
+    from nodeconsole.actions.nccl.snapshot_topology import local_plan, nic_speeds, node_socket, select_gpus
 
     seams = demo_host(host_env)
     snap = Collector(seams).collect()

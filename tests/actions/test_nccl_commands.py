@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from actions.nccl import torch_allreduce as bench
-from actions.nccl.commands import (BENCHMARK, find_all_reduce_perf, format_command, local_command, mpirun_command,
+from nodeconsole.actions.nccl import torch_allreduce as bench
+from nodeconsole.actions.nccl.commands import (BENCHMARK, find_all_reduce_perf, format_command, local_command, mpirun_command,
                                    sweep_args, torchrun_commands, validate_env, validate_gpus, validate_host)
-from actions.nccl.parse import Row, expected_rows, parse_text
+from nodeconsole.actions.nccl.parse import Row, expected_rows, parse_text
 
 BAD_HOSTS = ["", "a;b", "a b", "$(reboot)", "`id`", "-oProxyCommand=x", "host:8", "a/b", "a..b", "-x", "h\n",
              "x" * 64, "a|b", "a&b", "*"]
@@ -147,7 +147,7 @@ def test_benchmark_output_reads_as_all_reduce_perf() -> None:
 
 def test_benchmark_module_needs_no_torch_to_import() -> None:
     import subprocess
-    code = "import actions.nccl.torch_allreduce, sys; print('torch' in sys.modules)"
+    code = "import nodeconsole.actions.nccl.torch_allreduce, sys; print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          cwd=Path(__file__).resolve().parents[2], check=True)
     assert out.stdout.strip() == "False"

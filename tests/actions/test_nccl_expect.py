@@ -5,9 +5,9 @@ from pathlib import Path
 
 import pytest
 
-from actions.nccl.expect import ERROR_RATIO, WARN_RATIO, Topology, expected_busbw, verdict
-from actions.nccl.finding import Finding, by_severity
-from actions.nccl.parse import Cell, Device, ParsedOutput, Row, Transport, parse_text
+from nodeconsole.actions.nccl.expect import ERROR_RATIO, WARN_RATIO, Topology, expected_busbw, verdict
+from nodeconsole.actions.nccl.finding import Finding, by_severity
+from nodeconsole.actions.nccl.parse import Cell, Device, ParsedOutput, Row, Transport, parse_text
 
 A100 = ("NVIDIA A100-SXM4-40GB",)
 H100 = ("NVIDIA H100 80GB HBM3",)

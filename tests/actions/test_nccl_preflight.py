@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from actions.nccl.acs import ACS_CAP_ID, acs_control, decode_acs, find_ext_cap, pci_chain
-from actions.nccl.libs import NcclLib, find_nccl_libs, version_in_binary
-from actions.nccl.preflight import (IfList, check_drift, check_ib, check_leftovers, check_numa,
+from nodeconsole.actions.nccl.acs import ACS_CAP_ID, acs_control, decode_acs, find_ext_cap, pci_chain
+from nodeconsole.actions.nccl.libs import NcclLib, find_nccl_libs, version_in_binary
+from nodeconsole.actions.nccl.preflight import (IfList, check_drift, check_ib, check_leftovers, check_numa,
                                     check_socket_ifname, default_interfaces, preflight, read_ib_ports)
-from console.root import Root
+from nodeconsole.console.root import Root
 
 
 def _write(path: Path, content: str | bytes) -> Path:

@@ -12,9 +12,9 @@ from pathlib import Path
 import psutil
 import pytest
 
-from actions.nccl.expect import Topology
-from actions.nccl.parse import parse_text
-from actions.nccl.run import NcclRun, Progress, run_local, sweep_total
+from nodeconsole.actions.nccl.expect import Topology
+from nodeconsole.actions.nccl.parse import parse_text
+from nodeconsole.actions.nccl.run import NcclRun, Progress, run_local, sweep_total
 
 FAKE = Path(__file__).resolve().parent / "fixtures" / "fake_all_reduce_perf.py"
 

@@ -12,16 +12,16 @@ from pathlib import Path
 
 import pytest
 
-from actions.audit import APPLIED, FAILED, IN_PROGRESS
-from actions.host_steps import MODPROBE_FILE
-from actions.lock import HostLock
-from actions.passthrough import plan_passthrough, plan_release, resolve_gpu
-from actions.plan import RequestError, needs_typed_confirmation
-from actions.runner import NoCommands, DONE, FAILED_RESULT, REFUSED, ActionHost, Commands, Runner, plan_undo
-from console.demo.generator import generate, small_spec
-from console.demo.nvml_sim import SimulatedNvml
-from console.root import Root
-from console.seams import Seams, demo_host
+from nodeconsole.actions.audit import APPLIED, FAILED, IN_PROGRESS
+from nodeconsole.actions.host_steps import MODPROBE_FILE
+from nodeconsole.actions.lock import HostLock
+from nodeconsole.actions.passthrough import plan_passthrough, plan_release, resolve_gpu
+from nodeconsole.actions.plan import RequestError, needs_typed_confirmation
+from nodeconsole.actions.runner import NoCommands, DONE, FAILED_RESULT, REFUSED, ActionHost, Commands, Runner, plan_undo
+from nodeconsole.console.demo.generator import generate, small_spec
+from nodeconsole.console.demo.nvml_sim import SimulatedNvml
+from nodeconsole.console.root import Root
+from nodeconsole.console.seams import Seams, demo_host
 
 IDLE, IDLE_AUDIO = "0000:9a:00.0", "0000:9a:00.1"  # demo: idle on nvidia; shut-off train-c holds it
 BUSY = "0000:18:00.0"  # processes
@@ -477,7 +477,7 @@ def test_modprobe_file_when_the_card_is_the_only_one_of_its_model(tmp_path):
 
 
 def test_a_captured_tree_is_read_only(tmp_path):
-    from console.seams import real_host
+    from nodeconsole.console.seams import real_host
 
     h = generate(small_spec(gpus=2), tmp_path / "h")
     host = ActionHost.from_seams(real_host(str(h.root)))

@@ -10,13 +10,13 @@ import pytest
 
 libvirt = pytest.importorskip("libvirt")
 
-from actions.libvirt_edit import (DomainConfigError, LibvirtDomainConfig, NodeFileDomainConfig,  # noqa: E402
+from nodeconsole.actions.libvirt_edit import (DomainConfigError, LibvirtDomainConfig, NodeFileDomainConfig,  # noqa: E402
                                   domain_config_for, hostdev_xml, node_file_of)
-from actions.plan import build_step  # noqa: E402
-from console.demo.generator import generate, small_spec  # noqa: E402
-from console.libvirt_xml import parse_domain  # noqa: E402
-from console.root import Root  # noqa: E402
-from console.seams import Seams  # noqa: E402
+from nodeconsole.actions.plan import build_step  # noqa: E402
+from nodeconsole.console.demo.generator import generate, small_spec  # noqa: E402
+from nodeconsole.console.libvirt_xml import parse_domain  # noqa: E402
+from nodeconsole.console.root import Root  # noqa: E402
+from nodeconsole.console.seams import Seams  # noqa: E402
 
 libvirt.registerErrorHandler(lambda *_a: None, None)
 GPU, AUDIO = "0000:18:00.0", "0000:18:00.1"

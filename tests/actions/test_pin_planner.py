@@ -9,9 +9,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from actions.pin_planner import (PinRequest, busy_cpus, default_reserve, parse_cpu_choice, propose,
+from nodeconsole.actions.pin_planner import (PinRequest, busy_cpus, default_reserve, parse_cpu_choice, propose,
                                  request_for, topology_of)
-from console.model import (Cpu, Gpu, GpuOwner, HostInfo, HostSnapshot, Hostdev, Iommu, Load, NumaNode,
+from nodeconsole.console.model import (Cpu, Gpu, GpuOwner, HostInfo, HostSnapshot, Hostdev, Iommu, Load, NumaNode,
                            Sources, VcpuPin, Vm)
 
 GIB = 1024 * 1024

@@ -11,18 +11,18 @@ from pathlib import Path
 
 import pytest
 
-from actions.audit import APPLIED, FAILED
-from actions.libvirt_edit import DomainConfigError, LibvirtDomainConfig
-from actions.pin_steps import PinState, edit_pins_text, read_xml_state
-from actions.pinning import plan_pin, plan_pin_all
-from actions.plan import RequestError, build_step
-from actions.runner import DONE, FAILED_RESULT, REFUSED, ActionHost, NoCommands, Runner, plan_undo
-from console.checks import find_problems, vm_alignment
-from console.demo.generator import generate, small_spec
-from console.demo.nvml_sim import SimulatedNvml
-from console.demo.spec import CpuSpec, HostdevSpec, VmSpec
-from console.root import Root
-from console.seams import Seams, demo_host
+from nodeconsole.actions.audit import APPLIED, FAILED
+from nodeconsole.actions.libvirt_edit import DomainConfigError, LibvirtDomainConfig
+from nodeconsole.actions.pin_steps import PinState, edit_pins_text, read_xml_state
+from nodeconsole.actions.pinning import plan_pin, plan_pin_all
+from nodeconsole.actions.plan import RequestError, build_step
+from nodeconsole.actions.runner import DONE, FAILED_RESULT, REFUSED, ActionHost, NoCommands, Runner, plan_undo
+from nodeconsole.console.checks import find_problems, vm_alignment
+from nodeconsole.console.demo.generator import generate, small_spec
+from nodeconsole.console.demo.nvml_sim import SimulatedNvml
+from nodeconsole.console.demo.spec import CpuSpec, HostdevSpec, VmSpec
+from nodeconsole.console.root import Root
+from nodeconsole.console.seams import Seams, demo_host
 from tests.actions.test_passthrough import changed, tree_state
 
 REPO = Path(__file__).resolve().parents[2]
@@ -42,7 +42,7 @@ def demo_ro(tmp_path_factory) -> ActionHost:
 
 def _cli(state: Path, *args: str) -> subprocess.CompletedProcess:
     env = {**os.environ, "NODECONSOLE_STATE_DIR": str(state)}
-    code = "import sys; from console.cli import main; sys.exit(main(sys.argv[1:]))"
+    code = "import sys; from nodeconsole.console.cli import main; sys.exit(main(sys.argv[1:]))"
     return subprocess.run([sys.executable, "-c", code, *args], cwd=REPO, env=env, capture_output=True,
                           text=True, timeout=120)
 
@@ -303,7 +303,7 @@ def test_text_edits_keep_the_quoting_of_a_value_they_change():
 
 
 def test_step_kind_refuses_a_vm_that_is_gone(demo_ro):
-    from actions.plan import StepError
+    from nodeconsole.actions.plan import StepError
 
     with pytest.raises(StepError, match="no VM named 'ghost'"):
         build_step(demo_ro, {"kind": "vm_pins", "vm": "ghost", "scope": "config", "vcpus": [], "emulator": None})
@@ -312,8 +312,8 @@ def test_step_kind_refuses_a_vm_that_is_gone(demo_ro):
 
 
 def test_a_layout_the_line_edits_cannot_handle_falls_back_to_the_document(tmp_path):
-    from actions.libvirt_edit import NodeFileDomainConfig
-    from actions.pin_steps import read_state, write_state
+    from nodeconsole.actions.libvirt_edit import NodeFileDomainConfig
+    from nodeconsole.actions.pin_steps import read_state, write_state
 
     node = tmp_path / "node.xml"
     node.write_text(f"<node>\n  {DOMAIN}\n</node>\n", encoding="utf-8")

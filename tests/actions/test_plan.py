@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from actions.audit import APPLIED, FAILED, IN_PROGRESS, AuditLog, who
-from actions.lock import HostLock, LockHeld
-from actions.plan import Check, Plan, Step, StepError, build_step, needs_typed_confirmation
+from nodeconsole.actions.audit import APPLIED, FAILED, IN_PROGRESS, AuditLog, who
+from nodeconsole.actions.lock import HostLock, LockHeld
+from nodeconsole.actions.plan import Check, Plan, Step, StepError, build_step, needs_typed_confirmation
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -86,7 +86,7 @@ def test_who_names_the_caller():
 
 _HOLDER = """
 import sys
-from actions.lock import HostLock
+from nodeconsole.actions.lock import HostLock
 lock = HostLock(sys.argv[1]); lock.acquire()
 print("locked", flush=True)
 sys.stdin.readline()

@@ -9,12 +9,12 @@ from pathlib import Path
 
 import pytest
 
-from actions.audit import APPLIED, FAILED, FAILED_PARTIAL
-from actions.plan import Check, Plan, RequestError, Step, build_step, step_kind
-from actions.runner import (CANCELLED, DONE, FAILED_RESULT, NOTHING, REFUSED, ActionHost, Progress, Runner,
+from nodeconsole.actions.audit import APPLIED, FAILED, FAILED_PARTIAL
+from nodeconsole.actions.plan import Check, Plan, RequestError, Step, build_step, step_kind
+from nodeconsole.actions.runner import (CANCELLED, DONE, FAILED_RESULT, NOTHING, REFUSED, ActionHost, Progress, Runner,
                             plan_undo)
-from console.root import Root
-from console.seams import Seams
+from nodeconsole.console.root import Root
+from nodeconsole.console.seams import Seams
 
 STATE = "values.json"
 

@@ -7,11 +7,11 @@ from __future__ import annotations
 
 import pytest
 
-from actions.plan import RequestError, needs_typed_confirmation
-from actions.runner import DONE, REFUSED, ActionHost, Runner, plan_undo
-from actions.vgpu import mig_profile_of, offers, plan_vgpu_create, plan_vgpu_remove
-from console.libvirt_xml import parse_domain
-from console.seams import demo_host
+from nodeconsole.actions.plan import RequestError, needs_typed_confirmation
+from nodeconsole.actions.runner import DONE, REFUSED, ActionHost, Runner, plan_undo
+from nodeconsole.actions.vgpu import mig_profile_of, offers, plan_vgpu_create, plan_vgpu_remove
+from nodeconsole.console.libvirt_xml import parse_domain
+from nodeconsole.console.seams import demo_host
 from tests.actions.test_passthrough import changed, tree_state
 
 MDEV_GPU, SRIOV_GPU = "0000:3b:00.0", "0000:3a:00.0"

@@ -7,7 +7,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from console.demo.nvml_sim import SimulatedNvml
+from nodeconsole.console.demo.nvml_sim import SimulatedNvml
 
 H100, A100, L40S, A100_80 = "0000:17:00.0", "0000:3b:00.0", "0000:ca:00.0", "0000:4e:00.0"
 MIG_UUID = "MIG-c7384736-a75d-5afc-978f-d2f1294409fd"

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from console.cli import main
-from console.collector import Collector
-from console.cpulist import parse_cpulist
+from nodeconsole.console.cli import main
+from nodeconsole.console.collector import Collector
+from nodeconsole.console.cpulist import parse_cpulist
 from tests.console.test_sysfs_hosts import TREES, hosts  # noqa: F401 - the session fixture
 
 
@@ -101,7 +101,7 @@ def test_snapshot_root_agrees_with_lstopo(capsys, hosts, name):  # noqa: F811
 
 # -- faults: every source failure degrades the snapshot, never raises ---------------------------------
 def _demo_collector(demo_dir) -> Collector:
-    from console.seams import demo_host
+    from nodeconsole.console.seams import demo_host
 
     return Collector(demo_host())
 
@@ -172,7 +172,7 @@ def test_malformed_sysfs_values(demo_dir):
 
 def test_known_commands_match_the_registry():
     """The console start skips importing subcommands by name: the list must match what registers."""
-    from console.cli import KNOWN_COMMANDS, SUBCOMMANDS, build_parser
+    from nodeconsole.console.cli import KNOWN_COMMANDS, SUBCOMMANDS, build_parser
 
     build_parser()
     assert set(SUBCOMMANDS) == set(KNOWN_COMMANDS)
@@ -181,7 +181,7 @@ def test_known_commands_match_the_registry():
 def test_gpu_rebound_behind_nvmls_back(demo_dir):
     """A GPU moved to vfio-pci by hand is not 'lost', and one given back to nvidia reappears in
     NVML's view without waiting for a periodic rescan."""
-    from console.demo.kernel import SimulatedKernel
+    from nodeconsole.console.demo.kernel import SimulatedKernel
 
     c = _demo_collector(demo_dir)
     c.collect()
@@ -214,7 +214,7 @@ def test_gpu_rebound_behind_nvmls_back(demo_dir):
     (["nccl", "parse", "--", "--demo"], ["nccl", "parse", "--", "--demo"]),
 ])
 def test_host_flags_may_stand_anywhere(argv, expected):
-    from console.cli import _host_flags_last
+    from nodeconsole.console.cli import _host_flags_last
 
     assert _host_flags_last(argv) == expected
 

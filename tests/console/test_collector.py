@@ -5,12 +5,12 @@ from __future__ import annotations
 import json
 from dataclasses import replace
 
-from console.collector import Collector, assemble
-from console.model import (NA, Cpu, HostInfo, Hostdev, Iommu, IommuGroup, Load, Mig, MigInstance,
+from nodeconsole.console.collector import Collector, assemble
+from nodeconsole.console.model import (NA, Cpu, HostInfo, Hostdev, Iommu, IommuGroup, Load, Mig, MigInstance,
                            NumaNode, PciDevice, PciLink, Sources, VcpuPin, VgpuInstance, Vm)
-from console.root import Root
-from console.seams import Seams
-from console.sources.types import LibvirtData, NvmlData, NvmlGpu, SysfsData
+from nodeconsole.console.root import Root
+from nodeconsole.console.seams import Seams
+from nodeconsole.console.sources.types import LibvirtData, NvmlData, NvmlGpu, SysfsData
 
 
 def _gpu_dev(addr, driver, node, group, width=16):
@@ -132,7 +132,7 @@ def test_a_pin_to_every_cpu_is_no_pin():
     everything = tuple(range(8))
     vms = (replace(libvirt.vms[0], pins=tuple(VcpuPin(i, everything) for i in range(4))),) + libvirt.vms[1:]
     snap = assemble(_sysfs(), _nvml(), LibvirtData(vms), Load(), Sources())
-    from console.checks import vm_alignment
+    from nodeconsole.console.checks import vm_alignment
 
     assert vm_alignment(snap, snap.vm("train")) == "unpinned"
     assert not any(p.subject == "train" and "node(s)" in p.message for p in snap.problems)

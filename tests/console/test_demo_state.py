@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from console.demo import state
-from console.demo.kernel import SimulatedKernel
-from console.demo.state import demo_state_dir, ensure_demo, is_current, reset_demo
+from nodeconsole.console.demo import state
+from nodeconsole.console.demo.kernel import SimulatedKernel
+from nodeconsole.console.demo.state import demo_state_dir, ensure_demo, is_current, reset_demo
 
 GPU = "0000:9a:00.0"
 

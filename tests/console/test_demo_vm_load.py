@@ -1,7 +1,7 @@
 """The demo host's VM load: moves over time, deterministic, paused uses nothing."""
 from __future__ import annotations
 
-from console.demo.vm_load import demo_vm_cpu_percent
+from nodeconsole.console.demo.vm_load import demo_vm_cpu_percent
 
 
 def test_load_moves_and_is_deterministic():
@@ -18,8 +18,8 @@ def test_states():
 
 
 def test_collector_applies_it_on_the_demo_only(tmp_path, monkeypatch):
-    from console.collector import Collector
-    from console.seams import demo_host
+    from nodeconsole.console.collector import Collector
+    from nodeconsole.console.seams import demo_host
 
     monkeypatch.setenv("NODECONSOLE_STATE_DIR", str(tmp_path / "demo"))
     seams = demo_host()

@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from console.cpulist import parse_cpulist, parse_cpumask
-from console.demo.builders import gpu_functions, mig_instance, root_port
-from console.demo.generator import (GeneratedHost, GpuSpec, HostBridge, HostdevSpec, HostSpec, MdevSpec,
+from nodeconsole.console.cpulist import parse_cpulist, parse_cpumask
+from nodeconsole.console.demo.builders import gpu_functions, mig_instance, root_port
+from nodeconsole.console.demo.generator import (GeneratedHost, GpuSpec, HostBridge, HostdevSpec, HostSpec, MdevSpec,
                                     PciDev, VmSpec, demo_spec, generate, large_spec, small_spec)
-from console.root import Root
+from nodeconsole.console.root import Root
 
 libvirt = pytest.importorskip("libvirt")
 libvirt.registerErrorHandler(lambda *a: None, None)

@@ -8,9 +8,9 @@ import xml.etree.ElementTree as ET
 
 import pytest
 
-from console.cpulist import parse_cpulist
-from console.demo.generator import demo_spec, generate
-from console.root import Root
+from nodeconsole.console.cpulist import parse_cpulist
+from nodeconsole.console.demo.generator import demo_spec, generate
+from nodeconsole.console.root import Root
 
 VFIO_OK = (None, "vfio-pci", "pci-stub")
 

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from console.demo.generator import demo_spec, generate
-from console.demo.kernel import SimulatedKernel
-from console.demo.spec import walk
-from console.root import Root
-from console.sources.sysfs import read_sysfs
+from nodeconsole.console.demo.generator import demo_spec, generate
+from nodeconsole.console.demo.kernel import SimulatedKernel
+from nodeconsole.console.demo.spec import walk
+from nodeconsole.console.root import Root
+from nodeconsole.console.sources.sysfs import read_sysfs
 
 IDLE = "0000:9a:00.0"
 

@@ -6,7 +6,7 @@ import sys
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
-GLUE = {"console.app", "console.__main__"}
+GLUE = {"nodeconsole.console.app", "nodeconsole.console.__main__"}
 
 
 def _core_modules() -> list[str]:
@@ -14,7 +14,7 @@ def _core_modules() -> list[str]:
     for pkg in ("console", "actions"):
         for path in sorted((REPO / pkg).rglob("*.py")):
             rel = path.relative_to(REPO).with_suffix("")
-            name = ".".join(rel.parts)
+            name = ".".join(("nodeconsole",) + rel.parts)
             if name.endswith(".__init__"):
                 name = name[: -len(".__init__")]
             if name not in GLUE:
@@ -24,7 +24,7 @@ def _core_modules() -> list[str]:
 
 def test_core_modules_exist() -> None:
     mods = _core_modules()
-    assert "console.model" in mods and "console.collector" in mods and "console.cli" in mods
+    assert {"nodeconsole.console.model", "nodeconsole.console.collector", "nodeconsole.console.cli"} <= set(mods)
 
 
 def test_core_never_imports_textual() -> None:
@@ -46,7 +46,7 @@ def test_core_never_imports_textual() -> None:
 
 def test_cli_snapshot_path_stays_headless() -> None:
     """Running the CLI parser (all subcommands registered) must not pull Textual in either."""
-    code = ("import sys; from console.cli import build_parser; build_parser(); "
+    code = ("import sys; from nodeconsole.console.cli import build_parser; build_parser(); "
             "print('textual' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr

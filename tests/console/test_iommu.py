@@ -7,12 +7,12 @@ from pathlib import Path
 from hypothesis import given
 from hypothesis import strategies as st
 
-from console.iommu import (group_blockers, group_verdict, has_acs_override, how_to_enable,
+from nodeconsole.console.iommu import (group_blockers, group_verdict, has_acs_override, how_to_enable,
                            iommu_cmdline_flags, slot_of)
-from console.model import IommuGroup, PciDevice
-from console.pciids import PciIds
-from console.root import Root
-from console.sources.sysfs import read_sysfs
+from nodeconsole.console.model import IommuGroup, PciDevice
+from nodeconsole.console.pciids import PciIds
+from nodeconsole.console.root import Root
+from nodeconsole.console.sources.sysfs import read_sysfs
 from tests.console.sysfs_tree import FakeSys
 
 BUILTIN = PciIds(paths=None)

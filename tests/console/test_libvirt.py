@@ -5,10 +5,10 @@ import time
 
 import pytest
 
-from console.model import Hostdev, VcpuPin, Vm
-from console.sources import libvirt_src
-from console.sources.libvirt_src import LibvirtSource, cpu_percent
-from console.sources.types import SourceError
+from nodeconsole.console.model import Hostdev, VcpuPin, Vm
+from nodeconsole.console.sources import libvirt_src
+from nodeconsole.console.sources.libvirt_src import LibvirtSource, cpu_percent
+from nodeconsole.console.sources.types import SourceError
 
 libvirt = pytest.importorskip("libvirt")
 

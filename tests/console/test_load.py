@@ -9,9 +9,9 @@ from collections import namedtuple
 import psutil
 import pytest
 
-from console.sources import load
-from console.sources.load import LoadReader, busy_percent, read_load
-from console.sources.types import SourceError
+from nodeconsole.console.sources import load
+from nodeconsole.console.sources.load import LoadReader, busy_percent, read_load
+from nodeconsole.console.sources.types import SourceError
 
 T = namedtuple("T", "user nice system idle iowait irq softirq steal guest guest_nice")
 

@@ -6,10 +6,10 @@ import ctypes
 import pynvml
 import pytest
 
-from console.demo.nvml_sim import SimulatedNvml, uninstall
-from console.model import NA
-from console.sources.nvml import NvmlSource, read_nvml
-from console.sources.types import SourceError
+from nodeconsole.console.demo.nvml_sim import SimulatedNvml, uninstall
+from nodeconsole.console.model import NA
+from nodeconsole.console.sources.nvml import NvmlSource, read_nvml
+from nodeconsole.console.sources.types import SourceError
 from tests.console.nvml_states import A100, A100_80, H100, L40S, MIG_UUID, demo_state, driver_tree, set_driver
 
 

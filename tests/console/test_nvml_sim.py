@@ -8,7 +8,7 @@ import ctypes
 import pynvml
 import pytest
 
-from console.demo.nvml_sim import NvmlAbiError, SimulatedNvml, uninstall
+from nodeconsole.console.demo.nvml_sim import NvmlAbiError, SimulatedNvml, uninstall
 from tests.console.nvml_states import A100, H100, L40S, demo_state
 
 

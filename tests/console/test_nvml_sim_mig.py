@@ -11,10 +11,10 @@ from pathlib import Path
 import pynvml
 import pytest
 
-from console import nvml_mig
-from console.demo import mig_profiles
-from console.demo.nvml_sim import NvmlAbiError, SimulatedNvml, uninstall
-from console.sources.nvml import NvmlSource
+from nodeconsole.console import nvml_mig
+from nodeconsole.console.demo import mig_profiles
+from nodeconsole.console.demo.nvml_sim import NvmlAbiError, SimulatedNvml, uninstall
+from nodeconsole.console.sources.nvml import NvmlSource
 from tests.console.nvml_states import H100, mig_state
 
 REPO = Path(__file__).resolve().parents[2]
@@ -247,8 +247,8 @@ def test_state_file_round_trips_across_processes(tmp_path):
     assert [(i["gi_id"], i["profile_id"], i["start"], i["size"]) for i in saved] == [(1, 9, 0, 4)]
 
     # another process changes the layout through its own library over the same file
-    code = ("import sys, pynvml\nfrom console.demo.nvml_sim import SimulatedNvml\n"
-            "from console import nvml_mig\n"
+    code = ("import sys, pynvml\nfrom nodeconsole.console.demo.nvml_sim import SimulatedNvml\n"
+            "from nodeconsole.console import nvml_mig\n"
             "SimulatedNvml(sys.argv[1], privileged=True).install(); pynvml.nvmlInit()\n"
             "h = pynvml.nvmlDeviceGetHandleByIndex(0)\n"
             "gi = nvml_mig.create_gpu_instance(h, 14, (4, 2)); nvml_mig.create_compute_instance(gi, 1)\n")

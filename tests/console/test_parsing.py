@@ -4,8 +4,8 @@ from __future__ import annotations
 import pytest
 from hypothesis import given, strategies as st
 
-from console.cpulist import format_cpulist, parse_cpulist, parse_cpumask
-from console.pciaddr import parse_pci_address
+from nodeconsole.console.cpulist import format_cpulist, parse_cpulist, parse_cpumask
+from nodeconsole.console.pciaddr import parse_pci_address
 
 
 @pytest.mark.parametrize("text,expected", [

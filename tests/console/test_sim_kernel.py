@@ -9,9 +9,9 @@ import shutil
 
 import pytest
 
-from console.demo.generator import demo_spec, generate
-from console.demo.kernel import Kernel, SimulatedKernel
-from console.root import Root
+from nodeconsole.console.demo.generator import demo_spec, generate
+from nodeconsole.console.demo.kernel import Kernel, SimulatedKernel
+from nodeconsole.console.root import Root
 
 IDLE, IDLE_AUDIO = "0000:9a:00.0", "0000:9a:00.1"  # host GPU on nvidia, idle, own group
 UNBOUND = "0000:ba:00.0"  # no driver, in the group shared with an NVMe and a NIC

@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from console.cpulist import parse_cpulist
-from console.root import Root
-from console.sources.sysfs import read_sysfs
-from console.sources.types import SysfsData
+from nodeconsole.console.cpulist import parse_cpulist
+from nodeconsole.console.root import Root
+from nodeconsole.console.sources.sysfs import read_sysfs
+from nodeconsole.console.sources.types import SysfsData
 
 NO_TREES = "<no captured trees>"
 

@@ -3,9 +3,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from console.pciids import CLASSES, PciIds
-from console.root import Root
-from console.sources.sysfs import read_sysfs
+from nodeconsole.console.pciids import CLASSES, PciIds
+from nodeconsole.console.root import Root
+from nodeconsole.console.sources.sysfs import read_sysfs
 from tests.console.sysfs_tree import FakeSys
 
 SAMPLE = """\

@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from console.pciids import PciIds
-from console.root import Root
-from console.sources import sysfs_root
-from console.sources.sysfs import cpu_vendor, read_sysfs
-from console.sources.types import SourceError
+from nodeconsole.console.pciids import PciIds
+from nodeconsole.console.root import Root
+from nodeconsole.console.sources import sysfs_root
+from nodeconsole.console.sources.sysfs import cpu_vendor, read_sysfs
+from nodeconsole.console.sources.types import SourceError
 from tests.console.sysfs_tree import FakeSys
 
 BUILTIN = PciIds(paths=None)  # names from the built-in table: the same on every machine

@@ -9,9 +9,9 @@ from types import SimpleNamespace
 
 import pytest
 
-from actions.libvirt_edit import DomainConfigError, LibvirtDomainConfig
-from actions.plan import build_step
-from console.libvirt_xml import parse_domain
+from nodeconsole.actions.libvirt_edit import DomainConfigError, LibvirtDomainConfig
+from nodeconsole.actions.plan import build_step
+from nodeconsole.console.libvirt_xml import parse_domain
 
 libvirt = pytest.importorskip("libvirt")
 

@@ -13,10 +13,10 @@ import time
 
 import pytest
 
-from actions.pinning import plan_pin
-from actions.runner import DONE, FAILED_RESULT, ActionHost, Runner, plan_undo
-from console.libvirt_xml import parse_domain
-from console.seams import real_host
+from nodeconsole.actions.pinning import plan_pin
+from nodeconsole.actions.runner import DONE, FAILED_RESULT, ActionHost, Runner, plan_undo
+from nodeconsole.console.libvirt_xml import parse_domain
+from nodeconsole.console.seams import real_host
 from tests.e2e.test_real_libvirtd import _admin, _allowed, _vcpu_thread
 
 libvirt = pytest.importorskip("libvirt")

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from console.model import VcpuPin
-from console.sources.libvirt_src import LibvirtSource
-from console.sources.types import SourceError
+from nodeconsole.console.model import VcpuPin
+from nodeconsole.console.sources.libvirt_src import LibvirtSource
+from nodeconsole.console.sources.types import SourceError
 
 libvirt = pytest.importorskip("libvirt")
 

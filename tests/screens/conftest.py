@@ -3,14 +3,19 @@ snapshots (fixed NVML clock and fixed VM load so the pictures are stable)."""
 from __future__ import annotations
 
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
-from console.collector import Collector
-from console.demo.nvml_sim import SimulatedNvml
-from console.demo.state import ensure_demo
-from console.root import Root
-from console.seams import Seams
+from nodeconsole.console.collector import Collector
+from nodeconsole.console.demo.nvml_sim import SimulatedNvml
+from nodeconsole.console.demo.state import ensure_demo
+from nodeconsole.console.pciids import PciIds
+from nodeconsole.console.root import Root
+from nodeconsole.console.seams import Seams
+
+# Device names in every rendered test come from the built-in table, never the machine's pci.ids.
+FIXED_IDS = PciIds(paths=None)
 
 
 @pytest.fixture()
@@ -20,7 +25,7 @@ def demo_seams(tmp_path, monkeypatch):
     root = Root(host.root)
     lib = SimulatedNvml.from_file(host.nvml_state, root=root, privileged=True)
     return Seams(root=root, libvirt_uri=host.libvirt_uri, nvml_lib=lib, demo_dir=tmp_path / "demo",
-                 state_dir=tmp_path / "demo")
+                 state_dir=tmp_path / "demo", pci_ids=FIXED_IDS)
 
 
 class FrozenCollector(Collector):
@@ -37,10 +42,15 @@ class FrozenCollector(Collector):
         return self._frozen
 
 
+def make_frozen_seams(state: Path) -> Seams:
+    """Seams for a private demo host whose NVML clock is fixed (for stable pictures)."""
+    host = ensure_demo(state)
+    root = Root(host.root)
+    lib = SimulatedNvml.from_file(host.nvml_state, root=root, privileged=True, clock=lambda: 1000.0)
+    return Seams(root=root, libvirt_uri=host.libvirt_uri, nvml_lib=lib, demo_dir=state, pci_ids=FIXED_IDS)
+
+
 @pytest.fixture()
 def frozen_seams(tmp_path, monkeypatch):
     monkeypatch.setenv("NODECONSOLE_STATE_DIR", str(tmp_path / "demo"))
-    host = ensure_demo(tmp_path / "demo")
-    root = Root(host.root)
-    lib = SimulatedNvml.from_file(host.nvml_state, root=root, privileged=True, clock=lambda: 1000.0)
-    return Seams(root=root, libvirt_uri=host.libvirt_uri, nvml_lib=lib, demo_dir=tmp_path / "demo")
+    return make_frozen_seams(tmp_path / "demo")

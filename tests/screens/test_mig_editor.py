@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from textual.widgets import Button, Static
 
-from console.app import NodeConsoleApp
-from screens.mig_editor import MigEditor, button_id
-from screens.modals.plan import PlanModal
-from screens.widgets.keyed_table import KeyedTable
+from nodeconsole.console.app import NodeConsoleApp
+from nodeconsole.screens.mig_editor import MigEditor, button_id
+from nodeconsole.screens.modals.plan import PlanModal
+from nodeconsole.screens.widgets.keyed_table import KeyedTable
 from tests.screens.helpers import wait_until
 
 IDLE = "0000:9a:00.0"  # idle on nvidia, MIG off: the plan turns MIG on (the simulated driver resets it)

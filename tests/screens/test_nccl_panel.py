@@ -13,10 +13,10 @@ import pytest
 from rich.console import Console
 from textual.widgets import ProgressBar, Static
 
-from actions.nccl.parse import parse_text
-from console.app import NodeConsoleApp
-from screens.nccl import NcclScreen, size_label
-from screens.widgets.keyed_table import KeyedTable
+from nodeconsole.actions.nccl.parse import parse_text
+from nodeconsole.console.app import NodeConsoleApp
+from nodeconsole.screens.nccl import NcclScreen, size_label
+from nodeconsole.screens.widgets.keyed_table import KeyedTable
 from tests.actions.test_nccl_cli import synthetic_output
 
 FAKE = Path(__file__).resolve().parents[1] / "actions" / "fixtures" / "fake_all_reduce_perf.py"

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from textual.widgets import Button, Input, Static
 
-from console.app import NodeConsoleApp
-from screens.modals.plan import PlanModal
-from screens.widgets.keyed_table import KeyedTable
+from nodeconsole.console.app import NodeConsoleApp
+from nodeconsole.screens.modals.plan import PlanModal
+from nodeconsole.screens.widgets.keyed_table import KeyedTable
 from tests.screens.helpers import wait_until
 
 GPU = "0000:9a:00.0"  # idle on nvidia; the shut-off VM train-c has it in its config

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from textual.widgets import Button, Static
 
-from console.app import NodeConsoleApp
-from console.checks import vm_alignment
-from screens.modals.plan import PlanModal
-from screens.widgets.keyed_table import KeyedTable
+from nodeconsole.console.app import NodeConsoleApp
+from nodeconsole.console.checks import vm_alignment
+from nodeconsole.screens.modals.plan import PlanModal
+from nodeconsole.screens.widgets.keyed_table import KeyedTable
 from tests.screens.helpers import wait_until
 
 

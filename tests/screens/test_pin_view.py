@@ -1,7 +1,7 @@
 """The rebalance map (render only): letters per VM, shared CPUs, cross-node vCPUs, offline CPUs."""
 from __future__ import annotations
 
-from screens.pin_view import overlaps, placements, rebalance_map
+from nodeconsole.screens.pin_view import overlaps, placements, rebalance_map
 from tests.actions.test_pin_planner import gpu_vm, make_host
 
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 import pytest
 from textual.widgets import Input, Static
 
-from console.app import NodeConsoleApp
-from screens.widgets.keyed_table import KeyedTable
+from nodeconsole.console.app import NodeConsoleApp
+from nodeconsole.screens.widgets.keyed_table import KeyedTable
 
 SIZE = (80, 24)
 
@@ -115,7 +115,7 @@ async def test_topology_matrix_and_tree(demo_seams):
 
 
 async def test_help_lists_the_command_registry(demo_seams):
-    from screens.commands import COMMANDS
+    from nodeconsole.screens.commands import COMMANDS
 
     app = NodeConsoleApp(demo_seams, interval=0.5)
     async with app.run_test(size=SIZE) as pilot:

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from console.app import NodeConsoleApp
+from nodeconsole.console.app import NodeConsoleApp
 from tests.screens.conftest import FrozenCollector
 
 
