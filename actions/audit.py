@@ -13,8 +13,9 @@ import os
 import pwd
 import secrets
 import sys
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 AUDIT_NAME = "audit.jsonl"
 
@@ -27,12 +28,12 @@ FAILED_PARTIAL = "failed, undo incomplete"  # a step failed and undoing left som
 
 def new_id() -> str:
     """Sortable, short and unique enough for one host: UTC time plus 4 random hex digits."""
-    now = _dt.datetime.now(_dt.timezone.utc)
+    now = _dt.datetime.now(_dt.UTC)
     return now.strftime("%Y%m%d-%H%M%S-") + secrets.token_hex(2)
 
 
 def now_iso() -> str:
-    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+    return _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds")
 
 
 def who() -> dict[str, Any]:

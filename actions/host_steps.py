@@ -139,7 +139,7 @@ def pci_driver_step(host: Any, op: Op) -> Step | None:
                       f"a VM can only be given the whole IOMMU group {group}, every member on vfio-pci "
                       f"(now {driver or 'no driver'})")
     elif want is None:
-        title, why = f"Unbind {address} from {driver}", f"it had no driver before"
+        title, why = f"Unbind {address} from {driver}", "it had no driver before"
     else:
         title, why = (f"Give {address} back to {_want_text(want)}",
                       f"the host uses it again (now {driver or 'no driver'})")

@@ -15,8 +15,9 @@ import re
 import tempfile
 import urllib.parse
 import xml.etree.ElementTree as ET
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from nodeconsole.actions.plan import Op, Step, StepError, step_kind
 from nodeconsole.console.libvirt_xml import add_pci_hostdev, parse_domain, remove_pci_hostdev
@@ -125,7 +126,7 @@ class LibvirtDomainConfig(DomainConfig):
     def _alive(self) -> bool:
         try:
             return self._conn.isAlive() == 1
-        except Exception:  # noqa: BLE001 - a dead connection may raise instead of answering 0
+        except Exception:
             return False
 
     def domain(self, vm: str) -> Any:
@@ -200,7 +201,7 @@ class LibvirtDomainConfig(DomainConfig):
         if self._conn is not None:
             try:
                 self._conn.close()
-            except Exception:  # noqa: BLE001 - closing a dead connection
+            except Exception:
                 pass
             self._conn = None
 

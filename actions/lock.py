@@ -94,7 +94,7 @@ class HostLock:
                 pass  # not empty: something else lives there now
             self._created_dir = False
 
-    def __enter__(self) -> "HostLock":
+    def __enter__(self) -> HostLock:
         self.acquire()
         return self
 

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import sys
+from pathlib import Path
 from typing import Any
 
 from nodeconsole.actions.host_steps import read_raw
@@ -26,7 +26,9 @@ SCHEMA = 1
 
 
 def _command(host: Any) -> str:
-    exe = shutil.which("nodeconsole") or f"{sys.executable} -m console"
+    # The command of this installation (its interpreter's script), never whatever $PATH finds first.
+    script = Path(sys.executable).parent / "nodeconsole"
+    exe = str(script) if script.is_file() else f"{sys.executable} -m nodeconsole.console"
     return f"{exe} mig restore --apply --yes" + (" --demo" if host.seams.is_demo else "")
 
 

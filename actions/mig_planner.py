@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import re
 from collections import Counter
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from itertools import combinations
-from typing import Iterable, Sequence
 
 Placement = tuple[int, int]  # (start, size) in memory slices
 CiSpec = tuple[int, int, int]  # (compute instance profile id, start, size) inside its GPU instance

@@ -15,9 +15,10 @@ Step kinds (see actions/plan.py):
 from __future__ import annotations
 
 import ctypes
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, Iterator
+from typing import Any
 
 import pynvml
 

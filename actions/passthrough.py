@@ -8,12 +8,17 @@ the runner applies. The step kinds they use live in actions/host_steps.py and ac
 from __future__ import annotations
 
 import os
-
 import re
 from typing import Any
 
-from nodeconsole.actions.host_steps import (MODPROBE_FILE, driverctl_state, modprobe_ids, pci_state, read_raw,
-                                render_modprobe)
+from nodeconsole.actions.host_steps import (
+    MODPROBE_FILE,
+    driverctl_state,
+    modprobe_ids,
+    pci_state,
+    read_raw,
+    render_modprobe,
+)
 from nodeconsole.actions.plan import Check, Plan, RequestError, Step, build_step
 from nodeconsole.console.iommu import EXEMPT_DRIVERS, blocker_reasons, slot_of
 from nodeconsole.console.model import Gpu, HostSnapshot, PciDevice
@@ -104,7 +109,7 @@ def _vms_with(host: Any, snap: HostSnapshot, addresses: set[str]) -> dict[str, l
         try:
             have = cfg.pci_hostdevs(name) if cfg is not None else {
                 h.address for h in snap.vm(name).hostdevs if h.type == "pci" and h.address}
-        except Exception:  # noqa: BLE001 - a VM that vanished meanwhile holds nothing
+        except Exception:
             continue
         hit = sorted(addresses & have)
         if hit:

@@ -29,7 +29,13 @@ from typing import Any
 from nodeconsole.actions.libvirt_edit import DomainConfig, DomainConfigError, LibvirtDomainConfig
 from nodeconsole.actions.plan import Op, Step, StepError, step_kind
 from nodeconsole.console.cpulist import format_cpulist
-from nodeconsole.console.libvirt_xml import parse_domain, parse_libvirt_set, set_emulator_pins, set_numatune, set_vcpu_pins
+from nodeconsole.console.libvirt_xml import (
+    parse_domain,
+    parse_libvirt_set,
+    set_emulator_pins,
+    set_numatune,
+    set_vcpu_pins,
+)
 
 _AFFECT_LIVE = 1  # libvirt.VIR_DOMAIN_AFFECT_LIVE
 _NUMA_MODES = {"strict": 0, "preferred": 1, "interleave": 2, "restrictive": 3}
@@ -44,7 +50,7 @@ class PinState:
     numa: tuple[str | None, str] | None = None  # (mode, nodeset); mode None: no attribute (strict)
 
     @classmethod
-    def from_op(cls, op: Op) -> "PinState":
+    def from_op(cls, op: Op) -> PinState:
         numa = op.get("numa")
         return cls(vcpus=tuple(sorted((int(v), str(s)) for v, s in op.get("vcpus") or [])),
                    emulator=op.get("emulator") or None,

@@ -10,8 +10,17 @@ from __future__ import annotations
 from typing import Any
 
 from nodeconsole.actions.libvirt_edit import DomainConfigError, NodeFileDomainConfig
-from nodeconsole.actions.pin_planner import (INACTIVE, Proposal, Topology, busy_cpus, default_reserve, parse_cpu_choice,
-                                 propose, request_for, topology_of)
+from nodeconsole.actions.pin_planner import (
+    INACTIVE,
+    Proposal,
+    Topology,
+    busy_cpus,
+    default_reserve,
+    parse_cpu_choice,
+    propose,
+    request_for,
+    topology_of,
+)
 from nodeconsole.actions.pin_steps import PinState, read_state, scopes
 from nodeconsole.actions.plan import Check, Plan, RequestError, StepError, build_step
 from nodeconsole.console.checks import vm_alignment

@@ -12,13 +12,15 @@ None when the host already is in the operation's target state (so an empty plan 
 from __future__ import annotations
 
 import importlib
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 Op = dict[str, Any]
 
 # Modules that define step kinds; imported before an undo plan is rebuilt from the audit log.
-KIND_MODULES = ("nodeconsole.actions.host_steps", "nodeconsole.actions.libvirt_edit", "nodeconsole.actions.mig_steps", "nodeconsole.actions.mig_persist",
+KIND_MODULES = ("nodeconsole.actions.host_steps", "nodeconsole.actions.libvirt_edit", "nodeconsole.actions.mig_steps",
+                "nodeconsole.actions.mig_persist",
                 "nodeconsole.actions.vgpu", "nodeconsole.actions.pin_steps")
 
 
@@ -88,7 +90,7 @@ class Plan:
     notes: list[str] = field(default_factory=list)
     confirm_text: str | None = None  # what the admin must type to confirm (see needs_typed_confirmation)
     undoes: str | None = None  # for an undo plan: the audit id it rolls back
-    rebuild: Callable[[], "Plan"] | None = None  # re-plan from a fresh read (stale-plan check)
+    rebuild: Callable[[], Plan] | None = None  # re-plan from a fresh read (stale-plan check)
 
     @property
     def ok(self) -> bool:

@@ -8,12 +8,22 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
-from nodeconsole.actions.audit import (AUDIT_NAME, APPLIED, FAILED, FAILED_PARTIAL, IN_PROGRESS, AuditLog, new_id, now_iso,
-                           who)
+from nodeconsole.actions.audit import (
+    APPLIED,
+    AUDIT_NAME,
+    FAILED,
+    FAILED_PARTIAL,
+    IN_PROGRESS,
+    AuditLog,
+    new_id,
+    now_iso,
+    who,
+)
 from nodeconsole.actions.lock import LOCK_NAME, HostLock, LockHeld
 from nodeconsole.actions.plan import Check, Plan, StepError, build_step
 from nodeconsole.console.root import Root
@@ -108,7 +118,7 @@ class ActionHost:
     read_only_reason: str = ""  # non-empty: this host cannot be changed (e.g. a captured tree)
 
     @classmethod
-    def from_seams(cls, seams: Seams, on_changed: Callable[[], None] | None = None) -> "ActionHost":
+    def from_seams(cls, seams: Seams, on_changed: Callable[[], None] | None = None) -> ActionHost:
         """The real host (needs root), a captured tree (read-only) or the demo host (simulated kernel,
         node-file libvirt config, no root needed, audit log and lock in its state directory)."""
         from nodeconsole.actions.libvirt_edit import domain_config_for
@@ -227,7 +237,7 @@ class Runner:
                 return
             try:
                 progress(event)
-            except Exception:  # noqa: BLE001
+            except Exception:
                 pass
         if not plan.ok:
             return RunResult(REFUSED, plan.refusal)
@@ -262,7 +272,7 @@ class Runner:
             return ""
         try:
             fresh = plan.rebuild()
-        except Exception as e:  # noqa: BLE001 - e.g. the GPU vanished: report, change nothing
+        except Exception as e:
             return f"the host changed since the plan was made ({e}); nothing was changed"
         if not fresh.ok:
             return f"the host changed since the plan was made: {fresh.refusal}; nothing was changed"
@@ -295,7 +305,7 @@ class Runner:
                 step.apply()
                 emit(Progress(i + 1, total, step.title, "verify"))
                 err = step.verify()
-            except Exception as e:  # noqa: BLE001 - any failure rolls back
+            except Exception as e:
                 err = _err(e)
             if err:
                 emit(Progress(i + 1, total, step.title, "failed", err))
@@ -315,7 +325,7 @@ class Runner:
             emit(Progress(j + 1, total, step.title, "undo"))
             try:
                 uerr = step.undo()
-            except Exception as e:  # noqa: BLE001
+            except Exception as e:
                 uerr = _err(e)
             if uerr:
                 undo_failed.append(f"{step.title}: {uerr}")

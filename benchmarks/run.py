@@ -147,7 +147,7 @@ def first_frame_table(state: Path, runs: int) -> None:
         console.append(first_frame(f"cd {REPO} && NODECONSOLE_STATE_DIR={state / 'demo'} {py} -m nodeconsole.console.cli --demo",
                                    addrs))
     b, c = statistics.median(bare), statistics.median(console)
-    print("\n## First frame in a real terminal (tmux 120x40, median of %d launches)" % runs)
+    print(f"\n## First frame in a real terminal (tmux 120x40, median of {runs} launches)")
     print(f"bare Header+DataTable+Footer app  {b * 1000:7.0f} ms")
     print(f"nodeconsole --demo, all 8 GPUs    {c * 1000:7.0f} ms   ratio {c / b:.2f}x (target <= 1.5x)")
 
@@ -172,7 +172,8 @@ def cpu_table(state: Path, window: float) -> None:
     tmp = Path(tempfile.mkdtemp(prefix="nclarge-"))
     large = generate(large_spec(), tmp / "large")
     runs = {
-        "nodeconsole --demo": f"cd {REPO} && NODECONSOLE_STATE_DIR={state / 'demo'} {py} -m nodeconsole.console.cli --demo --interval 1",
+        "nodeconsole --demo": (f"cd {REPO} && NODECONSOLE_STATE_DIR={state / 'demo'} "
+                               f"{py} -m nodeconsole.console.cli --demo --interval 1"),
         "nodeconsole large host": (f"cd {REPO} && {py} -m benchmarks.large_console {large.dest}"),
         "htop -d 10": "htop -d 10",
     }

@@ -7,7 +7,7 @@ the UI thread never touches the host.
 from __future__ import annotations
 
 from collections import deque
-from typing import Callable, Iterable
+from collections.abc import Callable, Iterable
 
 from textual import work
 from textual.app import App, SystemCommand
@@ -34,7 +34,7 @@ class NodeConsoleApp(App):
              "gpus": GpusScreen, "vms": VmsScreen, "nccl": lambda: _nccl_screen()}
     BINDINGS = bindings()
 
-    def __init__(self, seams: "Seams | Callable[[], Seams]", interval: float = 1.0, theme: str | None = None,
+    def __init__(self, seams: Seams | Callable[[], Seams], interval: float = 1.0, theme: str | None = None,
                  collector: Collector | None = None) -> None:
         super().__init__()
         # Seams may come as a factory: the demo host is then prepared in the first poll's worker,
@@ -76,7 +76,7 @@ class NodeConsoleApp(App):
                 first = self.collector.collect(partial=True)
                 self.call_from_thread(self._show_partial, first)
             snap = self.collector.collect()
-        except Exception as exc:  # noqa: BLE001 - the collector degrades; this is a last resort
+        except Exception as exc:
             self.call_from_thread(self._poll_failed, exc)
             return
         self.call_from_thread(self._apply, snap)
@@ -206,7 +206,7 @@ class NodeConsoleApp(App):
             host = ActionHost.from_seams(self.seams, on_changed=self.collector.invalidate)
             snap = host.snapshot()
             plan = (build or (plan_passthrough if kind == "passthrough" else plan_release))(host, snap, address)
-        except (RequestError, Exception) as exc:  # noqa: BLE001 - shown, never raised into the UI
+        except (RequestError, Exception) as exc:
             self.call_from_thread(self.notify, f"{kind}: {exc}", severity="error", timeout=8)
             return
         typed = needs_typed_confirmation(plan)
@@ -279,7 +279,7 @@ def _nccl_screen():
     return NcclScreen()
 
 
-def run_app(seams: "Seams | Callable[[], Seams]", interval: float = 1.0, theme: str | None = None) -> int:
+def run_app(seams: Seams | Callable[[], Seams], interval: float = 1.0, theme: str | None = None) -> int:
     from nodeconsole.console.cli import UsageError
 
     try:

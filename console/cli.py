@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 from nodeconsole.console import __version__
 
@@ -58,7 +58,8 @@ def build_parser(load: bool = True) -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"nodeconsole {__version__}")
     parser.add_argument("--interval", type=float, default=1.0, metavar="S",
                         help="refresh interval of the console in seconds (default 1)")
-    parser.add_argument("--theme", default=None, help="console theme: dark, light or contrast (high contrast, reads well with 16 colours)")
+    parser.add_argument("--theme", default=None,
+                        help="console theme: dark, light or contrast (high contrast, reads well with 16 colours)")
     sub = parser.add_subparsers(dest="command", parser_class=_Parser, metavar="COMMAND")
     if load:
         _load_subcommands()
@@ -70,9 +71,10 @@ def build_parser(load: bool = True) -> argparse.ArgumentParser:
 
 def _load_subcommands() -> None:
     # Each module registers its subcommands on import.
+    import nodeconsole.console.commands.demo
     import nodeconsole.console.commands.snapshot  # noqa: F401
-    import nodeconsole.console.commands.demo  # noqa: F401
-    for optional in ("nodeconsole.console.commands.actions", "nodeconsole.console.commands.nccl", "nodeconsole.console.commands.pin",
+    for optional in ("nodeconsole.console.commands.actions", "nodeconsole.console.commands.nccl",
+                     "nodeconsole.console.commands.pin",
                      "nodeconsole.console.commands.mig", "nodeconsole.console.commands.vgpu"):
         try:
             __import__(optional)

@@ -12,8 +12,23 @@ import threading
 import time
 from dataclasses import replace
 
-from nodeconsole.console.model import (SCHEMA, metric_names, Gpu, GpuOwner, HostInfo, HostSnapshot, Iommu, Load, Mig,
-                           MigInstance, PciDevice, Sources, Vgpu, VgpuInstance, Vm)
+from nodeconsole.console.model import (
+    SCHEMA,
+    Gpu,
+    GpuOwner,
+    HostInfo,
+    HostSnapshot,
+    Iommu,
+    Load,
+    Mig,
+    MigInstance,
+    PciDevice,
+    Sources,
+    Vgpu,
+    VgpuInstance,
+    Vm,
+    metric_names,
+)
 from nodeconsole.console.seams import Seams
 from nodeconsole.console.sources.types import LibvirtData, NvmlData, NvmlGpu, SourceError, SysfsData
 
@@ -125,7 +140,7 @@ class Collector:
             return None, f"unavailable: {self.disabled[name]}"
         try:
             return fn(), "ok"
-        except Exception as exc:  # noqa: BLE001 - every failure degrades, never escapes
+        except Exception as exc:
             return None, f"unavailable: {describe_error(exc)}"
 
     # -- assembly ---------------------------------------------------------------------------------

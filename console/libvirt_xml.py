@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import io
 import xml.etree.ElementTree as ET
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Iterable, Mapping
 
 from nodeconsole.console.cpulist import format_cpulist, parse_cpulist
 from nodeconsole.console.model import Hostdev, VcpuPin

@@ -13,13 +13,13 @@ from __future__ import annotations
 import dataclasses
 import json
 from dataclasses import dataclass, field
-from typing import Any, Union
+from typing import Any
 
 SCHEMA = 1
 NA = "N/A"
 
 # A value NVML may not support: a number, NA when not supported, None when not read at all.
-Metric = Union[int, float, str, None]
+Metric = int | float | str | None
 
 
 def is_na(value: Any) -> bool:
@@ -293,7 +293,7 @@ class HostSnapshot:
     load: Load
     sources: Sources
     nvml_driver_version: str | None = None
-    problems: tuple["Problem", ...] = ()
+    problems: tuple[Problem, ...] = ()
 
     # -- lookups (cheap, used by screens and actions) --
     def pci(self, address: str) -> PciDevice | None:

@@ -3,9 +3,9 @@ test fixture differ only in these values."""
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
 
 from nodeconsole.console.pciids import PciIds, default_ids
 from nodeconsole.console.root import Root

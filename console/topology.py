@@ -83,7 +83,7 @@ def matrix(snap: HostSnapshot) -> tuple[list[MatrixDevice], list[list[str]]]:
 class TreeNode:
     address: str
     label: str
-    children: tuple["TreeNode", ...] = ()
+    children: tuple[TreeNode, ...] = ()
 
 
 def device_label(dev: PciDevice) -> str:

@@ -21,7 +21,7 @@ if TYPE_CHECKING:
 class Banner(Static):
     """Shows sources that are unavailable (and why), and the paused state. Hidden when all is well."""
 
-    def show_state(self, snap: "HostSnapshot | None", paused: bool, note: str = "") -> None:
+    def show_state(self, snap: HostSnapshot | None, paused: bool, note: str = "") -> None:
         parts = []
         if paused:
             parts.append("⏸ refresh paused (p resumes)")
@@ -75,7 +75,7 @@ class SnapshotScreen(Screen):
             self.set_static("#hostline", lambda: line, line)
             self.render_snapshot(snap)
 
-    def render_snapshot(self, snap: "HostSnapshot") -> None:  # pragma: no cover - abstract
+    def render_snapshot(self, snap: HostSnapshot) -> None:  # pragma: no cover - abstract
         raise NotImplementedError
 
     def set_static(self, selector: str, make, key) -> None:
@@ -157,7 +157,7 @@ def tab_strip(title: str) -> str:
     return "".join(tabs)
 
 
-def host_line(snap: "HostSnapshot", title: str) -> str:
+def host_line(snap: HostSnapshot, title: str) -> str:
     from rich.markup import escape
 
     iommu = "IOMMU on" if snap.iommu.enabled else "[b]IOMMU OFF[/b]"

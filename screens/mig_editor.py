@@ -8,7 +8,8 @@ Dismissed with (ActionHost, Plan) or None.
 from __future__ import annotations
 
 import re
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from rich.text import Text
 from textual import work
@@ -85,7 +86,7 @@ class MigEditor(ModalScreen):
             st = mig_state_for(host, snap, g)
             if not st.capable or not st.profiles:
                 raise ValueError(f"{g.name} does not support MIG (or its profiles are unknown)")
-        except Exception as exc:  # noqa: BLE001 - shown in the editor, never raised into the UI
+        except Exception as exc:
             self.app.call_from_thread(self._failed, str(exc))
             return
         self.app.call_from_thread(self._loaded, host, st)
@@ -172,7 +173,7 @@ class MigEditor(ModalScreen):
 
         try:
             plan = plan_mig(self.host, self.host.snapshot(), self.address, layout, off=off)
-        except Exception as exc:  # noqa: BLE001 - shown, never raised into the UI
+        except Exception as exc:
             self.app.call_from_thread(self.notify, f"MIG: {exc}", severity="error", timeout=8)
             return
         self.app.call_from_thread(self.dismiss, (self.host, plan))

@@ -24,8 +24,7 @@ from nodeconsole.actions.nccl.commands import LocalCommand, format_command, swee
 from nodeconsole.actions.nccl.finding import Finding
 from nodeconsole.actions.nccl.parse import Cell, Row
 from nodeconsole.actions.nccl.run import DEFAULT_TIMEOUT, NcclRun, Progress, RunResult
-from nodeconsole.actions.nccl.snapshot_topology import (LocalPlan, local_check_command, local_plan,
-                                            snapshot_preflight)
+from nodeconsole.actions.nccl.snapshot_topology import LocalPlan, local_check_command, local_plan, snapshot_preflight
 from nodeconsole.console.model import HostSnapshot
 from nodeconsole.screens.base import SnapshotScreen
 from nodeconsole.screens.widgets.keyed_table import KeyedTable
@@ -157,7 +156,7 @@ class NcclScreen(SnapshotScreen):
         try:
             plan = local_plan(snap, None, root)
             report = snapshot_preflight(snap, root, dict(os.environ), plan)
-        except Exception as exc:  # noqa: BLE001 - shown, never fatal to the console
+        except Exception as exc:
             self._to_ui(self._preflight_failed, key, exc)
             return
         try:
@@ -310,7 +309,7 @@ class NcclScreen(SnapshotScreen):
             return
         try:
             self.app.call_from_thread(fn, *args)
-        except Exception:  # noqa: BLE001 - the app stopped between the check and the call
+        except Exception:
             pass
 
     def _set_status(self, text: str) -> None:

@@ -23,7 +23,8 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 _HERMETIC_HOME: Path | None = None
-_DROP_PREFIXES = ("NCCL_", "SSH_", "SUDO_", "XDG_", "LC_", "TEXTUAL", "NODECONSOLE_", "LIBVIRT_", "VIRSH_", "OMPI_", "PMIX_")
+_DROP_PREFIXES = ("NCCL_", "SSH_", "SUDO_", "XDG_", "LC_", "TEXTUAL", "NODECONSOLE_", "LIBVIRT_", "VIRSH_", "OMPI_",
+                  "PMIX_")
 _DROP = {"COLUMNS", "LINES", "NO_COLOR", "FORCE_COLOR", "TMUX", "TMUX_PANE", "LANGUAGE",
          "CUDA_VISIBLE_DEVICES", "LD_LIBRARY_PATH", "MAIL", "USER", "LOGNAME"}
 _KEEP = {"NODECONSOLE_SHARED"}
@@ -36,7 +37,7 @@ class _RepoFoldersAreNotPackages(importlib.abc.MetaPathFinder):
 
     NAMES = {"console", "actions", "screens", "themes"}
 
-    def find_spec(self, fullname, path=None, target=None):  # noqa: ANN001, ANN201
+    def find_spec(self, fullname, path=None, target=None):
         if fullname.partition(".")[0] in self.NAMES:
             raise ImportError(f"import nodeconsole.{fullname}, not {fullname}: the repository's folders "
                               f"install under the one package `nodeconsole`")

@@ -113,7 +113,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     if cuda:
         props = torch.cuda.get_device_properties(local)
-        bus = "%04x:%02x:%02x" % (getattr(props, "pci_domain_id", 0), getattr(props, "pci_bus_id", 0),
+        bus = "{:04x}:{:02x}:{:02x}".format(getattr(props, "pci_domain_id", 0), getattr(props, "pci_bus_id", 0),
                                   getattr(props, "pci_device_id", 0))
         name = props.name
     else:
@@ -134,7 +134,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                                  bool(a.check), devices, f"torch-{torch.__version__}", nccl_code):  # type: ignore[arg-type]
             print(line, flush=True)
 
-    def timed(op, buf) -> float:  # noqa: ANN001 - torch types are imported lazily
+    def timed(op, buf) -> float:
         for _ in range(a.warmup_iters):
             op(buf)
         sync()
@@ -147,7 +147,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         dist.all_reduce(elapsed)  # nccl-tests reports the mean over ranks
         return float(elapsed.item()) / world * 1e6
 
-    def wrong_after(op, buf) -> int | None:  # noqa: ANN001
+    def wrong_after(op, buf) -> int | None:
         if not a.check:
             return None
         buf.fill_(rank + 1)
@@ -166,7 +166,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         recv = torch.zeros_like(send)
         halves = []
 
-        def out_of_place(b, dst=recv):  # noqa: ANN001, ANN202
+        def out_of_place(b, dst=recv):
             dst.copy_(b)
             dist.all_reduce(dst)
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from typing import Callable
+from collections.abc import Callable
 
 from nodeconsole.console.cli import UsageError, seams_from_args, subcommand
 

@@ -188,8 +188,13 @@ def _progress_line(p) -> str:
 def run_check(args: argparse.Namespace) -> int:
     from nodeconsole.actions.nccl.commands import format_command
     from nodeconsole.actions.nccl.run import NcclRun
-    from nodeconsole.actions.nccl.snapshot_topology import (local_check_command, local_plan, parse_gpu_list, select_gpus,
-                                                snapshot_preflight)
+    from nodeconsole.actions.nccl.snapshot_topology import (
+        local_check_command,
+        local_plan,
+        parse_gpu_list,
+        select_gpus,
+        snapshot_preflight,
+    )
     from nodeconsole.console.collector import Collector
 
     if not (args.timeout > 0 and math.isfinite(args.timeout)):

@@ -14,9 +14,9 @@ def configure(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from nodeconsole.console.collector import Collector
-
     import time
+
+    from nodeconsole.console.collector import Collector
 
     collector = Collector(seams_from_args(args))
     collector.collect()  # CPU load and VM CPU % are deltas: prime them, then read for real

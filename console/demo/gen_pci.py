@@ -9,8 +9,7 @@ from nodeconsole.console.cpulist import format_cpulist
 from nodeconsole.console.demo import sysfs_ops as ops
 from nodeconsole.console.demo.fstree import TreeWriter
 from nodeconsole.console.demo.gen_cpu import CpuLayout, format_cpumask
-from nodeconsole.console.demo.spec import (NVIDIA, GpuSpec, HostSpec, Link, PciDev, SriovSpec, VfSpec, vf_address,
-                               walk)
+from nodeconsole.console.demo.spec import NVIDIA, GpuSpec, HostSpec, Link, PciDev, SriovSpec, VfSpec, vf_address, walk
 
 SPEEDS = {1: "2.5 GT/s PCIe", 2: "5.0 GT/s PCIe", 3: "8.0 GT/s PCIe", 4: "16.0 GT/s PCIe",
           5: "32.0 GT/s PCIe", 6: "64.0 GT/s PCIe"}

@@ -15,14 +15,28 @@ from nodeconsole.console.demo.gen_libvirt import libvirt_xml, validate_vms
 from nodeconsole.console.demo.gen_nvml import nvml_json
 from nodeconsole.console.demo.gen_pci import build_layout, write_pci
 from nodeconsole.console.demo.presets import demo_spec, large_spec, small_spec
-from nodeconsole.console.demo.spec import (CpuSpec, GpuProcessSpec, GpuSpec, HostBridge, HostdevSpec, HostSpec, Link,
-                               MdevSpec, MigInstanceSpec, PciDev, SriovSpec, VfSpec, VgpuTypeSpec, VmSpec)
+from nodeconsole.console.demo.spec import (
+    CpuSpec,
+    GpuProcessSpec,
+    GpuSpec,
+    HostBridge,
+    HostdevSpec,
+    HostSpec,
+    Link,
+    MdevSpec,
+    MigInstanceSpec,
+    PciDev,
+    SriovSpec,
+    VfSpec,
+    VgpuTypeSpec,
+    VmSpec,
+)
 
 __all__ = ["GeneratedHost", "generate", "demo_spec", "small_spec", "large_spec", "HostSpec", "CpuSpec",
            "HostBridge", "PciDev", "Link", "GpuSpec", "MigInstanceSpec", "VgpuTypeSpec", "MdevSpec",
            "GpuProcessSpec", "SriovSpec", "VfSpec", "VmSpec", "HostdevSpec"]
 
-from nodeconsole.console.demo.host import LIBVIRT, NVML, ROOT, GeneratedHost  # noqa: E402 - re-exported
+from nodeconsole.console.demo.host import ROOT, GeneratedHost
 
 
 def generate(spec: HostSpec, dest: str | os.PathLike[str]) -> GeneratedHost:

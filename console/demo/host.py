@@ -21,7 +21,7 @@ class GeneratedHost:
         return self.root.parent
 
     @classmethod
-    def at(cls, dest: str | os.PathLike[str]) -> "GeneratedHost":
+    def at(cls, dest: str | os.PathLike[str]) -> GeneratedHost:
         """The host generated earlier into `dest` (nothing is checked or written)."""
         d = Path(os.path.abspath(dest))
         return cls(d / ROOT, f"test://{d / LIBVIRT}", d / LIBVIRT, d / NVML)

@@ -8,15 +8,15 @@ from __future__ import annotations
 import errno
 import os
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable, Union
 
 from nodeconsole.console.demo import sim_vgpu
 from nodeconsole.console.demo import sysfs_ops as ops
 from nodeconsole.console.demo.fstree import TreeWriter
 from nodeconsole.console.root import Root
 
-Match = Union[str, Callable[[str, str], bool]]
+Match = str | Callable[[str, str], bool]
 _DRIVER_FILE = re.compile(r"^sys/bus/pci/drivers/([^/]+)/(bind|unbind|new_id|remove_id)$")
 _HUGEPAGES = re.compile(r"^sys/(devices/system/node/node\d+|kernel/mm)/hugepages/hugepages-\d+kB/nr_hugepages$")
 

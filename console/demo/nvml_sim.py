@@ -26,8 +26,13 @@ from pathlib import Path
 from typing import Any
 
 import pynvml
-from pynvml import (NVML_ERROR_GPU_IS_LOST, NVML_ERROR_INVALID_ARGUMENT, NVML_ERROR_NOT_SUPPORTED,
-                    NVML_ERROR_UNINITIALIZED, NVML_SUCCESS)
+from pynvml import (
+    NVML_ERROR_GPU_IS_LOST,
+    NVML_ERROR_INVALID_ARGUMENT,
+    NVML_ERROR_NOT_SUPPORTED,
+    NVML_ERROR_UNINITIALIZED,
+    NVML_SUCCESS,
+)
 
 from nodeconsole.console.demo.nvml_abi import NvmlAbiError, NvmlReturn, handle_value, in_int, out_ref, write_str
 from nodeconsole.console.demo.nvml_sim_ci import MigComputeSymbols
@@ -105,7 +110,7 @@ class _CFunction:
     """What pynvml gets for a symbol: callable, and accepts attribute assignment (pynvml sets
     `.restype` on nvmlErrorString)."""
 
-    def __init__(self, sim: "SimulatedNvml", name: str, impl: Callable[..., Any]) -> None:
+    def __init__(self, sim: SimulatedNvml, name: str, impl: Callable[..., Any]) -> None:
         self._sim, self._name, self._impl = sim, name, impl
         self.restype: Any = ctypes.c_int
         self.argtypes: Any = None
@@ -148,12 +153,12 @@ class SimulatedNvml(DeviceSymbols, MigSymbols, MigComputeSymbols, VgpuSymbols):
     @classmethod
     def from_file(cls, path: str | os.PathLike[str], root: Root | str | None = None,
                   clock: Callable[[], float] | None = None,
-                  privileged: bool | None = None) -> "SimulatedNvml":
+                  privileged: bool | None = None) -> SimulatedNvml:
         """A library serving (and persisting to) the nvml.json at `path`."""
         return cls(Path(path), root=root, clock=clock, privileged=privileged)
 
     # -- installation -------------------------------------------------------------------------------
-    def install(self) -> "SimulatedNvml":
+    def install(self) -> SimulatedNvml:
         install(self)
         return self
 

@@ -10,12 +10,24 @@ import ctypes
 from typing import Any
 
 import pynvml
-from pynvml import (NVML_ERROR_IN_USE, NVML_ERROR_INSUFFICIENT_RESOURCES, NVML_ERROR_INVALID_ARGUMENT,
-                    NVML_ERROR_NOT_FOUND, NVML_ERROR_NOT_SUPPORTED)
+from pynvml import (
+    NVML_ERROR_IN_USE,
+    NVML_ERROR_INSUFFICIENT_RESOURCES,
+    NVML_ERROR_INVALID_ARGUMENT,
+    NVML_ERROR_NOT_FOUND,
+    NVML_ERROR_NOT_SUPPORTED,
+)
 
 from nodeconsole.console.demo.mig_profiles import CiProfile
-from nodeconsole.console.demo.nvml_abi import (NvmlReturn, handle_value, in_int, out_array, out_handle, out_ref,
-                                   set_handle)
+from nodeconsole.console.demo.nvml_abi import (
+    NvmlReturn,
+    handle_value,
+    in_int,
+    out_array,
+    out_handle,
+    out_ref,
+    set_handle,
+)
 from nodeconsole.console.demo.nvml_sim_mig import overlaps
 
 

@@ -10,12 +10,25 @@ import zlib
 from typing import Any
 
 import pynvml
-from pynvml import (NVML_ERROR_INSUFFICIENT_SIZE, NVML_ERROR_INVALID_ARGUMENT, NVML_ERROR_NOT_FOUND,
-                    NVML_ERROR_NOT_SUPPORTED)
+from pynvml import (
+    NVML_ERROR_INSUFFICIENT_SIZE,
+    NVML_ERROR_INVALID_ARGUMENT,
+    NVML_ERROR_NOT_FOUND,
+    NVML_ERROR_NOT_SUPPORTED,
+)
 
 from nodeconsole.console.demo.mig_profiles import table_for_model
-from nodeconsole.console.demo.nvml_abi import (NvmlReturn, fill_array, in_int, in_str, out_array, out_handle, out_ref,
-                                   set_handle, write_str)
+from nodeconsole.console.demo.nvml_abi import (
+    NvmlReturn,
+    fill_array,
+    in_int,
+    in_str,
+    out_array,
+    out_handle,
+    out_ref,
+    set_handle,
+    write_str,
+)
 from nodeconsole.console.pciaddr import parse_pci_address
 
 _NOT_AVAILABLE_U32 = 0xFFFFFFFF

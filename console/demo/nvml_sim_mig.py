@@ -20,14 +20,36 @@ import uuid as uuidlib
 from typing import Any
 
 import pynvml
-from pynvml import (NVML_ERROR_IN_USE, NVML_ERROR_INSUFFICIENT_RESOURCES, NVML_ERROR_INVALID_ARGUMENT,
-                    NVML_ERROR_NO_PERMISSION, NVML_ERROR_NOT_FOUND, NVML_ERROR_NOT_SUPPORTED,
-                    NVML_ERROR_RESET_REQUIRED, NVML_SUCCESS)
+from pynvml import (
+    NVML_ERROR_IN_USE,
+    NVML_ERROR_INSUFFICIENT_RESOURCES,
+    NVML_ERROR_INVALID_ARGUMENT,
+    NVML_ERROR_NO_PERMISSION,
+    NVML_ERROR_NOT_FOUND,
+    NVML_ERROR_NOT_SUPPORTED,
+    NVML_ERROR_RESET_REQUIRED,
+    NVML_SUCCESS,
+)
 
-from nodeconsole.console.demo.mig_profiles import (CI_PROFILE_SLICES, CiProfile, GiProfile, GpuMigTable,
-                                       ci_profiles_for, table_for_model, table_for_pci_device_id)
-from nodeconsole.console.demo.nvml_abi import (NvmlAbiError, NvmlReturn, handle_value, in_int, out_array, out_handle,
-                                   out_ref, set_handle)
+from nodeconsole.console.demo.mig_profiles import (
+    CI_PROFILE_SLICES,
+    CiProfile,
+    GiProfile,
+    GpuMigTable,
+    ci_profiles_for,
+    table_for_model,
+    table_for_pci_device_id,
+)
+from nodeconsole.console.demo.nvml_abi import (
+    NvmlAbiError,
+    NvmlReturn,
+    handle_value,
+    in_int,
+    out_array,
+    out_handle,
+    out_ref,
+    set_handle,
+)
 
 _HOPPER = ("H100", "H200", "GH100", "GH200")
 

@@ -12,8 +12,12 @@ import ctypes
 from typing import Any
 
 import pynvml
-from pynvml import (NVML_ERROR_INSUFFICIENT_SIZE, NVML_ERROR_INVALID_ARGUMENT, NVML_ERROR_NOT_FOUND,
-                    NVML_ERROR_NOT_SUPPORTED)
+from pynvml import (
+    NVML_ERROR_INSUFFICIENT_SIZE,
+    NVML_ERROR_INVALID_ARGUMENT,
+    NVML_ERROR_NOT_FOUND,
+    NVML_ERROR_NOT_SUPPORTED,
+)
 
 from nodeconsole.console.demo.nvml_abi import NvmlReturn, fill_array, in_int, out_array, out_ref, write_str
 

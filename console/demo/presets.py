@@ -1,11 +1,34 @@
 """Ready-made hosts: the demo server, a small host for fast tests and a scalable host for benchmarks."""
 from __future__ import annotations
 
-from nodeconsole.console.demo.builders import (H100_MIG_BACKED, H100_TIME_SLICED, chipset, core_cpus, gpu_functions,
-                                   mig_instance, nic_functions, nvme_functions, pins, root_port, switch,
-                                   vgpu_type)
-from nodeconsole.console.demo.spec import (CpuSpec, GpuProcessSpec, GpuSpec, HostBridge, HostdevSpec, HostSpec, Link,
-                               MdevSpec, SriovSpec, VfSpec, VmSpec, stable_uuid)
+from nodeconsole.console.demo.builders import (
+    H100_MIG_BACKED,
+    H100_TIME_SLICED,
+    chipset,
+    core_cpus,
+    gpu_functions,
+    mig_instance,
+    nic_functions,
+    nvme_functions,
+    pins,
+    root_port,
+    switch,
+    vgpu_type,
+)
+from nodeconsole.console.demo.spec import (
+    CpuSpec,
+    GpuProcessSpec,
+    GpuSpec,
+    HostBridge,
+    HostdevSpec,
+    HostSpec,
+    Link,
+    MdevSpec,
+    SriovSpec,
+    VfSpec,
+    VmSpec,
+    stable_uuid,
+)
 
 DEMO_CMDLINE = ("BOOT_IMAGE=/boot/vmlinuz-6.8.0-45-generic root=/dev/mapper/vg0-root ro "
                 "intel_iommu=on iommu=pt default_hugepagesz=1G hugepagesz=1G hugepages=128")

@@ -28,13 +28,13 @@ def _int(value: str) -> int:
         raise _err(errno.EINVAL, f"expected a number, got {value!r}") from None
 
 
-def _mdev_children(k: "SimulatedKernel", dev_dir: str) -> list[str]:
+def _mdev_children(k: SimulatedKernel, dev_dir: str) -> list[str]:
     d = k.base / dev_dir
     return sorted(e.name for e in os.scandir(d) if e.is_dir(follow_symlinks=False)
                   and os.path.islink(os.path.join(e.path, "mdev_type")))
 
 
-def _set_available(k: "SimulatedKernel", dev_dir: str, addr: str) -> None:
+def _set_available(k: SimulatedKernel, dev_dir: str, addr: str) -> None:
     """available_instances of every type: homogeneous time-sliced vGPU, so once instances exist only
     their type has room (max minus the instances), and with none every type offers its maximum."""
     types = ops.load_sim(k.base, "mdev_types.json").get(addr, {})
@@ -49,7 +49,7 @@ def _set_available(k: "SimulatedKernel", dev_dir: str, addr: str) -> None:
             path.write_text(f"{max(0, avail)}\n")
 
 
-def mdev_create(k: "SimulatedKernel", dev_dir: str, type_name: str, value: str) -> None:
+def mdev_create(k: SimulatedKernel, dev_dir: str, type_name: str, value: str) -> None:
     if not _UUID.match(value):
         raise _err(errno.EINVAL, f"{value!r} is not a UUID")
     uuid = value.lower()
@@ -64,7 +64,7 @@ def mdev_create(k: "SimulatedKernel", dev_dir: str, type_name: str, value: str) 
     ops.refresh_vfio(k.base, group)
 
 
-def mdev_remove(k: "SimulatedKernel", mdev_dir: str, value: str) -> None:
+def mdev_remove(k: SimulatedKernel, mdev_dir: str, value: str) -> None:
     if _int(value) == 0:
         return
     uuid, dev_dir = os.path.basename(mdev_dir), os.path.dirname(mdev_dir)
@@ -80,7 +80,7 @@ def mdev_remove(k: "SimulatedKernel", mdev_dir: str, value: str) -> None:
     _set_available(k, dev_dir, os.path.basename(dev_dir))
 
 
-def set_vgpu_type(k: "SimulatedKernel", vf_dir: str, value: str) -> None:
+def set_vgpu_type(k: SimulatedKernel, vf_dir: str, value: str) -> None:
     new = _int(value)
     cur_path = k.base / vf_dir / "nvidia" / "current_vgpu_type"
     current = int(ops.read(k.base, f"{vf_dir}/nvidia/current_vgpu_type") or 0)
@@ -99,7 +99,7 @@ def set_vgpu_type(k: "SimulatedKernel", vf_dir: str, value: str) -> None:
     (k.base / vf_dir / "nvidia" / "creatable_vgpu_types").write_text(ops.VGPU_HEADER + "\n")
 
 
-def nvidia_bound(k: "SimulatedKernel", addr: str, dev_dir: str) -> None:
+def nvidia_bound(k: SimulatedKernel, addr: str, dev_dir: str) -> None:
     """nvidia's probe registers the GPU as an mdev parent, or a VF's vGPU files."""
     types = ops.load_sim(k.base, "mdev_types.json").get(addr)
     w = TreeWriter(k.base)
@@ -110,7 +110,7 @@ def nvidia_bound(k: "SimulatedKernel", addr: str, dev_dir: str) -> None:
         ops.write_vgpu_vf(w, dev_dir, creatable, 0)
 
 
-def nvidia_unbinding(k: "SimulatedKernel", addr: str, dev_dir: str) -> None:
+def nvidia_unbinding(k: SimulatedKernel, addr: str, dev_dir: str) -> None:
     """nvidia refuses to let go of a GPU that still carries vGPUs; otherwise its vGPU files go away."""
     if _mdev_children(k, dev_dir):
         raise _err(errno.EBUSY, f"{addr} still has mediated devices; remove them first")
@@ -120,7 +120,7 @@ def nvidia_unbinding(k: "SimulatedKernel", addr: str, dev_dir: str) -> None:
     ops.remove_tree(k.base / dev_dir / "nvidia")
 
 
-def set_numvfs(k: "SimulatedKernel", pf_dir: str, value: str) -> None:
+def set_numvfs(k: SimulatedKernel, pf_dir: str, value: str) -> None:
     n = _int(value)
     pf = os.path.basename(pf_dir)
     tmpl = ops.load_sim(k.base, "sriov.json").get(pf)
@@ -141,7 +141,7 @@ def set_numvfs(k: "SimulatedKernel", pf_dir: str, value: str) -> None:
     (k.base / pf_dir / "sriov_numvfs").write_text(f"{n}\n")
 
 
-def _disable_vfs(k: "SimulatedKernel", pf_dir: str, count: int) -> None:
+def _disable_vfs(k: SimulatedKernel, pf_dir: str, count: int) -> None:
     vfs = [ops.link_name(k.base, f"{pf_dir}/virtfn{i}") for i in range(count)]
     for va in vfs:
         if va and int(ops.read(k.base, f"{ops.device_dir(k.base, va)}/nvidia/current_vgpu_type") or 0):
@@ -167,7 +167,7 @@ def _disable_vfs(k: "SimulatedKernel", pf_dir: str, count: int) -> None:
     ops.save_sim(k.base, "default_drivers.json", defaults)
 
 
-def _enable_vfs(k: "SimulatedKernel", pf_dir: str, pf: str, tmpl: dict, n: int) -> None:
+def _enable_vfs(k: SimulatedKernel, pf_dir: str, pf: str, tmpl: dict, n: int) -> None:
     w = TreeWriter(k.base)
     parent = os.path.dirname(pf_dir)
     attrs = {a: ops.read(k.base, f"{pf_dir}/{a}") or "" for a in

@@ -144,7 +144,7 @@ class PciDev:
     driver_override: str | None = None
     link: Link | None = None  # None: not a PCIe link (root complex integrated device)
     secondary_bus: int | None = None
-    children: tuple["PciDev", ...] = ()
+    children: tuple[PciDev, ...] = ()
     acs: bool | None = None  # bridges: False = no isolation below (one IOMMU group for all below);
     # endpoints: True = multifunction with ACS (functions get their own groups). None: bridge True,
     # endpoint False.

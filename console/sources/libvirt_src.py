@@ -18,8 +18,9 @@ from __future__ import annotations
 import threading
 import time
 import zlib
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 from nodeconsole.console.libvirt_xml import DomainXml, parse_domain
 from nodeconsole.console.model import Vm

@@ -9,7 +9,8 @@ calling thread: the collector polls from a new worker thread each tick, so it wo
 from __future__ import annotations
 
 import threading
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from nodeconsole.console.model import Load
 from nodeconsole.console.sources.types import SourceError

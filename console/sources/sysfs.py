@@ -149,11 +149,11 @@ def _core_numbers(raw: dict[int, tuple[int, int, int, tuple[int, ...]]], online:
         key = tuple(c for c in siblings if c in online and c in raw) or (cpu,)
         groups.setdefault((package, key), []).append(cpu)
     by_package: dict[int, list[tuple[int, int, int, list[int]]]] = {}
-    for (package, key), members in groups.items():
+    for (package, _key), members in groups.items():
         _p, die, core_id, _s = raw[min(members)]
         by_package.setdefault(package, []).append((die, core_id, min(members), members))
     result: dict[int, int] = {}
-    for package, cores in by_package.items():
+    for cores in by_package.values():
         cores.sort()
         core_ids = [c[1] for c in cores]
         keep = -1 not in core_ids and len(set(core_ids)) == len(core_ids)

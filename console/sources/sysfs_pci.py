@@ -11,8 +11,15 @@ from collections.abc import Callable
 
 from nodeconsole.console.model import NumaNode, PciDevice, PciLink, VgpuInstance, VgpuType
 from nodeconsole.console.pciids import PciIds
-from nodeconsole.console.sources.sysfs_root import (PCI_COMPONENT, SysfsRoot, canonical_pci, pci_sort_key, to_cpulist,
-                                        to_cpumask, to_int)
+from nodeconsole.console.sources.sysfs_root import (
+    PCI_COMPONENT,
+    SysfsRoot,
+    canonical_pci,
+    pci_sort_key,
+    to_cpulist,
+    to_cpumask,
+    to_int,
+)
 
 PCI_DIR = "sys/bus/pci/devices"
 

@@ -4,8 +4,19 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from nodeconsole.console.model import (Cpu, GpuMetrics, GpuProcess, HostInfo, Iommu, Load, Metric, Mig, NumaNode, PciDevice,
-                           PciLink, VgpuInstance, VgpuType, Vm)
+from nodeconsole.console.model import (
+    Cpu,
+    GpuMetrics,
+    GpuProcess,
+    HostInfo,
+    Iommu,
+    Mig,
+    NumaNode,
+    PciDevice,
+    VgpuInstance,
+    VgpuType,
+    Vm,
+)
 
 
 class SourceError(Exception):

@@ -2,7 +2,7 @@
 cursor and scroll position stay where the admin left them."""
 from __future__ import annotations
 
-from typing import Iterable, Sequence
+from collections.abc import Iterable, Sequence
 
 from rich.text import Text
 from textual.widgets import DataTable
@@ -71,7 +71,7 @@ class KeyedTable(DataTable):
             return None
         try:
             return self.coordinate_to_cell_key(self.cursor_coordinate).row_key.value
-        except Exception:  # noqa: BLE001 - empty table
+        except Exception:
             return None
 
     def selected_key(self) -> str | None:

@@ -1,7 +1,7 @@
 """Small text renderings shared by screens: sparklines, bars, N/A-aware numbers."""
 from __future__ import annotations
 
-from typing import Iterable
+from collections.abc import Iterable
 
 from rich.text import Text
 
@@ -22,7 +22,6 @@ metric = format_metric  # the screens' short name for it
 
 
 def severity_text(sev: str, message: str) -> Text:
-    style = {"error": "bold $error", "warning": "$warning", "info": "$text-muted"}.get(sev, "")
     mark = {"error": "✖", "warning": "▲", "info": "•"}.get(sev, "•")
     t = Text()
     t.append(f"{mark} ", style=_rich_style(sev))

@@ -10,8 +10,16 @@ import pynvml
 import pytest
 
 from nodeconsole.actions.mig import layout_ops
-from nodeconsole.actions.mig_planner import (Existing, LayoutError, Profile, Wanted, fit, format_layout,
-                                 maximal_layouts, parse_layout)
+from nodeconsole.actions.mig_planner import (
+    Existing,
+    LayoutError,
+    Profile,
+    Wanted,
+    fit,
+    format_layout,
+    maximal_layouts,
+    parse_layout,
+)
 from nodeconsole.actions.mig_steps import current_layout, read_mig_state
 from nodeconsole.actions.plan import build_step
 from nodeconsole.actions.runner import NoCommands

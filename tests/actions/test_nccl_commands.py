@@ -9,8 +9,18 @@ from pathlib import Path
 import pytest
 
 from nodeconsole.actions.nccl import torch_allreduce as bench
-from nodeconsole.actions.nccl.commands import (BENCHMARK, find_all_reduce_perf, format_command, local_command, mpirun_command,
-                                   sweep_args, torchrun_commands, validate_env, validate_gpus, validate_host)
+from nodeconsole.actions.nccl.commands import (
+    BENCHMARK,
+    find_all_reduce_perf,
+    format_command,
+    local_command,
+    mpirun_command,
+    sweep_args,
+    torchrun_commands,
+    validate_env,
+    validate_gpus,
+    validate_host,
+)
 from nodeconsole.actions.nccl.parse import Row, expected_rows, parse_text
 
 BAD_HOSTS = ["", "a;b", "a b", "$(reboot)", "`id`", "-oProxyCommand=x", "host:8", "a/b", "a..b", "-x", "h\n",

@@ -9,8 +9,17 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from nodeconsole.actions.nccl.parse import (Cell, Parser, Row, decode_version_code, expected_rows, parse_row, parse_text,
-                                size_arg, transport_kind)
+from nodeconsole.actions.nccl.parse import (
+    Cell,
+    Parser,
+    Row,
+    decode_version_code,
+    expected_rows,
+    parse_row,
+    parse_text,
+    size_arg,
+    transport_kind,
+)
 
 FILES = ("1.txt", "3.txt", "4.txt", "5.txt")
 

@@ -9,8 +9,17 @@ import pytest
 
 from nodeconsole.actions.nccl.acs import ACS_CAP_ID, acs_control, decode_acs, find_ext_cap, pci_chain
 from nodeconsole.actions.nccl.libs import NcclLib, find_nccl_libs, version_in_binary
-from nodeconsole.actions.nccl.preflight import (IfList, check_drift, check_ib, check_leftovers, check_numa,
-                                    check_socket_ifname, default_interfaces, preflight, read_ib_ports)
+from nodeconsole.actions.nccl.preflight import (
+    IfList,
+    check_drift,
+    check_ib,
+    check_leftovers,
+    check_numa,
+    check_socket_ifname,
+    default_interfaces,
+    preflight,
+    read_ib_ports,
+)
 from nodeconsole.console.root import Root
 
 

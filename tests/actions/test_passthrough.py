@@ -4,9 +4,8 @@ writes as Linux does, libvirt config lives in the node file, and every check re-
 "Nothing changed" is checked on the whole host directory: every file's bytes and every link's target."""
 from __future__ import annotations
 
-import json
-
 import hashlib
+import json
 import os
 from pathlib import Path
 
@@ -17,7 +16,7 @@ from nodeconsole.actions.host_steps import MODPROBE_FILE
 from nodeconsole.actions.lock import HostLock
 from nodeconsole.actions.passthrough import plan_passthrough, plan_release, resolve_gpu
 from nodeconsole.actions.plan import RequestError, needs_typed_confirmation
-from nodeconsole.actions.runner import NoCommands, DONE, FAILED_RESULT, REFUSED, ActionHost, Commands, Runner, plan_undo
+from nodeconsole.actions.runner import DONE, FAILED_RESULT, REFUSED, ActionHost, Commands, NoCommands, Runner, plan_undo
 from nodeconsole.console.demo.generator import generate, small_spec
 from nodeconsole.console.demo.nvml_sim import SimulatedNvml
 from nodeconsole.console.root import Root

@@ -9,10 +9,29 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from nodeconsole.actions.pin_planner import (PinRequest, busy_cpus, default_reserve, parse_cpu_choice, propose,
-                                 request_for, topology_of)
-from nodeconsole.console.model import (Cpu, Gpu, GpuOwner, HostInfo, HostSnapshot, Hostdev, Iommu, Load, NumaNode,
-                           Sources, VcpuPin, Vm)
+from nodeconsole.actions.pin_planner import (
+    PinRequest,
+    busy_cpus,
+    default_reserve,
+    parse_cpu_choice,
+    propose,
+    request_for,
+    topology_of,
+)
+from nodeconsole.console.model import (
+    Cpu,
+    Gpu,
+    GpuOwner,
+    Hostdev,
+    HostInfo,
+    HostSnapshot,
+    Iommu,
+    Load,
+    NumaNode,
+    Sources,
+    VcpuPin,
+    Vm,
+)
 
 GIB = 1024 * 1024
 

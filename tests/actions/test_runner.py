@@ -11,8 +11,17 @@ import pytest
 
 from nodeconsole.actions.audit import APPLIED, FAILED, FAILED_PARTIAL
 from nodeconsole.actions.plan import Check, Plan, RequestError, Step, build_step, step_kind
-from nodeconsole.actions.runner import (CANCELLED, DONE, FAILED_RESULT, NOTHING, REFUSED, ActionHost, Progress, Runner,
-                            plan_undo)
+from nodeconsole.actions.runner import (
+    CANCELLED,
+    DONE,
+    FAILED_RESULT,
+    NOTHING,
+    REFUSED,
+    ActionHost,
+    Progress,
+    Runner,
+    plan_undo,
+)
 from nodeconsole.console.root import Root
 from nodeconsole.console.seams import Seams
 

@@ -3,7 +3,6 @@ host (against lstopo), bad arguments, and faults injected into each source."""
 from __future__ import annotations
 
 import json
-from dataclasses import replace
 from pathlib import Path
 
 import pytest

@@ -6,8 +6,24 @@ import json
 from dataclasses import replace
 
 from nodeconsole.console.collector import Collector, assemble
-from nodeconsole.console.model import (NA, Cpu, HostInfo, Hostdev, Iommu, IommuGroup, Load, Mig, MigInstance,
-                           NumaNode, PciDevice, PciLink, Sources, VcpuPin, VgpuInstance, Vm)
+from nodeconsole.console.model import (
+    NA,
+    Cpu,
+    Hostdev,
+    HostInfo,
+    Iommu,
+    IommuGroup,
+    Load,
+    Mig,
+    MigInstance,
+    NumaNode,
+    PciDevice,
+    PciLink,
+    Sources,
+    VcpuPin,
+    VgpuInstance,
+    Vm,
+)
 from nodeconsole.console.root import Root
 from nodeconsole.console.seams import Seams
 from nodeconsole.console.sources.types import LibvirtData, NvmlData, NvmlGpu, SysfsData

@@ -12,8 +12,20 @@ import pytest
 
 from nodeconsole.console.cpulist import parse_cpulist, parse_cpumask
 from nodeconsole.console.demo.builders import gpu_functions, mig_instance, root_port
-from nodeconsole.console.demo.generator import (GeneratedHost, GpuSpec, HostBridge, HostdevSpec, HostSpec, MdevSpec,
-                                    PciDev, VmSpec, demo_spec, generate, large_spec, small_spec)
+from nodeconsole.console.demo.generator import (
+    GeneratedHost,
+    GpuSpec,
+    HostBridge,
+    HostdevSpec,
+    HostSpec,
+    MdevSpec,
+    PciDev,
+    VmSpec,
+    demo_spec,
+    generate,
+    large_spec,
+    small_spec,
+)
 from nodeconsole.console.root import Root
 
 libvirt = pytest.importorskip("libvirt")

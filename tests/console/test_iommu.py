@@ -7,8 +7,14 @@ from pathlib import Path
 from hypothesis import given
 from hypothesis import strategies as st
 
-from nodeconsole.console.iommu import (group_blockers, group_verdict, has_acs_override, how_to_enable,
-                           iommu_cmdline_flags, slot_of)
+from nodeconsole.console.iommu import (
+    group_blockers,
+    group_verdict,
+    has_acs_override,
+    how_to_enable,
+    iommu_cmdline_flags,
+    slot_of,
+)
 from nodeconsole.console.model import IommuGroup, PciDevice
 from nodeconsole.console.pciids import PciIds
 from nodeconsole.console.root import Root

@@ -106,7 +106,7 @@ def uri(tmp_path):
     return f"test://{path}"
 
 
-def _error(code: int, message: str) -> "libvirt.libvirtError":
+def _error(code: int, message: str) -> libvirt.libvirtError:
     """A libvirtError as libvirt raises it (get_error_code etc. read `err`)."""
     e = libvirt.libvirtError(message)
     e.err = (code, 0, message, 2, message, None, None, -1, -1)

@@ -8,9 +8,18 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from nodeconsole.console.libvirt_xml import (DomainXml, add_mdev_hostdev, add_pci_hostdev, parse_domain,
-                                 parse_libvirt_set, remove_mdev_hostdev, remove_pci_hostdev,
-                                 set_emulator_pins, set_numatune, set_vcpu_pins)
+from nodeconsole.console.libvirt_xml import (
+    DomainXml,
+    add_mdev_hostdev,
+    add_pci_hostdev,
+    parse_domain,
+    parse_libvirt_set,
+    remove_mdev_hostdev,
+    remove_pci_hostdev,
+    set_emulator_pins,
+    set_numatune,
+    set_vcpu_pins,
+)
 from nodeconsole.console.model import Hostdev, VcpuPin
 
 KVM = """<domain type='kvm' xmlns:qemu='http://libvirt.org/schemas/domain/qemu/1.0'>

@@ -2,7 +2,8 @@
 from __future__ import annotations
 
 import pytest
-from hypothesis import given, strategies as st
+from hypothesis import given
+from hypothesis import strategies as st
 
 from nodeconsole.console.cpulist import format_cpulist, parse_cpulist, parse_cpumask
 from nodeconsole.console.pciaddr import parse_pci_address

@@ -1,8 +1,7 @@
 """Pilot tests: every screen on the demo host, asserting on what is shown."""
 from __future__ import annotations
 
-import pytest
-from textual.widgets import Input, Static
+from textual.widgets import Static
 
 from nodeconsole.console.app import NodeConsoleApp
 from nodeconsole.screens.widgets.keyed_table import KeyedTable
