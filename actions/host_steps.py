@@ -10,9 +10,9 @@ import os
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
 
 from nodeconsole.actions.plan import Op, Step, StepError, step_kind
+from nodeconsole.actions.runner import ActionHost
 from nodeconsole.console.pciaddr import parse_pci_address
 from nodeconsole.console.root import Root
 
@@ -88,7 +88,7 @@ def _want_text(want: str | None) -> str:
 
 
 @step_kind("pci_driver")
-def pci_driver_step(host: Any, op: Op) -> Step | None:
+def pci_driver_step(host: ActionHost, op: Op) -> Step | None:
     """`{"kind": "pci_driver", "device": A, "override": STR|None, "driver": NAME|None|"*", "group": N,
     "vfio_node": bool}`: set driver_override, unbind from a driver that does not match, probe when a
     driver is wanted. `vfio_node` (the last member of a group to bind): /dev/vfio/N must exist too."""
@@ -148,7 +148,7 @@ def pci_driver_step(host: Any, op: Op) -> Step | None:
 
 
 @step_kind("file")
-def file_step(host: Any, op: Op) -> Step | None:
+def file_step(host: ActionHost, op: Op) -> Step | None:
     """`{"kind": "file", "path": REL, "content": STR|None, "remove_dirs": [REL...]}`: the file under the
     root has exactly `content` (None: it does not exist; then empty `remove_dirs` are removed too)."""
     rel = op["path"].lstrip("/")
@@ -202,7 +202,7 @@ def file_step(host: Any, op: Op) -> Step | None:
 
 
 @step_kind("driverctl")
-def driverctl_step(host: Any, op: Op) -> Step | None:
+def driverctl_step(host: ActionHost, op: Op) -> Step | None:
     """`{"kind": "driverctl", "device": A, "driver": NAME|None}`: driverctl's saved override for the
     device (None: no override). driverctl itself rebinds the device right away."""
     address = parse_pci_address(op["device"])
@@ -231,7 +231,7 @@ def driverctl_step(host: Any, op: Op) -> Step | None:
 
 
 @step_kind("module")
-def module_step(host: Any, op: Op) -> Step | None:
+def module_step(host: ActionHost, op: Op) -> Step | None:
     """`{"kind": "module", "name": "vfio-pci"}`: the driver is loaded. Left loaded on undo (harmless)."""
     name = op["name"]
     if host.root.exists(f"sys/bus/pci/drivers/{name}"):

@@ -20,8 +20,10 @@ from pathlib import Path
 from typing import Any
 
 from nodeconsole.actions.plan import Op, Step, StepError, step_kind
+from nodeconsole.actions.runner import ActionHost
 from nodeconsole.console.libvirt_xml import add_pci_hostdev, parse_domain, remove_pci_hostdev
 from nodeconsole.console.pciaddr import parse_pci_address
+from nodeconsole.console.seams import Seams
 
 _ERR_NO_SUPPORT = 3  # libvirt.VIR_ERR_NO_SUPPORT: the driver lacks the call (test driver: attach)
 _ERR_NO_DOMAIN = 42
@@ -377,7 +379,7 @@ def node_file_of(uri: str | None) -> Path | None:
     return Path(path) if path and path != "/default" and os.path.isfile(path) else None
 
 
-def domain_config_for(seams: Any) -> DomainConfig | None:
+def domain_config_for(seams: Seams) -> DomainConfig | None:
     """The demo host edits its node file; every other host talks to libvirt. None: no libvirt."""
     node = node_file_of(seams.libvirt_uri)
     if seams.is_demo and node is not None:
@@ -390,12 +392,12 @@ def domain_config_for(seams: Any) -> DomainConfig | None:
 # -- step kind ----------------------------------------------------------------------------------------
 
 @step_kind("vm_hostdev")
-def vm_hostdev_step(host: Any, op: Op) -> Step | None:
+def vm_hostdev_step(host: ActionHost, op: Op) -> Step | None:
     """`{"kind": "vm_hostdev", "vm": NAME, "address": PCI, "present": bool, "managed": bool}`: the VM's
     persistent config has (present) or has not a PCI <hostdev> for the address."""
     vm, address, present = op["vm"], parse_pci_address(op["address"]), bool(op["present"])
     managed = bool(op.get("managed", True))
-    cfg: DomainConfig | None = host.domains
+    cfg = host.domains
     if cfg is None:
         raise StepError("this host has no libvirt connection")
     try:

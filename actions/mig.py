@@ -11,12 +11,12 @@ with half a layout. Step kinds live in actions/mig_steps.py.
 from __future__ import annotations
 
 from collections import Counter
-from typing import Any
 
 from nodeconsole.actions.mig_planner import Fit, LayoutError, Wanted, fit, format_layout, parse_layout, slices_text
 from nodeconsole.actions.mig_steps import MigState, read_mig_state
 from nodeconsole.actions.passthrough import HOLDER_DAEMONS, _daemons, _device_users, resolve_gpu
 from nodeconsole.actions.plan import Check, Op, Plan, RequestError, StepError, build_step
+from nodeconsole.actions.runner import ActionHost
 from nodeconsole.actions.vgpu import _vf_held
 from nodeconsole.console.model import Gpu, HostSnapshot
 
@@ -27,7 +27,7 @@ def _label(g: Gpu) -> str:
     return f"GPU {g.index} ({g.address}, {g.name})"
 
 
-def mig_state_for(host: Any, snap: HostSnapshot, g: Gpu) -> MigState:
+def mig_state_for(host: ActionHost, snap: HostSnapshot, g: Gpu) -> MigState:
     """The GPU's MIG state from NVML, with VM names for the users of MIG-backed vGPUs."""
     return read_mig_state(host, g.address, {v.uuid: v.name for v in snap.vms if v.uuid})
 
@@ -43,7 +43,7 @@ def _gpu_checks(snap: HostSnapshot, g: Gpu) -> list[Check]:
     return []
 
 
-def _holders(host: Any, snap: HostSnapshot, g: Gpu, st: MigState) -> list[str]:
+def _holders(host: ActionHost, snap: HostSnapshot, g: Gpu, st: MigState) -> list[str]:
     """Everything that stops a GPU reset or a MIG mode change now."""
     out = [f"process {p}" for p in st.processes]
     out += [f"VM {vm} (vGPU)" for vm in st.vgpu_vms]
@@ -53,7 +53,7 @@ def _holders(host: Any, snap: HostSnapshot, g: Gpu, st: MigState) -> list[str]:
     return out
 
 
-def plan_mig(host: Any, snap: HostSnapshot, gpu_text: str, layout: str | None = None, off: bool = False) -> Plan:
+def plan_mig(host: ActionHost, snap: HostSnapshot, gpu_text: str, layout: str | None = None, off: bool = False) -> Plan:
     """Plan a GPU's MIG layout (`layout`, e.g. "3g.40gb,1g.10gb*2" or "none"), or MIG off (`off`).
     Raises RequestError for an unknown GPU or a malformed layout / unknown profile name."""
     g = resolve_gpu(snap, gpu_text)
@@ -168,7 +168,7 @@ def layout_ops(address: str, st: MigState, f: Fit, want_mode: int, mode_change: 
     return ops
 
 
-def _notes(plan: Plan, host: Any, snap: HostSnapshot, g: Gpu, st: MigState, mode_change: bool, want_mode: int,
+def _notes(plan: Plan, host: ActionHost, snap: HostSnapshot, g: Gpu, st: MigState, mode_change: bool, want_mode: int,
            changes: bool) -> None:
     if mode_change and (st.current != want_mode):
         plan.notes.append(f"MIG mode {'on' if want_mode else 'off'} takes effect with a GPU reset (Hopper and "

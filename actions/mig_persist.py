@@ -16,6 +16,7 @@ from nodeconsole.actions.host_steps import read_raw
 from nodeconsole.actions.mig import _label, mig_state_for, pinned, plan_mig
 from nodeconsole.actions.mig_planner import format_layout
 from nodeconsole.actions.plan import Check, Op, Plan, RequestError, Step, StepError, build_step, step_kind
+from nodeconsole.actions.runner import ActionHost
 from nodeconsole.console.model import HostSnapshot
 
 LAYOUT_FILE = "etc/nodeconsole/mig-layout.json"
@@ -25,14 +26,14 @@ WANTS_LINK = f"etc/systemd/system/multi-user.target.wants/{UNIT_NAME}"
 SCHEMA = 1
 
 
-def _command(host: Any) -> str:
+def _command(host: ActionHost) -> str:
     # The command of this installation (its interpreter's script), never whatever $PATH finds first.
     script = Path(sys.executable).parent / "nodeconsole"
     exe = str(script) if script.is_file() else f"{sys.executable} -m nodeconsole.console"
     return f"{exe} mig restore --apply --yes" + (" --demo" if host.seams.is_demo else "")
 
 
-def render_unit(host: Any) -> str:
+def render_unit(host: ActionHost) -> str:
     return "\n".join([
         "# Written by nodeconsole (`nodeconsole mig save`): re-creates the saved MIG layouts at boot.",
         "[Unit]",
@@ -52,7 +53,7 @@ def render_unit(host: Any) -> str:
     ])
 
 
-def plan_mig_save(host: Any, snap: HostSnapshot) -> Plan:
+def plan_mig_save(host: ActionHost, snap: HostSnapshot) -> Plan:
     """Plan writing the current MIG layouts and the boot unit that restores them."""
     plan = Plan(action="mig-save", title=f"Save the MIG layouts to /{LAYOUT_FILE} and restore them at boot",
                 request={"file": f"/{LAYOUT_FILE}"}, rebuild=lambda: plan_mig_save(host, host.snapshot()))
@@ -87,7 +88,7 @@ def plan_mig_save(host: Any, snap: HostSnapshot) -> Plan:
     return plan
 
 
-def read_saved(host: Any) -> list[dict[str, Any]]:
+def read_saved(host: ActionHost) -> list[dict[str, Any]]:
     """The saved layouts. Raises RequestError when there are none or the file is broken."""
     text = read_raw(host.root, LAYOUT_FILE)
     if text is None:
@@ -104,7 +105,7 @@ def read_saved(host: Any) -> list[dict[str, Any]]:
     return gpus
 
 
-def plan_mig_restore(host: Any, snap: HostSnapshot) -> Plan:
+def plan_mig_restore(host: ActionHost, snap: HostSnapshot) -> Plan:
     """Plan re-creating every saved layout. GPUs that are gone, passed through or replaced (another UUID)
     are skipped with a note; any other refusal refuses the whole restore."""
     saved = read_saved(host)
@@ -132,7 +133,7 @@ def plan_mig_restore(host: Any, snap: HostSnapshot) -> Plan:
 
 
 @step_kind("symlink")
-def symlink_step(host: Any, op: Op) -> Step | None:
+def symlink_step(host: ActionHost, op: Op) -> Step | None:
     """`{"kind": "symlink", "path": REL, "target": TEXT|None}`: a symbolic link under the root pointing at
     `target` (None: no link). How `systemctl enable` enables a unit, done without systemctl."""
     rel, target = op["path"].lstrip("/"), op.get("target")

@@ -24,6 +24,7 @@ import pynvml
 
 from nodeconsole.actions.mig_planner import CiSpec, Existing, Profile, slices_text
 from nodeconsole.actions.plan import Op, Step, StepError, step_kind
+from nodeconsole.actions.runner import ActionHost
 from nodeconsole.console import nvml_mig
 from nodeconsole.console.demo.mig_profiles import table_for_pci_device_id
 from nodeconsole.console.pciaddr import parse_pci_address
@@ -32,7 +33,7 @@ _NA_U32 = 0xFFFFFFFF
 
 
 @contextmanager
-def nvml_session(host: Any) -> Iterator[None]:
+def nvml_session(host: ActionHost) -> Iterator[None]:
     """NVML initialised on the host's library (the simulated one on the demo) for the duration."""
     seams = host.seams
     if seams.nvml_lib is None and not seams.use_real_nvml:
@@ -130,7 +131,7 @@ def _cis(gi_handle: Any) -> tuple[CiSpec, ...]:
     return tuple(sorted((c.profile_id, c.start, c.size) for c in nvml_mig.compute_instances(gi_handle, cps)))
 
 
-def read_mig_state(host: Any, address: str, vm_names: dict[str, str] | None = None) -> MigState:
+def read_mig_state(host: ActionHost, address: str, vm_names: dict[str, str] | None = None) -> MigState:
     """Mode, profiles, instances (with compute instances and users) of one GPU, in one NVML session.
     `vm_names` maps VM UUIDs to names for the users of MIG-backed vGPUs. Raises StepError."""
     names = vm_names or {}
@@ -199,7 +200,7 @@ def _gi_at(h: Any, profile_id: int, start: int, size: int) -> _Gi | None:
 
 # -- steps --------------------------------------------------------------------------------------------
 
-def reset_gpu(host: Any, address: str) -> None:
+def reset_gpu(host: ActionHost, address: str) -> None:
     """Reset one GPU so a pending MIG mode takes effect: the simulated driver's reset on the demo,
     `nvidia-smi --gpu-reset` (an argv, never a shell) on a real host."""
     resetter = getattr(host.seams.nvml_lib, "reset_gpu", None)
@@ -219,7 +220,7 @@ def reset_gpu(host: Any, address: str) -> None:
 
 
 @step_kind("mig_mode")
-def mig_mode_step(host: Any, op: Op) -> Step | None:
+def mig_mode_step(host: ActionHost, op: Op) -> Step | None:
     address, want = parse_pci_address(op["gpu"]), int(op["mode"])
     with nvml_session(host):
         cur, pend = (int(m) for m in pynvml.nvmlDeviceGetMigMode(handle_of(address)))
@@ -255,7 +256,7 @@ def _nvml_error(what: str, e: Exception) -> StepError:
 
 
 @step_kind("mig_gi")
-def mig_gi_step(host: Any, op: Op) -> Step | None:
+def mig_gi_step(host: ActionHost, op: Op) -> Step | None:
     address = parse_pci_address(op["gpu"])
     pid, start, size = int(op["profile_id"]), int(op["start"]), int(op["size"])
     name, present = op.get("profile") or str(pid), bool(op["present"])
@@ -331,7 +332,7 @@ def mig_gi_step(host: Any, op: Op) -> Step | None:
     return Step(title, why, cmds, dict(op, gpu=address), inverse, apply, verify)
 
 
-def current_layout(host: Any, address: str) -> tuple[int, list[tuple[int, int, int, int]]]:
+def current_layout(host: ActionHost, address: str) -> tuple[int, list[tuple[int, int, int, int]]]:
     """(MIG mode, [(profile id, start, size, number of compute instances)]) as NVML reports it now."""
     with nvml_session(host):
         h = handle_of(address)
@@ -344,7 +345,7 @@ def current_layout(host: Any, address: str) -> tuple[int, list[tuple[int, int, i
 
 
 @step_kind("mig_verify")
-def mig_verify_step(host: Any, op: Op) -> Step | None:
+def mig_verify_step(host: ActionHost, op: Op) -> Step | None:
     address = parse_pci_address(op["gpu"])
     want = sorted(tuple(int(x) for x in item) for item in op.get("layout") or ())
 

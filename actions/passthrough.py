@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 import re
-from typing import Any
 
 from nodeconsole.actions.host_steps import (
     MODPROBE_FILE,
@@ -20,6 +19,7 @@ from nodeconsole.actions.host_steps import (
     render_modprobe,
 )
 from nodeconsole.actions.plan import Check, Plan, RequestError, Step, build_step
+from nodeconsole.actions.runner import ActionHost
 from nodeconsole.console.iommu import EXEMPT_DRIVERS, blocker_reasons, slot_of
 from nodeconsole.console.model import Gpu, HostSnapshot, PciDevice
 from nodeconsole.console.pciaddr import parse_pci_address
@@ -100,7 +100,7 @@ def _source_checks(snap: HostSnapshot) -> list[Check]:
     return []
 
 
-def _vms_with(host: Any, snap: HostSnapshot, addresses: set[str]) -> dict[str, list[str]]:
+def _vms_with(host: ActionHost, snap: HostSnapshot, addresses: set[str]) -> dict[str, list[str]]:
     """VM name → which of `addresses` its persistent config holds as PCI hostdevs."""
     out: dict[str, list[str]] = {}
     cfg = host.domains
@@ -117,7 +117,7 @@ def _vms_with(host: Any, snap: HostSnapshot, addresses: set[str]) -> dict[str, l
     return out
 
 
-def _holders(host: Any, snap: HostSnapshot, gpu: Gpu, members: list[str]) -> list[Check]:
+def _holders(host: ActionHost, snap: HostSnapshot, gpu: Gpu, members: list[str]) -> list[Check]:
     """Everything that keeps the GPU busy on the host: processes, display, daemons, running VMs."""
     checks: list[Check] = []
     busy = []
@@ -165,7 +165,7 @@ def _holders(host: Any, snap: HostSnapshot, gpu: Gpu, members: list[str]) -> lis
     return checks
 
 
-def _device_users(host: Any, gpus: list[str]) -> list[str]:
+def _device_users(host: ActionHost, gpus: list[str]) -> list[str]:
     """Processes holding /dev/nvidiaN of these GPUs open (NVML misses some, e.g. in other PID
     namespaces). N is the GPU's minor number from /proc/driver/nvidia; unreadable fds are skipped."""
     nodes = {}
@@ -192,7 +192,7 @@ def _device_users(host: Any, gpus: list[str]) -> list[str]:
     return out
 
 
-def _daemons(host: Any) -> list[tuple[int, str]]:
+def _daemons(host: ActionHost) -> list[tuple[int, str]]:
     out = []
     for name in host.root.listdir("proc"):
         if name.isdigit():
@@ -233,7 +233,7 @@ def _group_check(snap: HostSnapshot, gpu: Gpu, members: list[str]) -> Check:
     return Check(title, True, f"members {listing}")
 
 
-def plan_passthrough(host: Any, snap: HostSnapshot, gpu_text: str, vm: str | None = None,
+def plan_passthrough(host: ActionHost, snap: HostSnapshot, gpu_text: str, vm: str | None = None,
                      persist: bool = False) -> Plan:
     """Plan giving the GPU to vfio-pci (and to `vm`'s config; across reboots with `persist`).
     Raises RequestError for an unknown GPU or VM."""
@@ -288,7 +288,7 @@ def plan_passthrough(host: Any, snap: HostSnapshot, gpu_text: str, vm: str | Non
     return plan
 
 
-def _persist_ops(host: Any, snap: HostSnapshot, gpu: Gpu, members: list[str], plan: Plan) -> list[dict]:
+def _persist_ops(host: ActionHost, snap: HostSnapshot, gpu: Gpu, members: list[str], plan: Plan) -> list[dict]:
     if host.commands.which("driverctl"):
         return [{"kind": "driverctl", "device": a, "driver": VFIO} for a in members
                 if driverctl_state(host.root, a) != VFIO]
@@ -320,7 +320,7 @@ def _persist_ops(host: Any, snap: HostSnapshot, gpu: Gpu, members: list[str], pl
     return [{"kind": "file", "path": MODPROBE_FILE, "content": content}] if content != current else []
 
 
-def _add_steps(host: Any, plan: Plan, ops: list[dict]) -> None:
+def _add_steps(host: ActionHost, plan: Plan, ops: list[dict]) -> None:
     for op in ops:
         step: Step | None = build_step(host, op)
         if step is not None:
@@ -329,7 +329,7 @@ def _add_steps(host: Any, plan: Plan, ops: list[dict]) -> None:
 
 # -- release ------------------------------------------------------------------------------------------
 
-def _previous(host: Any, address: str) -> tuple[str | None, str | None] | None:
+def _previous(host: ActionHost, address: str) -> tuple[str | None, str | None] | None:
     """(override, driver) the device had before its latest recorded passthrough, None when unknown."""
     try:
         records = host.audit.records()
@@ -343,7 +343,7 @@ def _previous(host: Any, address: str) -> tuple[str | None, str | None] | None:
     return None
 
 
-def plan_release(host: Any, snap: HostSnapshot, gpu_text: str) -> Plan:
+def plan_release(host: ActionHost, snap: HostSnapshot, gpu_text: str) -> Plan:
     """Plan giving the GPU back to the host: out of every VM config, no persistence, host drivers."""
     gpu = resolve_gpu(snap, gpu_text)
     plan = Plan(action="release", title=f"Give {_label(gpu)} back to the host",

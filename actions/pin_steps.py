@@ -23,11 +23,13 @@ from __future__ import annotations
 
 import re
 import xml.etree.ElementTree as ET
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
-from nodeconsole.actions.libvirt_edit import DomainConfig, DomainConfigError, LibvirtDomainConfig
+from nodeconsole.actions.host_seams import DomainStore
+from nodeconsole.actions.libvirt_edit import DomainConfigError, LibvirtDomainConfig
 from nodeconsole.actions.plan import Op, Step, StepError, step_kind
+from nodeconsole.actions.runner import ActionHost
 from nodeconsole.console.cpulist import format_cpulist
 from nodeconsole.console.libvirt_xml import (
     parse_domain,
@@ -40,6 +42,10 @@ from nodeconsole.console.libvirt_xml import (
 _AFFECT_LIVE = 1  # libvirt.VIR_DOMAIN_AFFECT_LIVE
 _NUMA_MODES = {"strict": 0, "preferred": 1, "interleave": 2, "restrictive": 3}
 _RETRY_CURRENT = (3, 8)  # VIR_ERR_NO_SUPPORT, VIR_ERR_INVALID_ARG ("unsupported flags": test driver)
+
+
+# (vCPU → CPUs, emulator CPUs, (memory mode, nodes)): a PinState's comparable form
+PinSets = tuple[dict[int, frozenset[int]], frozenset[int] | None, tuple[str, frozenset[int]] | None]
 
 
 @dataclass(frozen=True)
@@ -63,7 +69,7 @@ class PinState:
             out["numa"] = {"mode": self.numa[0], "nodeset": self.numa[1]} if self.numa else None
         return out
 
-    def sets(self, every: frozenset[int] = frozenset()) -> tuple:
+    def sets(self, every: frozenset[int] = frozenset()) -> PinSets:
         """Comparable form: CPU sets parsed; a pin covering `every` CPU counts as no pin."""
         def norm(text: str | None) -> frozenset[int] | None:
             cpus = frozenset(parse_libvirt_set(text)) if text else frozenset()
@@ -87,7 +93,7 @@ def read_xml_state(xml: str) -> PinState:
     return PinState(vcpus=vcpus, emulator=emu.get("cpuset") if emu is not None else None, numa=numa)
 
 
-def scopes(cfg: DomainConfig, vm: str) -> tuple[str, ...]:
+def scopes(cfg: DomainStore, vm: str) -> tuple[str, ...]:
     """Where a VM's pins are set: live and config for a running VM on libvirt; the config alone for a
     shut-off VM and for the demo's node file (the test driver serves it as the running state too)."""
     if isinstance(cfg, LibvirtDomainConfig) and cfg.is_active(vm):
@@ -95,13 +101,13 @@ def scopes(cfg: DomainConfig, vm: str) -> tuple[str, ...]:
     return ("config",)
 
 
-def host_cpus(cfg: DomainConfig) -> frozenset[int]:
+def host_cpus(cfg: DomainStore) -> frozenset[int]:
     """Every CPU of libvirt's CPU maps: a live pin to all of them is no pin (libvirt keeps an unpinned
     vCPU's "pin" as the full map; offline CPUs in it are ignored by the kernel)."""
     return frozenset(range(cfg.cpu_count())) if isinstance(cfg, LibvirtDomainConfig) else frozenset()
 
 
-def read_state(cfg: DomainConfig, vm: str, scope: str) -> PinState:
+def read_state(cfg: DomainStore, vm: str, scope: str) -> PinState:
     if scope == "live":
         if not isinstance(cfg, LibvirtDomainConfig):
             raise DomainConfigError("live pins need a libvirt connection")
@@ -109,8 +115,10 @@ def read_state(cfg: DomainConfig, vm: str, scope: str) -> PinState:
     return read_xml_state(cfg.xml(vm))
 
 
-def write_state(cfg: DomainConfig, vm: str, scope: str, target: PinState, with_numa: bool) -> None:
+def write_state(cfg: DomainStore, vm: str, scope: str, target: PinState, with_numa: bool) -> None:
     if scope == "live":
+        if not isinstance(cfg, LibvirtDomainConfig):
+            raise DomainConfigError("live pins need a libvirt connection")
         _write_live(cfg, vm, target, with_numa)
         return
     if cfg.edit_text(vm, lambda text: edit_pins_text(text, target, with_numa)):
@@ -118,7 +126,7 @@ def write_state(cfg: DomainConfig, vm: str, scope: str, target: PinState, with_n
     cfg.edit(vm, lambda xml: edit_pins_xml(xml, target, with_numa))
 
 
-def _write_live(cfg: Any, vm: str, target: PinState, with_numa: bool) -> None:
+def _write_live(cfg: LibvirtDomainConfig, vm: str, target: PinState, with_numa: bool) -> None:
     import libvirt
 
     dom = cfg.domain(vm)
@@ -136,7 +144,7 @@ def _write_live(cfg: Any, vm: str, target: PinState, with_numa: bool) -> None:
             raise StepError(f"CPU {format_cpulist(beyond)} is beyond this host's {width} CPUs")
         return tuple(i in cpus for i in range(width))
 
-    def call(fn, *args) -> None:
+    def call(fn: Callable[..., object], *args: object) -> None:
         try:
             fn(*args, _AFFECT_LIVE)
         except libvirt.libvirtError as e:
@@ -163,7 +171,7 @@ def edit_pins_xml(xml: str, target: PinState, with_numa: bool) -> str:
     """`xml` with exactly the target's pins (a document re-serialised: for libvirt, which reformats)."""
     have = parse_domain(xml)
     want = {v: parse_libvirt_set(s) for v, s in target.vcpus}
-    pins = {p.vcpu: () for p in have.pins if p.vcpu not in want}
+    pins: dict[int, tuple[int, ...]] = {p.vcpu: () for p in have.pins if p.vcpu not in want}
     pins.update(want)
     out = set_vcpu_pins(xml, pins)
     out = set_emulator_pins(out, parse_libvirt_set(target.emulator) if target.emulator else ())
@@ -250,25 +258,27 @@ def _edit_cputune(dom: str, target: PinState) -> str | None:
             kept.append((line, None, ""))
             continue
         if pm.group(1) == "vcpupin":
-            v = _attr(line, "vcpu")
-            if v is None or not v.isdigit() or int(v) in {x for _, x, t in kept if t == "vcpupin"}:
+            vtext = _attr(line, "vcpu")
+            if vtext is None or not vtext.isdigit() or int(vtext) in {x for _, x, t in kept if t == "vcpupin"}:
                 return None
-            v = int(v)
+            v = int(vtext)
             if v not in want:
                 continue
             if _attr(line, "cpuset") != want[v]:
-                line = _set_attr(line, "cpuset", want[v])
-                if line is None:
+                changed = _set_attr(line, "cpuset", want[v])
+                if changed is None:
                     return None
+                line = changed
             kept.append((line, v, "vcpupin"))
         else:
             emu_seen = True
             if not target.emulator:
                 continue
             if _attr(line, "cpuset") != target.emulator:
-                line = _set_attr(line, "cpuset", target.emulator)
-                if line is None:
+                changed = _set_attr(line, "cpuset", target.emulator)
+                if changed is None:
                     return None
+                line = changed
             kept.append((line, None, "emulatorpin"))
     def first_pin_place() -> int:
         # where libvirt writes pins: after the scheduler quotas, before everything else
@@ -281,7 +291,7 @@ def _edit_cputune(dom: str, target: PinState) -> str | None:
     for v, s in sorted(want.items()):
         if any(t == "vcpupin" and x == v for _, x, t in kept):
             continue
-        before = [i for i, (_, x, t) in enumerate(kept) if t == "vcpupin" and x < v]
+        before = [i for i, (_, x, t) in enumerate(kept) if t == "vcpupin" and x is not None and x < v]
         at = before[-1] + 1 if before else first_pin_place()
         kept.insert(at, (f"{child}<vcpupin vcpu='{v}' cpuset='{s}'/>\n", v, "vcpupin"))
     if target.emulator and not emu_seen:
@@ -294,7 +304,7 @@ def _edit_cputune(dom: str, target: PinState) -> str | None:
     return dom[:m.start(2)] + new_body + dom[m.end(2):]
 
 
-def _edit_numatune(dom: str, numa: tuple[str, str] | None) -> str | None:
+def _edit_numatune(dom: str, numa: tuple[str | None, str] | None) -> str | None:
     m = _block(dom, "numatune")
     if m is None:
         if "<numatune" in dom:
@@ -353,17 +363,17 @@ def describe(state: PinState, with_numa: bool) -> str:
     return ", ".join(parts)
 
 
-def _online_text(host: Any) -> str:
+def _online_text(host: ActionHost) -> str:
     return host.root.read("sys/devices/system/cpu/online") or "0-N"
 
 
 @step_kind("vm_pins")
-def vm_pins_step(host: Any, op: Op) -> Step | None:
+def vm_pins_step(host: ActionHost, op: Op) -> Step | None:
     """See the module docstring for the operation."""
     vm, scope = op["vm"], op.get("scope", "config")
     if scope not in ("live", "config"):
         raise StepError(f"unknown pin scope {scope!r}")
-    cfg: DomainConfig | None = host.domains
+    cfg = host.domains
     if cfg is None:
         raise StepError("this host has no libvirt connection")
     target = PinState.from_op(op)

@@ -7,8 +7,6 @@ before/after map of vCPU → host CPU. Only plans: the runner applies, verifies,
 """
 from __future__ import annotations
 
-from typing import Any
-
 from nodeconsole.actions.libvirt_edit import DomainConfigError, NodeFileDomainConfig
 from nodeconsole.actions.pin_planner import (
     INACTIVE,
@@ -23,6 +21,7 @@ from nodeconsole.actions.pin_planner import (
 )
 from nodeconsole.actions.pin_steps import PinState, read_state, scopes
 from nodeconsole.actions.plan import Check, Plan, RequestError, StepError, build_step
+from nodeconsole.actions.runner import ActionHost
 from nodeconsole.console.checks import vm_alignment
 from nodeconsole.console.cpulist import format_cpulist
 from nodeconsole.console.model import HostSnapshot, Vm
@@ -49,7 +48,7 @@ def _reserve(topo: Topology, text: str | None) -> tuple[int, ...]:
         raise RequestError(str(e)) from None
 
 
-def _host_checks(host: Any, snap: HostSnapshot) -> list[Check]:
+def _host_checks(host: ActionHost, snap: HostSnapshot) -> list[Check]:
     out = []
     if snap.sources.sysfs != "ok":
         out.append(Check("host topology readable", False, f"sysfs {snap.sources.sysfs}",
@@ -60,7 +59,7 @@ def _host_checks(host: Any, snap: HostSnapshot) -> list[Check]:
     return out
 
 
-def plan_pin(host: Any, snap: HostSnapshot, vm_name: str, cpus: str | None = None,
+def plan_pin(host: ActionHost, snap: HostSnapshot, vm_name: str, cpus: str | None = None,
              reserve: str | None = None) -> Plan:
     """Plan pinning `vm_name` onto its GPUs' NUMA node (or onto `cpus`, a CPU list), keeping `reserve`
     (a CPU list; default: the first core of each node) for the host. RequestError: unknown VM, bad list."""
@@ -90,7 +89,7 @@ def plan_pin(host: Any, snap: HostSnapshot, vm_name: str, cpus: str | None = Non
     return plan
 
 
-def plan_pin_all(host: Any, snap: HostSnapshot, reserve: str | None = None) -> Plan:
+def plan_pin_all(host: ActionHost, snap: HostSnapshot, reserve: str | None = None) -> Plan:
     """One plan pinning every GPU VM that has no vCPU pins, each onto its GPUs' node, none sharing a CPU
     with another (CPUs given to one VM of the plan are busy for the next)."""
     topo = topology_of(snap)
@@ -122,7 +121,7 @@ def plan_pin_all(host: Any, snap: HostSnapshot, reserve: str | None = None) -> P
     return plan
 
 
-def _add_vm(host: Any, snap: HostSnapshot, topo: Topology, plan: Plan, vm: Vm, prop: Proposal) -> None:
+def _add_vm(host: ActionHost, snap: HostSnapshot, topo: Topology, plan: Plan, vm: Vm, prop: Proposal) -> None:
     """The checks, steps and notes for one VM's proposal."""
     label = f"VM {vm.name}"
     if not prop.ok:

@@ -14,9 +14,12 @@ from __future__ import annotations
 import importlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-Op = dict[str, Any]
+if TYPE_CHECKING:  # runner imports this module
+    from nodeconsole.actions.runner import ActionHost
+
+Op = dict[str, Any]  # JSON-able: it is stored in the audit log
 
 # Modules that define step kinds; imported before an undo plan is rebuilt from the audit log.
 KIND_MODULES = ("nodeconsole.actions.host_steps", "nodeconsole.actions.libvirt_edit", "nodeconsole.actions.mig_steps",
@@ -54,7 +57,7 @@ class Step:
     apply_fn: Callable[[], None]
     verify_fn: Callable[[], str | None]
     detail: str = ""  # extra text shown with the step, e.g. the content of a file it writes
-    host: Any = None  # the ActionHost the step was built for (set by build_step)
+    host: ActionHost | None = None  # the host the step was built for (set by build_step)
 
     def apply(self) -> None:
         self.apply_fn()
@@ -67,6 +70,8 @@ class Step:
         in its previous state, else why not. Safe to call when the step never ran."""
         if self.inverse is None:
             return None
+        if self.host is None:
+            raise StepError(f"step {self.title!r} was not built for a host (build_step sets it)")
         back = build_step(self.host, self.inverse)
         if back is None:
             return None  # the host already is as it was
@@ -148,7 +153,7 @@ def needs_typed_confirmation(plan: Plan) -> str | None:
 
 # -- step kinds ---------------------------------------------------------------------------------------
 
-StepBuilder = Callable[[Any, Op], "Step | None"]
+StepBuilder = Callable[["ActionHost", Op], "Step | None"]
 KINDS: dict[str, StepBuilder] = {}
 
 
@@ -165,7 +170,7 @@ def load_kinds() -> None:
         importlib.import_module(mod)
 
 
-def build_step(host: Any, op: Op) -> Step | None:
+def build_step(host: ActionHost, op: Op) -> Step | None:
     """The step that brings the host to `op`'s target state; None when it is there already.
     Raises StepError when the operation cannot be built (unknown kind, device gone)."""
     kind = op.get("kind") if isinstance(op, dict) else None

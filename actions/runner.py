@@ -11,7 +11,7 @@ import subprocess
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from nodeconsole.actions.audit import (
     APPLIED,
@@ -24,10 +24,14 @@ from nodeconsole.actions.audit import (
     now_iso,
     who,
 )
+from nodeconsole.actions.host_seams import DomainStore, KernelWriter
 from nodeconsole.actions.lock import LOCK_NAME, HostLock, LockHeld
 from nodeconsole.actions.plan import Check, Plan, StepError, build_step
 from nodeconsole.console.root import Root
 from nodeconsole.console.seams import Seams
+
+if TYPE_CHECKING:
+    from nodeconsole.console.model import HostSnapshot
 
 # results of a run
 DONE = "applied"
@@ -109,8 +113,8 @@ class ActionHost:
     """Everything an action reads and writes a host through. `from_seams` builds the real or demo one;
     tests construct it with their own kernel, domain config, commands and root check."""
     seams: Seams
-    kernel: Any  # console.demo.kernel.Kernel-like: write(rel_path, value)
-    domains: Any | None  # actions.libvirt_edit.DomainConfig, None when the host has no libvirt
+    kernel: KernelWriter  # console.demo.kernel.Kernel (SimulatedKernel on the demo)
+    domains: DomainStore | None  # actions.libvirt_edit.DomainConfig, None when the host has no libvirt
     state_dir: Path
     commands: Commands = field(default_factory=Commands)
     is_root: Callable[[], bool] = lambda: os.geteuid() == 0
@@ -123,7 +127,7 @@ class ActionHost:
         node-file libvirt config, no root needed, audit log and lock in its state directory)."""
         from nodeconsole.actions.libvirt_edit import domain_config_for
 
-        if seams.is_demo:
+        if seams.demo_dir is not None:  # seams.is_demo
             from nodeconsole.console.demo.kernel import SimulatedKernel
 
             return cls(seams=seams, kernel=SimulatedKernel(seams.root), domains=domain_config_for(seams),
@@ -149,7 +153,7 @@ class ActionHost:
     def lock(self) -> HostLock:
         return HostLock(self.state_dir / LOCK_NAME)
 
-    def snapshot(self):
+    def snapshot(self) -> HostSnapshot:
         """A fresh read of the host. A new collector every time: plans must not see cached facts, and
         libvirt's test driver (the demo) only re-reads its node file when a connection is opened."""
         from nodeconsole.console.collector import Collector

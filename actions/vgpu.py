@@ -19,6 +19,7 @@ from typing import Any
 from nodeconsole.actions.libvirt_edit import DomainConfigError
 from nodeconsole.actions.passthrough import resolve_gpu
 from nodeconsole.actions.plan import Check, Op, Plan, RequestError, Step, StepError, build_step, step_kind
+from nodeconsole.actions.runner import ActionHost
 from nodeconsole.console.libvirt_xml import add_mdev_hostdev, parse_domain, remove_mdev_hostdev
 from nodeconsole.console.model import Gpu, HostSnapshot
 from nodeconsole.console.pciaddr import parse_pci_address
@@ -108,14 +109,14 @@ def _label(g: Gpu) -> str:
     return f"GPU {g.index} ({g.address}, {g.name})"
 
 
-def _check_vm(host: Any, snap: HostSnapshot, vm: str) -> None:
+def _check_vm(host: ActionHost, snap: HostSnapshot, vm: str) -> None:
     if snap.vm(vm) is None:
         known = ", ".join(sorted(v.name for v in snap.vms)) or "none"
         why = f"libvirt {snap.sources.libvirt}" if snap.sources.libvirt != "ok" else f"known VMs: {known}"
         raise RequestError(f"no VM named {vm!r} ({why})")
 
 
-def plan_vgpu_create(host: Any, snap: HostSnapshot, gpu_text: str, type_text: str, vm: str | None = None,
+def plan_vgpu_create(host: ActionHost, snap: HostSnapshot, gpu_text: str, type_text: str, vm: str | None = None,
                      uuid: str | None = None) -> Plan:
     """Plan creating one vGPU of a type on a GPU (an mdev with `uuid`, default a new one; or a free VF),
     and adding it to `vm`'s config. Raises RequestError for an unknown GPU, type or VM, or a bad UUID."""
@@ -173,7 +174,7 @@ def _instances(snap: HostSnapshot) -> list[tuple[Gpu, Any]]:
     return [(g, i) for g in snap.gpus for i in g.vgpu.instances]
 
 
-def plan_vgpu_remove(host: Any, snap: HostSnapshot, ident: str) -> Plan:
+def plan_vgpu_remove(host: ActionHost, snap: HostSnapshot, ident: str) -> Plan:
     """Plan removing a vGPU (an mdev UUID or a VF address) and taking it out of every VM config that
     holds it. Raises RequestError when there is no such vGPU."""
     text = (ident or "").strip()
@@ -215,7 +216,7 @@ def plan_vgpu_remove(host: Any, snap: HostSnapshot, ident: str) -> Plan:
     return plan
 
 
-def _vms_holding(host: Any, snap: HostSnapshot, ident: str, is_vf: bool) -> list[str]:
+def _vms_holding(host: ActionHost, snap: HostSnapshot, ident: str, is_vf: bool) -> list[str]:
     out = []
     for v in snap.vms:
         try:
@@ -228,7 +229,7 @@ def _vms_holding(host: Any, snap: HostSnapshot, ident: str, is_vf: bool) -> list
     return sorted(out)
 
 
-def _add_steps(host: Any, plan: Plan, ops: list[Op]) -> None:
+def _add_steps(host: ActionHost, plan: Plan, ops: list[Op]) -> None:
     for op in ops:
         try:
             step = build_step(host, op)
@@ -278,12 +279,12 @@ def remove_mdev_text(xml: str, uuid: str) -> str:
 
 # -- step kinds ---------------------------------------------------------------------------------------
 
-def _mdev_type(host: Any, uuid: str) -> str | None:
+def _mdev_type(host: ActionHost, uuid: str) -> str | None:
     return host.root.link_name(f"sys/bus/mdev/devices/{uuid}/mdev_type")
 
 
 @step_kind("mdev")
-def mdev_step(host: Any, op: Op) -> Step | None:
+def mdev_step(host: ActionHost, op: Op) -> Step | None:
     """`{"kind": "mdev", "parent": PCI, "type": "nvidia-N", "uuid": U, "present": bool}`."""
     uuid, present, type_dir = op["uuid"].lower(), bool(op["present"]), op["type"]
     parent = parse_pci_address(op["parent"])
@@ -317,13 +318,13 @@ def mdev_step(host: Any, op: Op) -> Step | None:
                 (f"echo 1 > /{base}/remove",), dict(op, uuid=uuid), inverse, apply, verify)
 
 
-def _vf_type(host: Any, vf: str) -> int:
+def _vf_type(host: ActionHost, vf: str) -> int:
     text = host.root.read(f"sys/bus/pci/devices/{vf}/nvidia/current_vgpu_type")
     return int(text) if text and text.strip().isdigit() else 0
 
 
 @step_kind("vf_vgpu")
-def vf_vgpu_step(host: Any, op: Op) -> Step | None:
+def vf_vgpu_step(host: ActionHost, op: Op) -> Step | None:
     """`{"kind": "vf_vgpu", "vf": PCI, "type_id": N (0: none), "name": TEXT}`: the VF's current vGPU type."""
     vf, want = parse_pci_address(op["vf"]), int(op["type_id"])
     rel = f"sys/bus/pci/devices/{vf}/nvidia/current_vgpu_type"
@@ -352,7 +353,7 @@ def vf_vgpu_step(host: Any, op: Op) -> Step | None:
 
 
 @step_kind("vm_mdev")
-def vm_mdev_step(host: Any, op: Op) -> Step | None:
+def vm_mdev_step(host: ActionHost, op: Op) -> Step | None:
     """`{"kind": "vm_mdev", "vm": NAME, "uuid": U, "present": bool}`: the VM's persistent config has (or
     has not) an mdev <hostdev> for U."""
     vm, uuid, present = op["vm"], op["uuid"].lower(), bool(op["present"])

@@ -62,6 +62,7 @@ def parse_domain(xml: str) -> DomainXml:
         numa_nodeset = parse_libvirt_set(mem.get("nodeset", ""))
     topo = root.find("./cpu/topology")
     vcpu = root.find("./vcpu")
+    vcpus_text = (vcpu.text or "").strip() if vcpu is not None else ""
     return DomainXml(
         pins=tuple(pins),
         emulator_pins=parse_libvirt_set(emu.get("cpuset", "")) if emu is not None else (),
@@ -69,7 +70,7 @@ def parse_domain(xml: str) -> DomainXml:
         numa_nodeset=numa_nodeset or (),
         hostdevs=tuple(_hostdevs(root)),
         threads_per_core=int(topo.get("threads", "1")) if topo is not None else 1,
-        vcpus=int(vcpu.text) if vcpu is not None and (vcpu.text or "").strip().isdigit() else None,
+        vcpus=int(vcpus_text) if vcpus_text.isdigit() else None,
     )
 
 
@@ -102,8 +103,9 @@ def _hostdevs(root: ET.Element) -> list[Hostdev]:
                 out.append(Hostdev(type="pci", address=address, managed=managed))
         elif kind == "mdev":
             addr = dev.find("./source/address")
-            if addr is not None and addr.get("uuid"):
-                out.append(Hostdev(type="mdev", uuid=addr.get("uuid").lower(), managed=managed))
+            uuid = addr.get("uuid") if addr is not None else None
+            if uuid:
+                out.append(Hostdev(type="mdev", uuid=uuid.lower(), managed=managed))
     return out
 
 
@@ -114,7 +116,7 @@ def set_vcpu_pins(xml: str, pins: Mapping[int, Iterable[int]]) -> str:
     Raises ValueError for a vCPU the domain does not have."""
     root = _parse(xml)
     nvcpu = parse_domain(xml).vcpus
-    cputune = _child(root, "cputune", create=True, before=("numatune", "cpu", "os"))
+    cputune = _child(root, "cputune", before=("numatune", "cpu", "os"))
     for vcpu, cpus in sorted(pins.items()):
         if vcpu < 0 or (nvcpu is not None and vcpu >= nvcpu):
             raise ValueError(f"vCPU {vcpu} does not exist (the domain has {nvcpu} vCPUs)")
@@ -139,7 +141,7 @@ def set_vcpu_pins(xml: str, pins: Mapping[int, Iterable[int]]) -> str:
 def set_emulator_pins(xml: str, cpus: Iterable[int]) -> str:
     """Set <emulatorpin cpuset>; an empty CPU set removes it."""
     root = _parse(xml)
-    cputune = _child(root, "cputune", create=True, before=("numatune", "cpu", "os"))
+    cputune = _child(root, "cputune", before=("numatune", "cpu", "os"))
     cpuset = format_cpulist(cpus)
     emu = cputune.find("emulatorpin")
     if not cpuset:
@@ -159,7 +161,7 @@ def set_numatune(xml: str, mode: str | None, nodeset: Iterable[int]) -> str:
     if mode is not None and mode not in NUMA_MODES:
         raise ValueError(f"unknown numatune mode {mode!r} (one of {', '.join(NUMA_MODES)})")
     root = _parse(xml)
-    numatune = _child(root, "numatune", create=True, before=("cpu", "os"))
+    numatune = _child(root, "numatune", before=("cpu", "os"))
     mem = numatune.find("memory")
     if mode is None or not nodes:
         if mem is not None:
@@ -228,8 +230,8 @@ def remove_mdev_hostdev(xml: str, uuid: str) -> str:
     if devices is None:
         return xml
     gone = [d for d in devices.findall("hostdev") if d.get("type") == "mdev"
-            and (d.find("./source/address") is not None)
-            and (d.find("./source/address").get("uuid") or "").lower() == uuid]
+            and (addr := d.find("./source/address")) is not None
+            and (addr.get("uuid") or "").lower() == uuid]
     if not gone:
         return xml
     for d in gone:
@@ -268,9 +270,10 @@ def _unit(root: ET.Element) -> str | None:
     return None
 
 
-def _child(root: ET.Element, tag: str, create: bool, before: tuple[str, ...]) -> ET.Element:
+def _child(root: ET.Element, tag: str, before: tuple[str, ...]) -> ET.Element:
+    """`root`'s child `tag`, created (before the first child named in `before`) when it has none."""
     el = root.find(tag)
-    if el is None and create:
+    if el is None:
         el = ET.Element(tag)
         index = len(root)
         for i, sib in enumerate(root):
@@ -325,7 +328,7 @@ def _drop_if_empty(root: ET.Element, el: ET.Element) -> None:
 
 
 def _add_device(root: ET.Element, dev: ET.Element) -> None:
-    devices = _child(root, "devices", create=True, before=("seclabel",))
+    devices = _child(root, "devices", before=("seclabel",))
     # after the last hostdev, else at the end (before nothing in particular: device order is free)
     hostdevs = devices.findall("hostdev")
     index = list(devices).index(hostdevs[-1]) + 1 if hostdevs else len(devices)

@@ -9,7 +9,7 @@ import json
 
 from nodeconsole.console.demo.gen_libvirt import vm_uuid
 from nodeconsole.console.demo.gen_pci import Func, PciLayout
-from nodeconsole.console.demo.spec import NVIDIA, HostSpec, VgpuTypeSpec, stable_uuid
+from nodeconsole.console.demo.spec import NVIDIA, GpuSpec, HostSpec, VgpuTypeSpec, VmSpec, stable_uuid
 
 LIVE = ("running", "paused")  # NVML lists a vGPU as active only while its VM exists as a process
 
@@ -27,7 +27,7 @@ def nvml_state(spec: HostSpec, pci: PciLayout) -> dict:
         gpu = f.gpu
         if gpu is None or f.vendor != NVIDIA:
             continue
-        vf_types = [t for va in f.vfs for t in (pci.funcs[va].vf.vgpu_types if pci.funcs[va].vf else ())]
+        vf_types = [t for va in f.vfs for t in pci.funcs[va].vf_vgpu_types]
         for t in list(gpu.vgpu_types) + vf_types:
             types.setdefault(t.type_id, t)
         supported = sorted({t.type_id for t in list(gpu.vgpu_types) + vf_types})
@@ -67,7 +67,7 @@ def nvml_json(spec: HostSpec, pci: PciLayout) -> str:
     return json.dumps(nvml_state(spec, pci), indent=1) + "\n"
 
 
-def _mig(seed: str, addr: str, gpu) -> dict:
+def _mig(seed: str, addr: str, gpu: GpuSpec) -> dict:
     pending = gpu.mig_enabled if gpu.mig_pending is None else gpu.mig_pending
     instances = [{"gi_id": m.gi_id, "profile_id": m.profile_id, "start": m.start, "size": m.size,
                   "uuid": "MIG-" + stable_uuid(seed, "mig", addr, m.gi_id),
@@ -77,9 +77,9 @@ def _mig(seed: str, addr: str, gpu) -> dict:
             "instances": instances}
 
 
-def _vm_by_device(spec: HostSpec) -> dict[str, object]:
+def _vm_by_device(spec: HostSpec) -> dict[str, VmSpec]:
     """PCI address or mdev UUID → the live VM holding it."""
-    out: dict[str, object] = {}
+    out: dict[str, VmSpec] = {}
     for vm in spec.vms:
         if vm.state not in LIVE:
             continue
@@ -88,10 +88,10 @@ def _vm_by_device(spec: HostSpec) -> dict[str, object]:
     return out
 
 
-def _active_vgpus(spec: HostSpec, seed: str, pci: PciLayout, f: Func, owners) -> list[dict]:
+def _active_vgpus(spec: HostSpec, seed: str, pci: PciLayout, f: Func, owners: dict[str, VmSpec]) -> list[dict]:
     out = []
-    gpu = f.gpu
-    items = [(m.uuid, m.type_id, m.uuid, None) for m in gpu.mdevs]
+    mdevs = f.gpu.mdevs if f.gpu else ()
+    items: list[tuple[str, int, str, int | None]] = [(m.uuid, m.type_id, m.uuid, None) for m in mdevs]
     for va in f.vfs:
         vf = pci.funcs[va].vf
         if vf and vf.vgpu_type:

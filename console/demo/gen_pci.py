@@ -9,7 +9,18 @@ from nodeconsole.console.cpulist import format_cpulist
 from nodeconsole.console.demo import sysfs_ops as ops
 from nodeconsole.console.demo.fstree import TreeWriter
 from nodeconsole.console.demo.gen_cpu import CpuLayout, format_cpumask
-from nodeconsole.console.demo.spec import NVIDIA, GpuSpec, HostSpec, Link, PciDev, SriovSpec, VfSpec, vf_address, walk
+from nodeconsole.console.demo.spec import (
+    NVIDIA,
+    GpuSpec,
+    HostSpec,
+    Link,
+    PciDev,
+    SriovSpec,
+    VfSpec,
+    VgpuTypeSpec,
+    vf_address,
+    walk,
+)
 
 SPEEDS = {1: "2.5 GT/s PCIe", 2: "5.0 GT/s PCIe", 3: "8.0 GT/s PCIe", 4: "16.0 GT/s PCIe",
           5: "32.0 GT/s PCIe", 6: "64.0 GT/s PCIe"}
@@ -41,11 +52,19 @@ class Func:
     def gpu(self) -> GpuSpec | None:
         return self.dev.gpu if self.dev else None
 
+    @property
+    def vf_vgpu_types(self) -> tuple[VgpuTypeSpec, ...]:
+        """The vGPU types an SR-IOV vGPU VF offers; none for any other function."""
+        return self.vf.vgpu_types if self.vf else ()
+
+
+MdevEntry = tuple[str, int, int | None]  # (parent address, type id, iommu group)
+
 
 @dataclass
 class PciLayout:
     funcs: dict[str, Func]  # address → function, in tree order
-    mdevs: dict[str, tuple[str, int, int | None]]  # uuid → (parent address, type id, iommu group)
+    mdevs: dict[str, MdevEntry]  # uuid → (parent address, type id, iommu group)
     groups: dict[int, list[str]]  # group → member addresses (and mdev uuids)
 
 
@@ -70,7 +89,9 @@ def build_layout(spec: HostSpec) -> PciLayout:
             raise ValueError(f"{addr} has mdev devices but is not bound to nvidia")
     for addr, f in list(funcs.items()):
         sriov = f.dev.sriov if f.dev else None
-        for i, vf in enumerate(sriov.vfs if sriov else ()):
+        if sriov is None:
+            continue
+        for i, vf in enumerate(sriov.vfs):
             va = vf_address(addr, sriov, i)
             if va in funcs:
                 raise ValueError(f"VF {i} of {addr} lands on {va}, which is taken")
@@ -78,7 +99,7 @@ def build_layout(spec: HostSpec) -> PciLayout:
                              sriov.vf_device, f.class_id, f.sub_vendor, f.sub_device, vf.driver,
                              vf.default_driver or vf.driver, vf.driver_override, physfn=addr, vf=vf)
             f.vfs.append(va)
-    mdevs: dict[str, tuple[str, int, int | None]] = {}
+    mdevs: dict[str, MdevEntry] = {}
     for addr, f in funcs.items():
         for m in (f.gpu.mdevs if f.gpu else ()):
             if m.uuid in mdevs:
@@ -91,7 +112,8 @@ def build_layout(spec: HostSpec) -> PciLayout:
     return PciLayout(funcs, mdevs, groups)
 
 
-def _assign_groups(spec: HostSpec, funcs: dict[str, Func], mdevs, groups: dict[int, list[str]]) -> None:
+def _assign_groups(spec: HostSpec, funcs: dict[str, Func], mdevs: dict[str, MdevEntry],
+                   groups: dict[int, list[str]]) -> None:
     """Linux-like grouping: functions of one slot share a group unless they have ACS; everything below
     a bridge without ACS shares one group; VFs and mdevs get their own (numbered after the rest, as
     they appear later at run time)."""
@@ -121,11 +143,14 @@ def _assign_groups(spec: HostSpec, funcs: dict[str, Func], mdevs, groups: dict[i
             parent = funcs[f.physfn].path.rsplit("/", 1)[0].rsplit("/", 1)[-1]
             forced = below.get(parent)
             f.group = forced if forced is not None else next(counter)
-    for u, (parent, tid, _g) in mdevs.items():
-        mdevs[u] = (parent, tid, next(counter))
+    mdev_groups = {u: next(counter) for u in mdevs}
+    for u, g in mdev_groups.items():
+        parent, tid, _g = mdevs[u]
+        mdevs[u] = (parent, tid, g)
     for addr, f in funcs.items():
+        assert f.group is not None  # every function was given one above
         groups.setdefault(f.group, []).append(addr)
-    for u, (_p, _t, g) in mdevs.items():
+    for u, g in mdev_groups.items():
         groups.setdefault(g, []).append(u)
 
 
@@ -167,6 +192,7 @@ def write_pci(w: TreeWriter, spec: HostSpec, lay: CpuLayout, pci: PciLayout) -> 
             if dev.sriov:
                 _write_sriov(w, d, dev.sriov, f)
         else:  # a VF
+            assert f.physfn is not None  # build_layout gives every VF its physical function
             w.attr(f"{d}/reset_method", "flr")
             w.raw(f"{d}/reset", "")
             w.link(f"{d}/physfn", pci.funcs[f.physfn].path)
@@ -223,14 +249,14 @@ def _write_vgpu(w: TreeWriter, pci: PciLayout, group_type: str) -> None:
                                              "description": ops.mdev_description(t.framebuffer_mib,
                                                                                  t.max_instances)}
                      for t in gpu.vgpu_types}
+            maxes = {f"nvidia-{t.type_id}": t.max_instances for t in gpu.vgpu_types}
             templates[addr] = types
             if f.driver == "nvidia":
                 used: dict[str, int] = {}
                 for m in gpu.mdevs:
                     used[f"nvidia-{m.type_id}"] = used.get(f"nvidia-{m.type_id}", 0) + 1
                 # Time-sliced vGPU is homogeneous: once one type is in use the others offer nothing.
-                avail = {n: (t["max"] - used.get(n, 0) if n in used else 0) if used else t["max"]
-                         for n, t in types.items()}
+                avail = {n: (m - used.get(n, 0) if n in used else 0) if used else m for n, m in maxes.items()}
                 ops.write_mdev_types(w, f.path, addr, types, avail)
         if f.vf and f.vf.vgpu_types:
             text = ops.creatable_text([(t.type_id, t.name) for t in f.vf.vgpu_types])
@@ -248,9 +274,9 @@ def _write_vgpu(w: TreeWriter, pci: PciLayout, group_type: str) -> None:
         s = f.dev.sriov if f.dev else None
         if s:
             first = pci.funcs[f.vfs[0]] if f.vfs else None
-            types = {t.type_id: t.name for va in f.vfs for t in (pci.funcs[va].vf.vgpu_types or ())}
+            vf_types = {t.type_id: t.name for va in f.vfs for t in pci.funcs[va].vf_vgpu_types}
             sriov[addr] = {"vf_device": s.vf_device, "offset": s.offset, "stride": s.stride,
                            "totalvfs": s.totalvfs,
                            "vf_driver": s.vf_driver or (first.default_driver if first else None),
-                           "vgpu_creatable": ops.creatable_text(sorted(types.items())) if types else None}
+                           "vgpu_creatable": ops.creatable_text(sorted(vf_types.items())) if vf_types else None}
     ops.save_sim(w.base, "sriov.json", sriov)

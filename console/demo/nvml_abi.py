@@ -11,6 +11,20 @@ from __future__ import annotations
 import ctypes
 from typing import Any
 
+# What nvmlErrorString answers for each return code.
+ERROR_STRINGS: dict[int, str] = {
+    0: "Success", 1: "Uninitialized", 2: "Invalid Argument", 3: "Not Supported",
+    4: "Insufficient Permissions", 5: "Already Initialized", 6: "Not Found", 7: "Insufficient Size",
+    8: "Insufficient External Power", 9: "Driver Not Loaded", 10: "Timeout", 11: "Interrupt Request Issue",
+    12: "NVML Shared Library Not Found", 13: "Function Not Found", 14: "Corrupted infoROM",
+    15: "GPU is lost", 16: "GPU requires restart", 17: "The operating system has blocked the request.",
+    18: "RM has detected an NVML/RM version mismatch.", 19: "In use by another client",
+    20: "Insufficient Memory", 21: "No data", 22: "The requested vgpu operation is not available on "
+    "target device, becasue ECC is enabled", 23: "Insufficient resources",
+    24: "Frequency not supported", 25: "Argument version mismatch", 26: "Deprecated",
+    27: "Not ready", 28: "GPU not found", 29: "Invalid state", 999: "Unknown Error",
+}
+
 
 class NvmlAbiError(TypeError):
     """An argument the real library could not have used (struct by value, wrong struct type, a buffer
@@ -132,8 +146,12 @@ def write_str(buf: Any, text: str, length: int | None, symbol: str) -> None:
     obj.value = data
 
 
+_INT_CODES = frozenset("bBhHiIlLqQ")  # the `_type_` codes of the ctypes integer types
+
+
 def _is_int_type(t: type) -> bool:
-    return isinstance(t, type) and issubclass(t, ctypes._SimpleCData) and t._type_ in "bBhHiIlLqQ"
+    # typeshed declares `_type_` only on the concrete _SimpleCData subclasses: read it generically
+    return isinstance(t, type) and issubclass(t, ctypes._SimpleCData) and getattr(t, "_type_", None) in _INT_CODES
 
 
 def _is_int_ctype(obj: Any) -> bool:

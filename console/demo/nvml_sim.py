@@ -34,7 +34,16 @@ from pynvml import (
     NVML_SUCCESS,
 )
 
-from nodeconsole.console.demo.nvml_abi import NvmlAbiError, NvmlReturn, handle_value, in_int, out_ref, write_str
+from nodeconsole.console.demo.nvml_abi import (
+    ERROR_STRINGS,
+    NvmlAbiError,
+    NvmlReturn,
+    handle_value,
+    in_int,
+    out_ref,
+    write_str,
+)
+from nodeconsole.console.demo.nvml_sim_base import KIND_CI, KIND_DEVICE, KIND_GI, KIND_MIG, Target
 from nodeconsole.console.demo.nvml_sim_ci import MigComputeSymbols
 from nodeconsole.console.demo.nvml_sim_device import DeviceSymbols
 from nodeconsole.console.demo.nvml_sim_mig import MigSymbols
@@ -43,9 +52,6 @@ from nodeconsole.console.pciaddr import parse_pci_address
 from nodeconsole.console.root import Root
 
 __all__ = ["SimulatedNvml", "NvmlAbiError", "install", "uninstall", "METRIC_SYMBOLS"]
-
-# Handle addresses: a kind tag in the top byte, then GPU position (in the state), GI id, CI id.
-_KIND_DEVICE, _KIND_MIG, _KIND_GI, _KIND_CI = 0xD0, 0xE0, 0xA0, 0xB0
 
 # Names accepted in a GPU's "not_supported" list, and the symbols that then answer NOT_SUPPORTED.
 # A raw symbol name is accepted too.
@@ -93,19 +99,6 @@ class _Fault:
     fired: int = 0
 
 
-@dataclass(frozen=True)
-class Target:
-    """What a handle points at: a physical GPU, or a MIG device (gi_id/ci_id set) on it."""
-    gpu: dict[str, Any]
-    pos: int
-    gi_id: int | None = None
-    ci_id: int | None = None
-
-    @property
-    def is_mig(self) -> bool:
-        return self.gi_id is not None
-
-
 class _CFunction:
     """What pynvml gets for a symbol: callable, and accepts attribute assignment (pynvml sets
     `.restype` on nvmlErrorString)."""
@@ -142,7 +135,7 @@ class SimulatedNvml(DeviceSymbols, MigSymbols, MigComputeSymbols, VgpuSymbols):
         self.clock = clock or time.time
         self._privileged = privileged
         self._refcount = 0
-        self._enum: list[int] = []  # state positions of the GPUs enumerated at init, in NVML order
+        self._enum = []  # state positions of the GPUs enumerated at init, in NVML order
         self._faults: list[_Fault] = []
         self._lost: set[str] = set()  # set_lost() marks, kept apart from the state so reloads keep them
         self.init_error: int | None = None  # whole-library failure returned by nvmlInit
@@ -249,8 +242,10 @@ class SimulatedNvml(DeviceSymbols, MigSymbols, MigComputeSymbols, VgpuSymbols):
         return data
 
     def _file_stamp(self) -> tuple[int, int] | None:
+        if self.path is None:
+            return None
         try:
-            st = os.stat(self.path)  # type: ignore[arg-type]
+            st = os.stat(self.path)
         except OSError:
             return None
         return (st.st_mtime_ns, st.st_size)
@@ -323,28 +318,12 @@ class SimulatedNvml(DeviceSymbols, MigSymbols, MigComputeSymbols, VgpuSymbols):
             value = handle_value(args[0], name, 1) if args else None
         except (NvmlAbiError, IndexError, TypeError, ValueError):
             return None
-        if value is None or (value >> 24) not in (_KIND_DEVICE, _KIND_MIG, _KIND_GI, _KIND_CI):
+        if value is None or (value >> 24) not in (KIND_DEVICE, KIND_MIG, KIND_GI, KIND_CI):
             return None
         pos = (value >> 16) & 0xFF
         return parse_pci_address(gpus[pos]["address"]) if pos < len(gpus) else None
 
-    # -- handles --------------------------------------------------------------------------------------
-    @staticmethod
-    def _device_handle(pos: int) -> int:
-        return (_KIND_DEVICE << 24) | (pos << 16)
-
-    @staticmethod
-    def _mig_handle(pos: int, gi_id: int, ci_id: int) -> int:
-        return (_KIND_MIG << 24) | (pos << 16) | (gi_id << 8) | ci_id
-
-    @staticmethod
-    def _gi_handle(pos: int, gi_id: int) -> int:
-        return (_KIND_GI << 24) | (pos << 16) | (gi_id << 8)
-
-    @staticmethod
-    def _ci_handle(pos: int, gi_id: int, ci_id: int) -> int:
-        return (_KIND_CI << 24) | (pos << 16) | (gi_id << 8) | ci_id
-
+    # -- handles (their encoding is NvmlSimBase's) ------------------------------------------------------
     def _target(self, handle: Any, symbol: str, allow_mig: bool = False) -> Target:
         """Resolve a device handle argument (position 1) to its GPU, applying lost/visibility/
         not-supported rules. MIG device handles answer NOT_SUPPORTED unless `allow_mig`."""
@@ -354,11 +333,11 @@ class SimulatedNvml(DeviceSymbols, MigSymbols, MigComputeSymbols, VgpuSymbols):
         # the driver's state is shared by every process: see changes another one wrote (a stat per call)
         self.reload_if_changed()
         kind, pos = value >> 24, (value >> 16) & 0xFF
-        if kind not in (_KIND_DEVICE, _KIND_MIG) or pos not in self._enum:
+        if kind not in (KIND_DEVICE, KIND_MIG) or pos not in self._enum:
             raise NvmlReturn(NVML_ERROR_INVALID_ARGUMENT)
         gpu = self.state["gpus"][pos]
         self._check_alive(gpu, symbol)
-        if kind == _KIND_DEVICE:
+        if kind == KIND_DEVICE:
             if value & 0xFFFF:
                 raise NvmlReturn(NVML_ERROR_INVALID_ARGUMENT)
             self._check_supported(gpu, symbol)
@@ -407,7 +386,7 @@ class SimulatedNvml(DeviceSymbols, MigSymbols, MigComputeSymbols, VgpuSymbols):
 
     def c_nvmlErrorString(self, code: Any) -> bytes:
         code = int(getattr(code, "value", code))
-        return _ERROR_STRINGS.get(code, "Unknown Error").encode()
+        return ERROR_STRINGS.get(code, "Unknown Error").encode()
 
     def _system_string(self, buf: Any, length: Any, text: str, symbol: str) -> None:
         write_str(buf, text, in_int(length, symbol, 2), symbol)
@@ -436,16 +415,3 @@ class SimulatedNvml(DeviceSymbols, MigSymbols, MigComputeSymbols, VgpuSymbols):
             raise NvmlReturn(NVML_ERROR_INVALID_ARGUMENT)
         obj.value = len(self._enum)
 
-
-_ERROR_STRINGS: dict[int, str] = {
-    0: "Success", 1: "Uninitialized", 2: "Invalid Argument", 3: "Not Supported",
-    4: "Insufficient Permissions", 5: "Already Initialized", 6: "Not Found", 7: "Insufficient Size",
-    8: "Insufficient External Power", 9: "Driver Not Loaded", 10: "Timeout", 11: "Interrupt Request Issue",
-    12: "NVML Shared Library Not Found", 13: "Function Not Found", 14: "Corrupted infoROM",
-    15: "GPU is lost", 16: "GPU requires restart", 17: "The operating system has blocked the request.",
-    18: "RM has detected an NVML/RM version mismatch.", 19: "In use by another client",
-    20: "Insufficient Memory", 21: "No data", 22: "The requested vgpu operation is not available on "
-    "target device, becasue ECC is enabled", 23: "Insufficient resources",
-    24: "Frequency not supported", 25: "Argument version mismatch", 26: "Deprecated",
-    27: "Not ready", 28: "GPU not found", 29: "Invalid state", 999: "Unknown Error",
-}

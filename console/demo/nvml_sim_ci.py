@@ -18,7 +18,7 @@ from pynvml import (
     NVML_ERROR_NOT_SUPPORTED,
 )
 
-from nodeconsole.console.demo.mig_profiles import CiProfile
+from nodeconsole.console.demo.mig_profiles import CiProfile, Placement
 from nodeconsole.console.demo.nvml_abi import (
     NvmlReturn,
     handle_value,
@@ -28,10 +28,11 @@ from nodeconsole.console.demo.nvml_abi import (
     out_ref,
     set_handle,
 )
+from nodeconsole.console.demo.nvml_sim_base import KIND_CI, NvmlSimBase, Target
 from nodeconsole.console.demo.nvml_sim_mig import overlaps
 
 
-class MigComputeSymbols:
+class MigComputeSymbols(NvmlSimBase):
     """Mixin of SimulatedNvml."""
 
     # -- compute instances ----------------------------------------------------------------------------
@@ -69,7 +70,8 @@ class MigComputeSymbols:
         self._ci_profile_info(gi, profile, eng, out, "nvmlGpuInstanceGetComputeInstanceProfileInfoV",
                               pynvml.c_nvmlComputeInstanceProfileInfo_v2_t)
 
-    def _ci_profile(self, t: Any, gi: dict[str, Any], profile_id: Any, sym: str) -> tuple[CiProfile, list]:
+    def _ci_profile(self, t: Target, gi: dict[str, Any], profile_id: Any,
+                    sym: str) -> tuple[CiProfile, list[Placement]]:
         """The CI profile and its placements inside this GI (the whole range when the table has none)."""
         pid = in_int(profile_id, sym, 2)
         ci = next((c for c in self._ci_profiles(t.gpu, gi) if c.enum == pid), None)
@@ -77,7 +79,8 @@ class MigComputeSymbols:
             raise NvmlReturn(NVML_ERROR_INVALID_ARGUMENT)
         return ci, list(ci.placements) if ci.placements else [(0, ci.slice_count)]
 
-    def _free_ci_placements(self, t: Any, gi: dict[str, Any], ci: CiProfile, places: list) -> list:
+    def _free_ci_placements(self, t: Target, gi: dict[str, Any], ci: CiProfile,
+                            places: list[Placement]) -> list[Placement]:
         cis = gi.get("compute_instances", [])
         taken = [self._ci_place(t.gpu, gi, c) for c in cis]
         if sum(1 for c in cis if int(c["profile_id"]) == ci.enum) >= ci.max_instances:
@@ -106,7 +109,7 @@ class MigComputeSymbols:
             raise NvmlReturn(NVML_ERROR_INVALID_ARGUMENT)
         self._write_placements(placements, pynvml.c_nvmlComputeInstancePlacement_t, places, cnt, sym)
 
-    def _create_ci(self, gi_h: Any, profile_id: Any, placement: tuple[int, int] | None, out: Any,
+    def _create_ci(self, gi_h: Any, profile_id: Any, placement: Placement | None, out: Any,
                    sym: str) -> None:
         self.reload_if_changed()
         t, gi = self._gi_target(gi_h, sym)
@@ -128,7 +131,8 @@ class MigComputeSymbols:
         mig = t.gpu["mig"]
         seq = int(mig.get("uuid_seq", 0)) + 1
         mig["uuid_seq"] = seq
-        entry = {"ci_id": ci_id, "profile_id": ci.enum, "start": chosen[0], "size": chosen[1]}
+        entry: dict[str, int | str] = {"ci_id": ci_id, "profile_id": ci.enum, "start": chosen[0],
+                                       "size": chosen[1]}
         if cis:  # the first CI of a GI takes the GI's MIG device uuid
             entry["uuid"] = self._derived_uuid(t.gpu, gi["gi_id"], ci_id, seq)
         cis.append(entry)
@@ -169,9 +173,9 @@ class MigComputeSymbols:
             raise NvmlReturn(NVML_ERROR_NOT_FOUND)
         set_handle(obj, self._ci_handle(t.pos, gi["gi_id"], want))
 
-    def _ci_target(self, handle: Any, sym: str) -> tuple[Any, dict[str, Any], dict[str, Any]]:
+    def _ci_target(self, handle: Any, sym: str) -> tuple[Target, dict[str, Any], dict[str, Any]]:
         value = handle_value(handle, sym, 1)
-        if value is None or value >> 24 != 0xB0:
+        if value is None or value >> 24 != KIND_CI:
             raise NvmlReturn(NVML_ERROR_INVALID_ARGUMENT)
         gi_value = ctypes.cast(ctypes.c_void_p(self._gi_handle((value >> 16) & 0xFF, (value >> 8) & 0xFF)),
                                pynvml.c_nvmlGpuInstance_t)

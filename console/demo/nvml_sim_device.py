@@ -29,6 +29,7 @@ from nodeconsole.console.demo.nvml_abi import (
     set_handle,
     write_str,
 )
+from nodeconsole.console.demo.nvml_sim_base import NvmlSimBase
 from nodeconsole.console.pciaddr import parse_pci_address
 
 _NOT_AVAILABLE_U32 = 0xFFFFFFFF
@@ -80,7 +81,7 @@ def pci_device_id(gpu: dict[str, Any]) -> int:
     return table.pci_device_id if table else 0
 
 
-class DeviceSymbols:
+class DeviceSymbols(NvmlSimBase):
     """Mixin of SimulatedNvml (uses its state, clock, _enum and handle helpers)."""
 
     # -- handles --------------------------------------------------------------------------------------
@@ -141,8 +142,10 @@ class DeviceSymbols:
     def c_nvmlDeviceGetUUID(self, handle: Any, buf: Any, length: Any) -> None:
         sym = "nvmlDeviceGetUUID"
         t = self._target(handle, sym, allow_mig=True)
-        text = t.gpu.get("uuid", "") if not t.is_mig else dict(
-            ((g, c), u) for g, c, u in self._mig_devices(t.gpu))[(t.gi_id, t.ci_id)]
+        if t.gi_id is None or t.ci_id is None:  # the physical GPU
+            text = t.gpu.get("uuid", "")
+        else:
+            text = dict(((g, c), u) for g, c, u in self._mig_devices(t.gpu))[(t.gi_id, t.ci_id)]
         write_str(buf, text, in_int(length, sym, 3), sym)
 
     def c_nvmlDeviceGetSerial(self, handle: Any, buf: Any, length: Any) -> None:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import ctypes
 import uuid as uuidlib
+from collections.abc import Sequence
 from typing import Any
 
 import pynvml
@@ -36,6 +37,7 @@ from nodeconsole.console.demo.mig_profiles import (
     CiProfile,
     GiProfile,
     GpuMigTable,
+    Placement,
     ci_profiles_for,
     table_for_model,
     table_for_pci_device_id,
@@ -50,6 +52,7 @@ from nodeconsole.console.demo.nvml_abi import (
     out_ref,
     set_handle,
 )
+from nodeconsole.console.demo.nvml_sim_base import KIND_GI, NvmlSimBase, Target
 
 _HOPPER = ("H100", "H200", "GH100", "GH200")
 
@@ -64,7 +67,7 @@ def overlaps(a: tuple[int, int], b: tuple[int, int]) -> bool:
     return a[0] < b[0] + b[1] and b[0] < a[0] + a[1]
 
 
-class MigSymbols:
+class MigSymbols(NvmlSimBase):
     """Mixin of SimulatedNvml."""
 
     # -- state helpers --------------------------------------------------------------------------------
@@ -99,13 +102,13 @@ class MigSymbols:
             raise NvmlReturn(NVML_ERROR_INVALID_ARGUMENT)
         return prof
 
-    def _gi_place(self, gpu: dict[str, Any], gi: dict[str, Any]) -> tuple[int, int]:
+    def _gi_place(self, gpu: dict[str, Any], gi: dict[str, Any]) -> Placement:
         if "start" in gi and "size" in gi:
             return int(gi["start"]), int(gi["size"])
         start, size = self._gi_profile(gpu, gi["profile_id"]).placements[0]
         return start, size
 
-    def _ci_place(self, gpu: dict[str, Any], gi: dict[str, Any], ci: dict[str, Any]) -> tuple[int, int]:
+    def _ci_place(self, gpu: dict[str, Any], gi: dict[str, Any], ci: dict[str, Any]) -> Placement:
         if "start" in ci and "size" in ci:
             return int(ci["start"]), int(ci["size"])
         return 0, CI_PROFILE_SLICES.get(int(ci["profile_id"]), 1)
@@ -115,7 +118,7 @@ class MigSymbols:
 
     def _mig_devices(self, gpu: dict[str, Any]) -> list[tuple[int, int, str]]:
         """(gi_id, ci_id, uuid) of every MIG device (one per compute instance), in index order."""
-        out = []
+        out: list[tuple[int, int, str]] = []
         mig = gpu.get("mig") or {}
         if not mig.get("current"):
             return out
@@ -146,7 +149,7 @@ class MigSymbols:
         if not self.privileged:
             raise NvmlReturn(NVML_ERROR_NO_PERMISSION)
 
-    def _gpu_for_change(self, handle: Any, sym: str) -> Any:
+    def _gpu_for_change(self, handle: Any, sym: str) -> Target:
         # another process may have changed the layout since we last looked: re-read before writing
         self.reload_if_changed()
         return self._target(handle, sym)
@@ -247,7 +250,8 @@ class MigSymbols:
             raise NvmlReturn(NVML_ERROR_INVALID_ARGUMENT)
         self._write_placements(placements, pynvml.c_nvmlGpuInstancePlacement_t, prof.placements, cnt, sym)
 
-    def _write_placements(self, arr_arg: Any, elem: type, places: Any, cnt: Any, sym: str) -> None:
+    def _write_placements(self, arr_arg: Any, elem: type, places: Sequence[Placement], cnt: Any,
+                          sym: str) -> None:
         arr = out_array(arr_arg, elem, sym, 3)
         if arr is not None:
             if len(arr) < len(places):
@@ -259,7 +263,7 @@ class MigSymbols:
 
     # -- GPU instances --------------------------------------------------------------------------------
     def _free_gi_placements(self, gpu: dict[str, Any], table: GpuMigTable,
-                            prof: GiProfile) -> list[tuple[int, int]]:
+                            prof: GiProfile) -> list[Placement]:
         mig = gpu["mig"]
         taken = [self._gi_place(gpu, gi) for gi in mig["instances"]]
         used_compute = sum(self._gi_profile(gpu, gi["profile_id"]).slice_count for gi in mig["instances"])
@@ -282,7 +286,7 @@ class MigSymbols:
         cnt.value = min(len(self._free_gi_placements(t.gpu, table, prof)), prof.max_instances - same,
                         (table.compute_slices - used) // prof.slice_count)
 
-    def _create_gi(self, handle: Any, profile_id: Any, placement: tuple[int, int] | None, out: Any,
+    def _create_gi(self, handle: Any, profile_id: Any, placement: Placement | None, out: Any,
                    sym: str) -> None:
         t = self._gpu_for_change(handle, sym)
         mig, table = self._mig_enabled(t.gpu)
@@ -349,10 +353,10 @@ class MigSymbols:
         gi = self._find_gi(t.gpu, in_int(gi_id, sym, 2))
         set_handle(obj, self._gi_handle(t.pos, gi["gi_id"]))
 
-    def _gi_target(self, handle: Any, sym: str) -> tuple[Any, dict[str, Any]]:
+    def _gi_target(self, handle: Any, sym: str) -> tuple[Target, dict[str, Any]]:
         """(Target of the parent GPU, GI state) for a GPU instance handle."""
         value = handle_value(handle, sym, 1)
-        if value is None or value >> 24 != 0xA0:
+        if value is None or value >> 24 != KIND_GI:
             raise NvmlReturn(NVML_ERROR_INVALID_ARGUMENT)
         t = self._target(self._as_device(value), sym)
         self._mig_enabled(t.gpu)

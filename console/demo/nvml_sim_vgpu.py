@@ -20,15 +20,16 @@ from pynvml import (
 )
 
 from nodeconsole.console.demo.nvml_abi import NvmlReturn, fill_array, in_int, out_array, out_ref, write_str
+from nodeconsole.console.demo.nvml_sim_base import NvmlSimBase, Target
 
 _INVALID_ID = 0xFFFFFFFF
 _CLASSES = {"C": "Compute", "Q": "Quadro", "B": "NVS", "A": "GRID"}
 
 
-class VgpuSymbols:
+class VgpuSymbols(NvmlSimBase):
     """Mixin of SimulatedNvml."""
 
-    def _vgpu(self, handle: Any, sym: str) -> tuple[Any, dict[str, Any]]:
+    def _vgpu(self, handle: Any, sym: str) -> tuple[Target, dict[str, Any]]:
         t = self._target(handle, sym)
         vgpu = t.gpu.get("vgpu")
         if vgpu is None or "vgpu" in t.gpu.get("not_supported", ()):

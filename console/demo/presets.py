@@ -1,6 +1,8 @@
 """Ready-made hosts: the demo server, a small host for fast tests and a scalable host for benchmarks."""
 from __future__ import annotations
 
+from typing import TypedDict
+
 from nodeconsole.console.demo.builders import (
     H100_MIG_BACKED,
     H100_TIME_SLICED,
@@ -33,6 +35,13 @@ from nodeconsole.console.demo.spec import (
 DEMO_CMDLINE = ("BOOT_IMAGE=/boot/vmlinuz-6.8.0-45-generic root=/dev/mapper/vg0-root ro "
                 "intel_iommu=on iommu=pt default_hugepagesz=1G hugepagesz=1G hugepages=128")
 H100 = "H100-80GB-HBM3"
+
+
+class _GpuDrivers(TypedDict):
+    """Driver keywords of `gpu_functions`, for a GPU handed to a VM."""
+    driver: str
+    override: str
+    audio_driver: str
 
 
 def _pci_hostdevs(gpu_addr: str, audio: bool = True, managed: bool = True) -> tuple[HostdevSpec, ...]:
@@ -75,7 +84,7 @@ def demo_spec() -> HostSpec:
         "slow": GpuSpec(processes=(GpuProcessSpec(6001, "ollama", 12288),), load=(22, 15, 90),
                         remapped_rows_pending=1, ecc_aggregate_uncorrected=2),
     }
-    vfio = dict(driver="vfio-pci", override="vfio-pci", audio_driver="vfio-pci")
+    vfio = _GpuDrivers(driver="vfio-pci", override="vfio-pci", audio_driver="vfio-pci")
     bridges = (
         chipset(0),
         HostBridge(0x15, 0, (switch(1, 0x15, [

@@ -151,6 +151,7 @@ def _disable_vfs(k: SimulatedKernel, pf_dir: str, count: int) -> None:
         if va is None:
             continue
         vf_dir = ops.device_dir(k.base, va)
+        assert vf_dir is not None, f"VF {va} is listed by {pf_dir}/virtfn{i} but is no PCI device"
         drv = ops.link_name(k.base, f"{vf_dir}/driver")
         if drv:
             ops.unbind_links(k.base, vf_dir, va, drv)
@@ -186,9 +187,9 @@ def _enable_vfs(k: SimulatedKernel, pf_dir: str, pf: str, tmpl: dict, n: int) ->
         for a, v in attrs.items():
             w.attr(f"{d}/{a}", v)
         w.attr(f"{d}/device", f"0x{device:04x}")
-        for a, v in (("driver_override", "(null)"), ("enable", 1), ("reset_method", "flr"),
-                     ("modalias", ops.modalias(vendor, device, cls, sv, sd))):
-            w.attr(f"{d}/{a}", v)
+        for a, value in (("driver_override", "(null)"), ("enable", 1), ("reset_method", "flr"),
+                         ("modalias", ops.modalias(vendor, device, cls, sv, sd))):
+            w.attr(f"{d}/{a}", value)
         w.raw(f"{d}/reset", "")
         w.raw(f"{d}/remove", "")
         w.link(f"{d}/subsystem", "sys/bus/pci")

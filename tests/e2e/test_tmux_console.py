@@ -2,9 +2,6 @@
 screen and the screen text is read back with capture-pane."""
 from __future__ import annotations
 
-import os
-import shutil
-import subprocess
 import sys
 import time
 import uuid
@@ -12,47 +9,14 @@ from pathlib import Path
 
 import pytest
 
+from tests.e2e.terminal import Term, need_tmux
+
 REPO = Path(__file__).resolve().parents[2]
-
-
-def _need_tmux() -> str:
-    tmux = shutil.which("tmux")
-    if tmux is None:
-        msg = "tmux is not installed (scripts/setup.sh --test installs it)"
-        if os.environ.get("CI"):
-            pytest.fail(msg)
-        pytest.skip(msg)
-    return tmux
-
-
-class Term:
-    def __init__(self, tmux: str, socket: str) -> None:
-        self.tmux, self.socket = tmux, socket
-
-    def run(self, *args: str) -> str:
-        return subprocess.run([self.tmux, "-L", self.socket, *args], capture_output=True, text=True,
-                              timeout=10).stdout
-
-    def screen(self) -> str:
-        return self.run("capture-pane", "-p")
-
-    def wait_for(self, *needles: str, timeout: float = 20.0) -> str:
-        end = time.monotonic() + timeout
-        text = ""
-        while time.monotonic() < end:
-            text = self.screen()
-            if all(n in text for n in needles):
-                return text
-            time.sleep(0.1)
-        raise AssertionError(f"{needles} not on screen after {timeout}s:\n{text}")
-
-    def alive(self) -> bool:
-        return subprocess.run([self.tmux, "-L", self.socket, "has-session"], capture_output=True).returncode == 0
 
 
 @pytest.fixture()
 def term(tmp_path):
-    tmux = _need_tmux()
+    tmux = need_tmux()
     socket = f"nc-test-{uuid.uuid4().hex[:8]}"
     t = Term(tmux, socket)
     env_cmd = (f"cd {REPO} && NODECONSOLE_STATE_DIR={tmp_path / 'demo'} TERM=xterm-256color "
