@@ -32,6 +32,12 @@ class Seams:
     def is_demo(self) -> bool:
         return self.demo_dir is not None
 
+    @property
+    def is_this_machine(self) -> bool:
+        """True for the machine we run on: only then may its programs (all_reduce_perf, driverctl…)
+        act for the host. The demo host and a captured tree are not this machine."""
+        return not self.is_demo and os.path.abspath(self.root.path) == "/"
+
 
 def real_host(root: str = "/", libvirt_uri: str | None = None) -> Seams:
     """Seams for the machine we run on, or for a captured tree when root is not `/`.

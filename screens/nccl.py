@@ -160,7 +160,8 @@ class NcclScreen(SnapshotScreen):
             self._to_ui(self._preflight_failed, key, exc)
             return
         try:
-            cmd, err = local_check_command(plan, None, self.sweep, preview=True), ""
+            cmd, err = local_check_command(plan, None, self.sweep, preview=True,
+                                           this_machine=self.app.seams.is_this_machine), ""
         except ValueError as e:
             cmd, err = None, str(e)
         self._to_ui(self._preflight_done, key, plan, report.findings, cmd, err)
@@ -226,7 +227,7 @@ class NcclScreen(SnapshotScreen):
     @work(thread=True, exclusive=True, group="nccl-run", exit_on_error=False)
     def _run_worker(self, plan: LocalPlan, stop: threading.Event) -> None:
         try:
-            cmd = local_check_command(plan, None, self.sweep)
+            cmd = local_check_command(plan, None, self.sweep, this_machine=self.app.seams.is_this_machine)
             run = NcclRun(cmd.argv, cmd.env, timeout=self.timeout, on_progress=self._progress_from_thread,
                           kill_grace=self.kill_grace)
         except ValueError as e:

@@ -243,13 +243,18 @@ def _torch_installed(python: str) -> bool:
 
 def local_check_command(plan: LocalPlan, binary: str | None = None, sweep: Sequence[str] | None = None,
                         env: Mapping[str, str] | None = None, *, preview: bool = False,
-                        **kwargs: object) -> LocalCommand:
+                        this_machine: bool = True, **kwargs: object) -> LocalCommand:
     """The command of the check on `plan`'s GPUs: `binary`, else $NODECONSOLE_ALL_REDUCE_PERF, else
     all_reduce_perf from PATH, else the PyTorch benchmark. ValueError says why none can run. With
-    `preview` (the command is only shown) PyTorch is not imported to ask for CUDA, which takes seconds."""
+    `preview` (the command is only shown) PyTorch is not imported to ask for CUDA, which takes seconds.
+    Unless the host is `this_machine`, nothing is looked up on the machine (its PATH, its torch): the
+    demo's or a captured host's GPUs are not this machine's, so only an explicit binary can run."""
     if not plan.gpus:
         raise ValueError("no GPU selected")
     chosen = binary or (os.environ if env is None else env).get(BINARY_ENV) or None
+    if not this_machine and not chosen:
+        raise ValueError("the GPUs of this host are not this machine's (demo or captured host): nothing is "
+                         f"looked up on this machine; give a benchmark explicitly (--binary or ${BINARY_ENV})")
     if preview:
         kwargs.setdefault("torch_probe", _torch_installed)
     return local_command(cuda_ids(plan.gpus), chosen, sweep, **kwargs)  # type: ignore[arg-type]

@@ -214,7 +214,8 @@ def run_check(args: argparse.Namespace) -> int:
     env = dict(os.environ)
     report = snapshot_preflight(snap, seams.root, env, plan)
     try:
-        cmd = local_check_command(plan, args.binary, sweep, env, preview=not args.run)
+        cmd = local_check_command(plan, args.binary, sweep, env, preview=not args.run,
+                                  this_machine=seams.is_this_machine)
         cmd_error = ""
     except ValueError as e:
         cmd, cmd_error = None, str(e)
