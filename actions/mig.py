@@ -11,8 +11,18 @@ with half a layout. Step kinds live in actions/mig_steps.py.
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Iterable
 
-from nodeconsole.actions.mig_planner import Fit, LayoutError, Wanted, fit, format_layout, parse_layout, slices_text
+from nodeconsole.actions.mig_planner import (
+    CiSpec,
+    Fit,
+    LayoutError,
+    Wanted,
+    fit,
+    format_layout,
+    parse_layout,
+    slices_text,
+)
 from nodeconsole.actions.mig_steps import MigState, read_mig_state
 from nodeconsole.actions.passthrough import HOLDER_DAEMONS, _daemons, _device_users, resolve_gpu
 from nodeconsole.actions.plan import Check, Op, Plan, RequestError, StepError, build_step
@@ -147,7 +157,7 @@ def layout_ops(address: str, st: MigState, f: Fit, want_mode: int, mode_change: 
     if want_mode == 1 and mode_change:
         ops.append({"kind": "mig_mode", "gpu": addr, "mode": 1})
 
-    def gi(profile: str, pid: int, start: int, size: int, present: bool, cis) -> Op:
+    def gi(profile: str, pid: int, start: int, size: int, present: bool, cis: Iterable[CiSpec]) -> Op:
         return {"kind": "mig_gi", "gpu": addr, "profile_id": pid, "profile": profile, "start": start,
                 "size": size, "present": present, "cis": [list(c) for c in cis]}
 

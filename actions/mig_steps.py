@@ -66,7 +66,7 @@ def handle_of(address: str) -> Any:
         raise StepError(f"NVML cannot open {address}: {e}") from None
 
 
-def _text(v: Any) -> str:
+def _text(v: object) -> str:
     return v.decode() if isinstance(v, bytes) else str(v)
 
 
@@ -85,7 +85,7 @@ class MigState:
     vgpu_vms: list[str] = field(default_factory=list)  # VM ids of the GPU's running vGPUs
 
 
-def _profile(p: Any) -> Profile:
+def _profile(p: nvml_mig.GiProfileInfo) -> Profile:
     return Profile(p.name, p.profile_id, p.slice_count, p.max_instances, tuple(p.placements), p.memory_mib)
 
 
@@ -318,7 +318,7 @@ def mig_gi_step(host: ActionHost, op: Op) -> Step | None:
         assert now is not None
         title = f"Destroy GPU instance {now.gi_id} ({name}, {where}) on {address}"
         why = "the layout to reach has no GPU instance there (its compute instances go first)"
-        cmds = (f"{dev} -gi {now.gi_id} -dci", f"{dev} -gi {now.gi_id} -dgi")
+        cmds: tuple[str, ...] = (f"{dev} -gi {now.gi_id} -dci", f"{dev} -gi {now.gi_id} -dgi")
     elif now is None:
         title = f"Create {name} at {where} on {address}"
         why = "an explicit placement: the order of creation cannot make the layout fail"

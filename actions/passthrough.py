@@ -18,7 +18,7 @@ from nodeconsole.actions.host_steps import (
     read_raw,
     render_modprobe,
 )
-from nodeconsole.actions.plan import Check, Plan, RequestError, Step, build_step
+from nodeconsole.actions.plan import Check, Op, Plan, RequestError, Step, build_step
 from nodeconsole.actions.runner import ActionHost
 from nodeconsole.console.iommu import EXEMPT_DRIVERS, blocker_reasons, slot_of
 from nodeconsole.console.model import Gpu, HostSnapshot, PciDevice
@@ -85,6 +85,11 @@ def companions(snap: HostSnapshot, gpu: Gpu) -> list[str]:
     return [a for a in group_members(snap, gpu) if slot_of(a) == slot_of(gpu.address)]
 
 
+def _driver_of(snap: HostSnapshot, address: str) -> str | None:
+    dev = snap.pci(address)
+    return dev.driver if dev else None
+
+
 def _pci_id(dev: PciDevice) -> str:
     return f"{dev.vendor_id:04x}:{dev.device_id:04x}"
 
@@ -104,11 +109,11 @@ def _vms_with(host: ActionHost, snap: HostSnapshot, addresses: set[str]) -> dict
     """VM name → which of `addresses` its persistent config holds as PCI hostdevs."""
     out: dict[str, list[str]] = {}
     cfg = host.domains
-    names = [v.name for v in snap.vms]
-    for name in names:
+    for v in snap.vms:
+        name = v.name
         try:
             have = cfg.pci_hostdevs(name) if cfg is not None else {
-                h.address for h in snap.vm(name).hostdevs if h.type == "pci" and h.address}
+                h.address for h in v.hostdevs if h.type == "pci" and h.address}
         except Exception:
             continue
         hit = sorted(addresses & have)
@@ -125,7 +130,7 @@ def _holders(host: ActionHost, snap: HostSnapshot, gpu: Gpu, members: list[str])
         g = snap.gpu(a)
         if g is not None and g.processes:
             busy += [f"pid {p.pid} {p.name} on {a}" for p in g.processes]
-    on_host = any((snap.pci(a) and snap.pci(a).driver not in (None, *STUB_DRIVERS)) for a in members)
+    on_host = any(_driver_of(snap, a) not in (None, *STUB_DRIVERS) for a in members)
     if busy:
         checks.append(Check("no process uses the GPU", False, "; ".join(busy),
                             "stop those processes (nvidia-smi shows them), then plan again"))
@@ -153,10 +158,12 @@ def _holders(host: ActionHost, snap: HostSnapshot, gpu: Gpu, members: list[str])
     if running:
         checks.append(Check("no running VM uses the GPU", False, f"VM {', '.join(running)} is running with it",
                             f"shut {'it' if len(running) == 1 else 'them'} down first (virsh shutdown NAME)"))
-    vfs = [a for a in members if snap.pci(a) is not None and snap.pci(a).vfs]
-    for a in vfs:
+    for a in members:
+        pf = snap.pci(a)
+        if pf is None or not pf.vfs:
+            continue
         checks.append(Check("no SR-IOV VFs are enabled", False,
-                            f"{a} has {len(snap.pci(a).vfs)} VFs enabled",
+                            f"{a} has {len(pf.vfs)} VFs enabled",
                             f"disable them first: echo 0 > /sys/bus/pci/devices/{a}/sriov_numvfs"))
     if gpu.vgpu.instances:
         checks.append(Check("no vGPU lives on the GPU", False,
@@ -220,11 +227,11 @@ def _iommu_check(snap: HostSnapshot, gpu: Gpu) -> Check:
 
 def _group_check(snap: HostSnapshot, gpu: Gpu, members: list[str]) -> Check:
     by_addr = {d.address: d for d in snap.pci_devices}
-    listing = ", ".join(f"{a} ({(snap.pci(a).driver if snap.pci(a) else None) or 'no driver'})" for a in members)
+    listing = ", ".join(f"{a} ({_driver_of(snap, a) or 'no driver'})" for a in members)
     title = f"IOMMU group {gpu.iommu_group} can be handed over"
     grp = snap.group(gpu.iommu_group)
     blockers = blocker_reasons(grp if grp is not None else members, by_addr, [gpu.address])
-    vga = [a for a in members if snap.pci(a) is not None and snap.pci(a).boot_vga]
+    vga = [a for a in members if (dev := snap.pci(a)) is not None and dev.boot_vga]
     if vga:
         blockers.append(f"{', '.join(vga)} is the boot VGA device (the host console draws on it)")
     if blockers:
@@ -238,12 +245,12 @@ def plan_passthrough(host: ActionHost, snap: HostSnapshot, gpu_text: str, vm: st
     """Plan giving the GPU to vfio-pci (and to `vm`'s config; across reboots with `persist`).
     Raises RequestError for an unknown GPU or VM."""
     gpu = resolve_gpu(snap, gpu_text)
-    if vm is not None:
+    target = snap.vm(vm) if vm is not None else None
+    if vm is not None and target is None:
         known = sorted(v.name for v in snap.vms)
-        if snap.vm(vm) is None:
-            why = f"libvirt {snap.sources.libvirt}" if snap.sources.libvirt != "ok" else \
-                f"known VMs: {', '.join(known) or 'none'}"
-            raise RequestError(f"no VM named {vm!r} ({why})")
+        why = f"libvirt {snap.sources.libvirt}" if snap.sources.libvirt != "ok" else \
+            f"known VMs: {', '.join(known) or 'none'}"
+        raise RequestError(f"no VM named {vm!r} ({why})")
     title = f"Pass {_label(gpu)} through" + (f" to VM {vm}" if vm else " (vfio-pci)") + \
             (", persistent across reboot" if persist else "")
     plan = Plan(action="passthrough", title=title,
@@ -261,8 +268,8 @@ def plan_passthrough(host: ActionHost, snap: HostSnapshot, gpu_text: str, vm: st
                                  "pass --libvirt URI"))
     if not plan.ok:
         return plan
-    to_bind = [a for a in members if (snap.pci(a).driver if snap.pci(a) else None) not in STUB_DRIVERS]
-    ops: list[dict] = []
+    to_bind = [a for a in members if _driver_of(snap, a) not in STUB_DRIVERS]
+    ops: list[Op] = []
     if to_bind and not host.root.exists(f"sys/bus/pci/drivers/{VFIO}"):
         ops.append({"kind": "module", "name": VFIO})
     # the last member to bind completes the group: then /dev/vfio/GROUP must exist
@@ -270,11 +277,11 @@ def plan_passthrough(host: ActionHost, snap: HostSnapshot, gpu_text: str, vm: st
              "vfio_node": a == to_bind[-1]} for a in to_bind]
     if persist:
         ops += _persist_ops(host, snap, gpu, members, plan)
-    if vm is not None:
+    if target is not None:
         ops += [{"kind": "vm_hostdev", "vm": vm, "address": a, "present": True, "managed": True}
                 for a in companions(snap, gpu)]
-        if snap.vm(vm).state not in ("shut off",):
-            plan.notes.append(f"VM {vm} is {snap.vm(vm).state}: it gets the GPU at its next start")
+        if target.state not in ("shut off",):
+            plan.notes.append(f"VM {vm} is {target.state}: it gets the GPU at its next start")
     others = sorted(n for n in _vms_with(host, snap, set(members)) if n != vm)
     if others and vm is not None:
         # two VM configs with one GPU: the admin types the address to show this is meant
@@ -288,7 +295,7 @@ def plan_passthrough(host: ActionHost, snap: HostSnapshot, gpu_text: str, vm: st
     return plan
 
 
-def _persist_ops(host: ActionHost, snap: HostSnapshot, gpu: Gpu, members: list[str], plan: Plan) -> list[dict]:
+def _persist_ops(host: ActionHost, snap: HostSnapshot, gpu: Gpu, members: list[str], plan: Plan) -> list[Op]:
     if host.commands.which("driverctl"):
         return [{"kind": "driverctl", "device": a, "driver": VFIO} for a in members
                 if driverctl_state(host.root, a) != VFIO]
@@ -298,6 +305,7 @@ def _persist_ops(host: ActionHost, snap: HostSnapshot, gpu: Gpu, members: list[s
     new_deps = set(softdeps) | {"nvidia"}
     for a in members:
         dev = snap.pci(a)
+        assert dev is not None, "IOMMU group members are PCI devices of the snapshot"
         new_ids.add(_pci_id(dev))
         if dev.driver and dev.driver not in STUB_DRIVERS and re.match(r"^[a-z0-9_]+$", dev.driver):
             new_deps.add(dev.driver)
@@ -320,7 +328,7 @@ def _persist_ops(host: ActionHost, snap: HostSnapshot, gpu: Gpu, members: list[s
     return [{"kind": "file", "path": MODPROBE_FILE, "content": content}] if content != current else []
 
 
-def _add_steps(host: ActionHost, plan: Plan, ops: list[dict]) -> None:
+def _add_steps(host: ActionHost, plan: Plan, ops: list[Op]) -> None:
     for op in ops:
         step: Step | None = build_step(host, op)
         if step is not None:
@@ -359,7 +367,7 @@ def plan_release(host: ActionHost, snap: HostSnapshot, gpu_text: str) -> Plan:
         plan.checks.append(Check("no running VM uses the GPU", False, f"VM {', '.join(running)} is running with it",
                                  "shut it down first (virsh shutdown NAME)"))
         return plan
-    ops: list[dict] = []
+    ops: list[Op] = []
     in_configs = _vms_with(host, snap, set(members))
     for name, addrs in sorted(in_configs.items()):
         ops += [{"kind": "vm_hostdev", "vm": name, "address": a, "present": False, "managed": True} for a in addrs]
@@ -373,8 +381,8 @@ def plan_release(host: ActionHost, snap: HostSnapshot, gpu_text: str) -> Plan:
     if current is not None:
         ids, deps, devices = modprobe_ids(current)
         rest = [d for d in devices if d not in members]
-        mine = {_pci_id(snap.pci(a)) for a in members if snap.pci(a)}
-        still = {_pci_id(snap.pci(d)) for d in rest if snap.pci(d)}
+        mine = {_pci_id(dev) for a in members if (dev := snap.pci(a))}
+        still = {_pci_id(dev) for d in rest if (dev := snap.pci(d))}
         keep = [i for i in ids if i not in mine or i in still]  # ids written by hand stay
         if keep != ids or rest != devices:
             ops.append({"kind": "file", "path": MODPROBE_FILE,

@@ -344,7 +344,7 @@ def _gib(kib: int) -> str:
     return f"{kib / 1048576:.0f} GiB"
 
 
-def _with(p: Proposal, **kw) -> Proposal:
+def _with(p: Proposal, *, refusal: str, fix: str) -> Proposal:
     from dataclasses import replace
 
-    return replace(p, **kw)
+    return replace(p, refusal=refusal, fix=fix)

@@ -42,9 +42,7 @@ from nodeconsole.console.libvirt_xml import (
 _AFFECT_LIVE = 1  # libvirt.VIR_DOMAIN_AFFECT_LIVE
 _NUMA_MODES = {"strict": 0, "preferred": 1, "interleave": 2, "restrictive": 3}
 _RETRY_CURRENT = (3, 8)  # VIR_ERR_NO_SUPPORT, VIR_ERR_INVALID_ARG ("unsupported flags": test driver)
-
-
-# (vCPU → CPUs, emulator CPUs, (memory mode, nodes)): a PinState's comparable form
+# a PinState's comparable form: (vCPU → CPUs, emulator CPUs, (memory mode, nodes))
 PinSets = tuple[dict[int, frozenset[int]], frozenset[int] | None, tuple[str, frozenset[int]] | None]
 
 
@@ -160,7 +158,7 @@ def _write_live(cfg: LibvirtDomainConfig, vm: str, target: PinState, with_numa: 
             call(dom.pinVcpuFlags, v, cpumap(want_v.get(v)))
     if now_e != want_e:
         call(dom.pinEmulator, cpumap(want_e))
-    if with_numa and target.numa is not None and now_n != want_n:
+    if with_numa and want_n is not None and now_n != want_n:  # want_n is None when target.numa is
         # the mode of a running VM's policy cannot change (the planner keeps it); the nodeset can
         call(dom.setNumaParameters, {"numa_nodeset": format_cpulist(want_n[1])})
 
@@ -265,20 +263,18 @@ def _edit_cputune(dom: str, target: PinState) -> str | None:
             if v not in want:
                 continue
             if _attr(line, "cpuset") != want[v]:
-                changed = _set_attr(line, "cpuset", want[v])
-                if changed is None:
+                line = _set_attr(line, "cpuset", want[v])
+                if line is None:
                     return None
-                line = changed
             kept.append((line, v, "vcpupin"))
         else:
             emu_seen = True
             if not target.emulator:
                 continue
             if _attr(line, "cpuset") != target.emulator:
-                changed = _set_attr(line, "cpuset", target.emulator)
-                if changed is None:
+                line = _set_attr(line, "cpuset", target.emulator)
+                if line is None:
                     return None
-                line = changed
             kept.append((line, None, "emulatorpin"))
     def first_pin_place() -> int:
         # where libvirt writes pins: after the scheduler quotas, before everything else

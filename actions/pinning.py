@@ -7,6 +7,8 @@ before/after map of vCPU → host CPU. Only plans: the runner applies, verifies,
 """
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from nodeconsole.actions.libvirt_edit import DomainConfigError, NodeFileDomainConfig
 from nodeconsole.actions.pin_planner import (
     INACTIVE,
@@ -131,6 +133,7 @@ def _add_vm(host: ActionHost, snap: HostSnapshot, topo: Topology, plan: Plan, vm
                              f"{vm.vcpus} vCPUs on CPU {format_cpulist(prop.vcpus)}, host reserve "
                              f"{format_cpulist(prop.reserve) or 'none'}"))
     cfg = host.domains
+    assert cfg is not None, "_host_checks refuses a host without libvirt"
     try:
         where = scopes(cfg, vm.name)
         live_numa = read_state(cfg, vm.name, "live").numa if "live" in where else None
@@ -171,7 +174,7 @@ def _add_vm(host: ActionHost, snap: HostSnapshot, topo: Topology, plan: Plan, vm
 
 def _why(snap: HostSnapshot, vm: Vm, prop: Proposal) -> str:
     nodes = format_cpulist(prop.nodes)
-    now = {snap.cpu_node().get(c) for p in vm.pins for c in p.cpus} - {None}
+    now = {n for p in vm.pins for c in p.cpus if (n := snap.cpu_node().get(c)) is not None}
     was = f"now on node {format_cpulist(now)}" if vm.pins else "now unpinned: the scheduler moves them anywhere"
     devices = {g.numa_node for h in vm.hostdevs if h.gpu and (g := snap.gpu(h.gpu)) and g.numa_node is not None}
     if devices and not set(prop.nodes) <= devices:  # --cpus elsewhere than the devices
@@ -181,7 +184,7 @@ def _why(snap: HostSnapshot, vm: Vm, prop: Proposal) -> str:
             "a cross-node placement costs 10% or more")
 
 
-def _cpus_text(topo: Topology, cpus) -> str:
+def _cpus_text(topo: Topology, cpus: Iterable[int]) -> str:
     cpus = sorted(set(cpus))
     if not cpus:
         return "any CPU"

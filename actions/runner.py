@@ -127,7 +127,7 @@ class ActionHost:
         node-file libvirt config, no root needed, audit log and lock in its state directory)."""
         from nodeconsole.actions.libvirt_edit import domain_config_for
 
-        if seams.demo_dir is not None:  # seams.is_demo
+        if seams.demo_dir is not None:  # the demo host (Seams.is_demo)
             from nodeconsole.console.demo.kernel import SimulatedKernel
 
             return cls(seams=seams, kernel=SimulatedKernel(seams.root), domains=domain_config_for(seams),

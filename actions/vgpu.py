@@ -14,14 +14,13 @@ import re
 import uuid as uuidlib
 from collections import Counter
 from dataclasses import dataclass
-from typing import Any
 
 from nodeconsole.actions.libvirt_edit import DomainConfigError
 from nodeconsole.actions.passthrough import resolve_gpu
 from nodeconsole.actions.plan import Check, Op, Plan, RequestError, Step, StepError, build_step, step_kind
 from nodeconsole.actions.runner import ActionHost
 from nodeconsole.console.libvirt_xml import add_mdev_hostdev, parse_domain, remove_mdev_hostdev
-from nodeconsole.console.model import Gpu, HostSnapshot
+from nodeconsole.console.model import Gpu, HostSnapshot, VgpuInstance, Vm
 from nodeconsole.console.pciaddr import parse_pci_address
 
 _MIG_TYPE = re.compile(r"-(\d+)-(\d+)[A-Z]$")
@@ -109,11 +108,13 @@ def _label(g: Gpu) -> str:
     return f"GPU {g.index} ({g.address}, {g.name})"
 
 
-def _check_vm(host: ActionHost, snap: HostSnapshot, vm: str) -> None:
-    if snap.vm(vm) is None:
+def _check_vm(host: ActionHost, snap: HostSnapshot, vm: str) -> Vm:
+    found = snap.vm(vm)
+    if found is None:
         known = ", ".join(sorted(v.name for v in snap.vms)) or "none"
         why = f"libvirt {snap.sources.libvirt}" if snap.sources.libvirt != "ok" else f"known VMs: {known}"
         raise RequestError(f"no VM named {vm!r} ({why})")
+    return found
 
 
 def plan_vgpu_create(host: ActionHost, snap: HostSnapshot, gpu_text: str, type_text: str, vm: str | None = None,
@@ -121,8 +122,7 @@ def plan_vgpu_create(host: ActionHost, snap: HostSnapshot, gpu_text: str, type_t
     """Plan creating one vGPU of a type on a GPU (an mdev with `uuid`, default a new one; or a free VF),
     and adding it to `vm`'s config. Raises RequestError for an unknown GPU, type or VM, or a bad UUID."""
     g = resolve_gpu(snap, gpu_text)
-    if vm is not None:
-        _check_vm(host, snap, vm)
+    target = _check_vm(host, snap, vm) if vm is not None else None
     if uuid is not None and not _UUID.match(uuid):
         raise RequestError(f"{uuid!r} is not a UUID (xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx)")
     all_offers = offers(snap, g)
@@ -162,15 +162,15 @@ def plan_vgpu_create(host: ActionHost, snap: HostSnapshot, gpu_text: str, type_t
         ops.append({"kind": "vf_vgpu", "vf": vf, "type_id": int(offer.type_id), "name": offer.name})
         if vm:
             ops.append({"kind": "vm_hostdev", "vm": vm, "address": vf, "present": True, "managed": False})
-    if vm and snap.vm(vm).state != "shut off":
-        plan.notes.append(f"VM {vm} is {snap.vm(vm).state}: it gets the vGPU at its next start")
+    if vm and target is not None and target.state != "shut off":
+        plan.notes.append(f"VM {vm} is {target.state}: it gets the vGPU at its next start")
     plan.rebuild = lambda: plan_vgpu_create(host, host.snapshot(), g.address, offer.type_id, vm,
                                             plan.request.get("uuid"))
     _add_steps(host, plan, ops)
     return plan
 
 
-def _instances(snap: HostSnapshot) -> list[tuple[Gpu, Any]]:
+def _instances(snap: HostSnapshot) -> list[tuple[Gpu, VgpuInstance]]:
     return [(g, i) for g in snap.gpus for i in g.vgpu.instances]
 
 
@@ -194,7 +194,7 @@ def plan_vgpu_remove(host: ActionHost, snap: HostSnapshot, ident: str) -> Plan:
                 request={"vgpu": inst.uuid, "given": ident, "gpu": g.address},
                 rebuild=lambda: plan_vgpu_remove(host, host.snapshot(), inst.uuid))
     holders = _vms_holding(host, snap, inst.uuid, is_vf)
-    running = [n for n in holders if snap.vm(n) is not None and snap.vm(n).state not in ("shut off", "crashed")]
+    running = [n for n in holders if (held := snap.vm(n)) is not None and held.state not in ("shut off", "crashed")]
     if running:
         plan.checks.append(Check("no running VM uses the vGPU", False,
                                  f"VM {', '.join(running)} is running with it",

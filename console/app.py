@@ -8,21 +8,34 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING, ClassVar
 
 from textual import work
 from textual.app import App, SystemCommand
+from textual.binding import BindingType
 from textual.screen import Screen
+from textual.timer import Timer
 
 from nodeconsole.console.collector import Collector
 from nodeconsole.console.model import HostSnapshot
 from nodeconsole.console.seams import Seams
+from nodeconsole.screens.base import SnapshotScreen
 from nodeconsole.screens.commands import COMMANDS, bindings
 from nodeconsole.screens.gpus import GpusScreen
 from nodeconsole.screens.iommu import IommuScreen
 from nodeconsole.screens.overview import OverviewScreen
 from nodeconsole.screens.topology import TopologyScreen
 from nodeconsole.screens.vms import VmsScreen
+from nodeconsole.screens.widgets.keyed_table import KeyedTable
 from nodeconsole.themes import CSS_PATH, NAMES, THEMES, resolve
+
+if TYPE_CHECKING:  # the actions and the NCCL screen are imported on first use
+    from nodeconsole.actions.plan import Plan
+    from nodeconsole.actions.runner import ActionHost, Progress, RunResult
+    from nodeconsole.screens.nccl import NcclScreen
+
+# builds a plan from (host, a fresh snapshot, the selected GPU address or VM name)
+PlanBuilder = Callable[["ActionHost", HostSnapshot, str], "Plan"]
 
 HISTORY = 30  # samples of VM CPU % kept for the sparklines
 
@@ -32,25 +45,25 @@ class NodeConsoleApp(App):
     CSS_PATH = CSS_PATH
     MODES = {"overview": OverviewScreen, "topology": TopologyScreen, "iommu": IommuScreen,
              "gpus": GpusScreen, "vms": VmsScreen, "nccl": lambda: _nccl_screen()}
-    BINDINGS = bindings()
+    BINDINGS: ClassVar[list[BindingType]] = [*bindings()]
 
     def __init__(self, seams: Seams | Callable[[], Seams], interval: float = 1.0, theme: str | None = None,
                  collector: Collector | None = None) -> None:
         super().__init__()
         # Seams may come as a factory: the demo host is then prepared in the first poll's worker,
         # while Textual starts up, instead of before the first frame.
-        self._seams_factory = None if isinstance(seams, Seams) else seams
+        self._seams_factory: Callable[[], Seams] | None = None if isinstance(seams, Seams) else seams
         self.seams = seams if isinstance(seams, Seams) else None
         self.interval = interval
         self.collector = collector or (Collector(seams) if isinstance(seams, Seams) else None)
         self.snapshot: HostSnapshot | None = None
-        self.vm_history: dict[str, deque] = {}
+        self.vm_history: dict[str, deque[float | None]] = {}
         self.paused = False
         self.note = ""
         self.polls = 0
         self._theme_name = resolve(theme)
-        self.action_results: list = []  # outcomes of guided changes made from this console
-        self._timer = None
+        self.action_results: list[RunResult] = []  # outcomes of guided changes made from this console
+        self._timer: Timer | None = None
 
     def on_mount(self) -> None:
         for t in THEMES:
@@ -68,14 +81,16 @@ class NodeConsoleApp(App):
     @work(thread=True, exclusive=True, group="poll", exit_on_error=False)
     def _poll(self) -> None:
         try:
-            if self.collector is None:
+            collector = self.collector
+            if collector is None:
+                assert self._seams_factory is not None  # __init__ keeps the factory when it makes no collector
                 self.seams = self._seams_factory()
-                self.collector = Collector(self.seams)
+                self.collector = collector = Collector(self.seams)
             if self.snapshot is None:
                 # First frame fast: the GPUs and topology from sysfs, then the full picture.
-                first = self.collector.collect(partial=True)
+                first = collector.collect(partial=True)
                 self.call_from_thread(self._show_partial, first)
-            snap = self.collector.collect()
+            snap = collector.collect()
         except Exception as exc:
             self.call_from_thread(self._poll_failed, exc)
             return
@@ -137,10 +152,13 @@ class NodeConsoleApp(App):
             opener()
 
     def action_details(self) -> None:
-        table_getter = getattr(self.screen, "main_table", None)
-        table = table_getter() if table_getter else None
-        if table is not None and table.selected_key() is not None:
-            self.screen.open_details(table, table.selected_key())
+        screen = self.screen
+        if not isinstance(screen, SnapshotScreen):  # a modal: no table of its own
+            return
+        table = screen.main_table()
+        key = table.selected_key() if table is not None else None
+        if table is not None and key is not None:
+            screen.open_details(table, key)
 
     # -- guided changes --------------------------------------------------------------------------
     def _selected_gpu(self) -> str | None:
@@ -148,7 +166,7 @@ class NodeConsoleApp(App):
         if not table:
             self.notify("select a GPU on the GPUs screen (4) first", severity="warning")
             return None
-        return table.first().selected_key()
+        return table.first(KeyedTable).selected_key()
 
     def action_passthrough(self) -> None:
         addr = self._selected_gpu()
@@ -168,16 +186,17 @@ class NodeConsoleApp(App):
         from nodeconsole.actions.plan import needs_typed_confirmation
         from nodeconsole.screens.mig_editor import MigEditor
 
-        def chosen(result) -> None:
+        def chosen(result: tuple[ActionHost, Plan] | None) -> None:
             if result is not None:
                 host, plan = result
                 self._ask(host, plan, needs_typed_confirmation(plan))
 
-        self.push_screen(MigEditor(self.seams, addr, on_changed=self.collector.invalidate), chosen)
+        seams, collector = self._host_seams()
+        self.push_screen(MigEditor(seams, addr, on_changed=collector.invalidate), chosen)
 
     def _selected_vm(self) -> str | None:
         table = self.screen.query("#vm-table")
-        key = table.first().selected_key() if table else None
+        key = table.first(KeyedTable).selected_key() if table else None
         if not key:
             self.notify("select a VM on the VMs screen (5) first", severity="warning")
         return key or None
@@ -195,7 +214,7 @@ class NodeConsoleApp(App):
         self._plan_worker("pin all", "", lambda host, snap, _subject: plan_pin_all(host, snap))
 
     @work(thread=True, exclusive=True, group="action", exit_on_error=False)
-    def _plan_worker(self, kind: str, address: str, build: Callable | None = None) -> None:
+    def _plan_worker(self, kind: str, address: str, build: PlanBuilder | None = None) -> None:
         """Build the plan off the UI thread (it re-reads the host), then ask on the UI thread.
         `build(host, snapshot, subject)` makes the plan; without it, passthrough or release."""
         from nodeconsole.actions.passthrough import plan_passthrough, plan_release
@@ -203,7 +222,8 @@ class NodeConsoleApp(App):
         from nodeconsole.actions.runner import ActionHost
 
         try:
-            host = ActionHost.from_seams(self.seams, on_changed=self.collector.invalidate)
+            seams, collector = self._host_seams()
+            host = ActionHost.from_seams(seams, on_changed=collector.invalidate)
             snap = host.snapshot()
             plan = (build or (plan_passthrough if kind == "passthrough" else plan_release))(host, snap, address)
         except (RequestError, Exception) as exc:
@@ -212,7 +232,13 @@ class NodeConsoleApp(App):
         typed = needs_typed_confirmation(plan)
         self.call_from_thread(self._ask, host, plan, typed)
 
-    def _ask(self, host, plan, typed) -> None:
+    def _host_seams(self) -> tuple[Seams, Collector]:
+        """The host's seams and collector; RuntimeError until the first poll has prepared them."""
+        if self.seams is None or self.collector is None:
+            raise RuntimeError("the host is not read yet")
+        return self.seams, self.collector
+
+    def _ask(self, host: ActionHost, plan: Plan, typed: str | None) -> None:
         from nodeconsole.screens.modals.plan import PlanModal
 
         can_apply = plan.ok and not plan.empty
@@ -225,10 +251,10 @@ class NodeConsoleApp(App):
         self.push_screen(PlanModal(title, plan.lines(), can_apply, typed), answered)
 
     @work(thread=True, exclusive=True, group="action", exit_on_error=False)
-    def _apply_worker(self, host, plan) -> None:
+    def _apply_worker(self, host: ActionHost, plan: Plan) -> None:
         from nodeconsole.actions.runner import Runner
 
-        def progress(p) -> None:
+        def progress(p: Progress) -> None:
             # brief: the steps scroll by; the outcome stays (below)
             self.call_from_thread(self.notify, f"[{p.index}/{p.total}] {p.phase}: {p.title}", timeout=1.5)
 
@@ -272,7 +298,7 @@ class NodeConsoleApp(App):
             yield SystemCommand(f"Theme: {name}", "switch theme", lambda n=name: setattr(self, "theme", n))
 
 
-def _nccl_screen():
+def _nccl_screen() -> NcclScreen:
     # imported on first use: the NCCL checks are not needed for the first frame
     from nodeconsole.screens.nccl import NcclScreen
 

@@ -6,12 +6,12 @@ from __future__ import annotations
 
 from nodeconsole.console.cpulist import format_cpulist
 from nodeconsole.console.iommu import blocker_reasons, slot_of
-from nodeconsole.console.model import NA, HostSnapshot, Problem, Vm
+from nodeconsole.console.model import NA, HostSnapshot, Problem, VcpuPin, Vm
 
 _RANK = {"error": 0, "warning": 1, "info": 2}
 
 
-def effective_pins(snap: HostSnapshot, vm: Vm):
+def effective_pins(snap: HostSnapshot, vm: Vm) -> tuple[VcpuPin, ...]:
     """The VM's vCPU pins, leaving out pins to every online CPU (libvirt writes that when a pin is
     removed live, and `virsh vcpupin VM N 0-LAST` means the same: not pinned)."""
     online = {c.id for c in snap.cpus if c.online}

@@ -6,8 +6,12 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, NoReturn
 
 from nodeconsole.console import __version__
+
+if TYPE_CHECKING:
+    from nodeconsole.console.seams import Seams
 
 EXIT_USAGE = 2
 
@@ -17,12 +21,12 @@ class UsageError(Exception):
 
 
 class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # one line, not argparse's usage block
+    def error(self, message: str) -> NoReturn:  # one line, not argparse's usage block
         raise UsageError(message)
 
 
-def _common() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(add_help=False)
+def _common() -> _Parser:
+    p = _Parser(add_help=False)
     g = p.add_argument_group("host")
     g.add_argument("--demo", action="store_true", default=argparse.SUPPRESS,
                    help="use the bundled simulated host")
@@ -33,13 +37,15 @@ def _common() -> argparse.ArgumentParser:
     return p
 
 
-# Subcommands registered by other modules: name → (configure(parser), run(args) -> int)
-SUBCOMMANDS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None], Callable]] = {}
+Configure = Callable[[argparse.ArgumentParser], None]
+# Subcommands registered by other modules: name → (help, configure(parser)); configure sets the parser's
+# `func` default: run(args) -> int
+SUBCOMMANDS: dict[str, tuple[str, Configure]] = {}
 
 
-def subcommand(name: str, help: str):
+def subcommand(name: str, help: str) -> Callable[[Configure], Configure]:
     """Decorator: register `configure(parser)`; the parser's `func` default runs it."""
-    def wrap(configure):
+    def wrap(configure: Configure) -> Configure:
         SUBCOMMANDS[name] = (help, configure)
         return configure
     return wrap
@@ -83,7 +89,7 @@ def _load_subcommands() -> None:
                 raise
 
 
-def seams_from_args(args: argparse.Namespace):
+def seams_from_args(args: argparse.Namespace) -> Seams:
     """Turn --demo/--root/--libvirt into Seams (validated: bad input is a UsageError)."""
     from nodeconsole.console.seams import demo_host, real_host
 

@@ -10,7 +10,9 @@ from __future__ import annotations
 import errno
 import threading
 import time
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import replace
+from typing import TYPE_CHECKING, TypeVar
 
 from nodeconsole.console.model import (
     SCHEMA,
@@ -23,6 +25,7 @@ from nodeconsole.console.model import (
     Mig,
     MigInstance,
     PciDevice,
+    PciLink,
     Sources,
     Vgpu,
     VgpuInstance,
@@ -31,6 +34,13 @@ from nodeconsole.console.model import (
 )
 from nodeconsole.console.seams import Seams
 from nodeconsole.console.sources.types import LibvirtData, NvmlData, NvmlGpu, SourceError, SysfsData
+
+if TYPE_CHECKING:  # the sources are imported on first use
+    from nodeconsole.console.sources.libvirt_src import LibvirtSource
+    from nodeconsole.console.sources.load import LoadReader
+    from nodeconsole.console.sources.nvml import NvmlSource
+
+T = TypeVar("T")
 
 NVIDIA = 0x10DE
 PENDING = "pending"  # a source not read yet (only in the console's very first, sysfs-only frame)
@@ -68,9 +78,9 @@ class Collector:
         self.sysfs_ttl = sysfs_ttl
         self._sysfs: SysfsData | None = None
         self._sysfs_at = 0.0
-        self._nvml = None
-        self._libvirt = None
-        self._load = None
+        self._nvml: NvmlSource | None = None
+        self._libvirt: LibvirtSource | None = None
+        self._load: LoadReader | None = None
         self._nvml_reinit_at = -1e9
         self._names: dict[str, str] = {}
         self._lock = threading.Lock()
@@ -135,7 +145,7 @@ class Collector:
             self._load = LoadReader()
         return self._load.read()
 
-    def _guard(self, name: str, fn):
+    def _guard(self, name: str, fn: Callable[[], T]) -> tuple[T | None, str]:
         if name in self.disabled:
             return None, f"unavailable: {self.disabled[name]}"
         try:
@@ -226,7 +236,7 @@ class _GpuIndex:
         return self.slot_gpu.get(slot_of(address))
 
 
-def _map_hostdevs(vms, gpu_of: _GpuIndex, vgpu_instances) -> tuple[Vm, ...]:
+def _map_hostdevs(vms: Iterable[Vm], gpu_of: _GpuIndex, vgpu_instances: Iterable[VgpuInstance]) -> tuple[Vm, ...]:
     mdev_parent = {v.uuid: v.parent for v in vgpu_instances}
     out = []
     for vm in vms:
@@ -242,8 +252,8 @@ def _map_hostdevs(vms, gpu_of: _GpuIndex, vgpu_instances) -> tuple[Vm, ...]:
     return tuple(out)
 
 
-def _merge_gpus(pci, by_addr, gpu_of: _GpuIndex, nvml: NvmlData | None, vms,
-                sysfs: SysfsData | None, known_names: dict[str, str]) -> tuple[Gpu, ...]:
+def _merge_gpus(pci: Sequence[PciDevice], by_addr: dict[str, PciDevice], gpu_of: _GpuIndex, nvml: NvmlData | None,
+                vms: Sequence[Vm], sysfs: SysfsData | None, known_names: dict[str, str]) -> tuple[Gpu, ...]:
     nv = {g.address: g for g in (nvml.gpus if nvml else ())}
     addrs = sorted({d.address for d in pci if is_gpu(d)} | set(nv))
     users: dict[str, list[str]] = {}
@@ -289,7 +299,7 @@ def _merge_gpus(pci, by_addr, gpu_of: _GpuIndex, nvml: NvmlData | None, vms,
             mig=mig, vgpu=Vgpu(types=types, instances=insts), index=index,
             nvml_index=n.nvml_index if n else None,
             iommu_group=dev.iommu_group if dev else None,
-            link=dev.link if dev else Gpu.__dataclass_fields__["link"].default_factory(),
+            link=dev.link if dev else PciLink(),
             processes=n.processes if n else (), nvml_error=n.error if n else "",
             **({k: getattr(n, k) for k in _NVML_METRICS} if n else {}),
         )

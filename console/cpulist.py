@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 
 _PART = re.compile(r"^(\d+)(?:-(\d+))?$")
 MAX_CPUS = 1 << 16
@@ -43,7 +44,7 @@ def parse_cpumask(text: str) -> tuple[int, ...]:
     return tuple(out)
 
 
-def format_cpulist(cpus) -> str:
+def format_cpulist(cpus: Iterable[int]) -> str:
     """(0,1,2,5) → "0-2,5"."""
     ids = sorted(set(cpus))
     if not ids:

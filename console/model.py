@@ -22,7 +22,7 @@ NA = "N/A"
 Metric = int | float | str | None
 
 
-def is_na(value: Any) -> bool:
+def is_na(value: object) -> bool:
     return value == NA
 
 
@@ -203,7 +203,7 @@ def metric_names() -> tuple[str, ...]:
     return tuple(f.name for f in dataclasses.fields(GpuMetrics))
 
 
-def format_metric(v: Any, unit: str = "", digits: int = 0) -> str:
+def format_metric(v: object, unit: str = "", digits: int = 0) -> str:
     """Numbers with a unit; N/A stays N/A (never 0); not read is '-'."""
     if v is None:
         return "-"

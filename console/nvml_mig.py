@@ -57,7 +57,7 @@ class ComputeInstance:
     handle: Any  # c_nvmlComputeInstance_t
 
 
-def _text(value: Any) -> str:
+def _text(value: object) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
 

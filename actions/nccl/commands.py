@@ -15,6 +15,7 @@ import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypedDict
 
 from nodeconsole.actions.nccl.parse import size_arg
 
@@ -131,6 +132,13 @@ class LocalCommand:
     argv: list[str]
     kind: str  # "nccl-tests" or "torch"
     env: dict[str, str]  # what to add to the environment
+
+
+class LocalCommandOptions(TypedDict, total=False):
+    """The keyword options of `local_command`, for the functions that pass them on."""
+    python: str
+    search_path: str | None
+    torch_probe: Callable[[str], bool]
 
 
 def local_command(gpus: Sequence[int | str], path: str | None = None, sweep: Sequence[str] | None = None,

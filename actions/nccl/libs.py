@@ -101,9 +101,10 @@ def _libs_in_dir(root: Root, d: Path, source: str, package: str = "",
         p = d / n
         if p.is_symlink():
             target = os.path.basename(os.readlink(p))
-            if target in names or not _NAME_VERSION.search(target):
+            tm = _NAME_VERSION.search(target)
+            if target in names or not tm:
                 continue  # the file it names is listed on its own (or it tells nothing)
-            ver = _NAME_VERSION.search(target).group(1)  # type: ignore[union-attr]
+            ver = tm.group(1)
         else:
             m = _NAME_VERSION.search(n)
             ver = m.group(1) if m else (version or version_in_binary(p))
@@ -123,7 +124,7 @@ def _pip_libs(root: Root, site: Path) -> list[NcclLib]:
     libdir = site / "nvidia" / "nccl" / "lib"
     if not libdir.is_dir():
         return []
-    dists = sorted(m for n in _listdir(site) if (m := _DIST_INFO.match(n)))
+    dists = sorted((m for n in _listdir(site) if (m := _DIST_INFO.match(n))), key=lambda m: m.group(0))
     version = dists[-1].group(2) if dists else None
     package = f"nvidia-nccl-cu{dists[-1].group(1)}" if dists else "nvidia-nccl"
     return _libs_in_dir(root, libdir, "pip", package, version)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import TypedDict
 
 from nodeconsole.actions.nccl.acs import check_acs
 from nodeconsole.actions.nccl.finding import Finding, by_severity
@@ -323,6 +324,13 @@ def check_drift(libs_by_host: Mapping[str, Sequence[NcclLib | Mapping[str, objec
                                "install the same NCCL version on every host (pin it in the image or "
                                "requirements)", subject="hosts"))
     return out
+
+
+class PreflightOptions(TypedDict, total=False):
+    """The options of `preflight` that callers pass on (see `snapshot_preflight`)."""
+    snapshots: Mapping[str, Sequence[NcclLib | Mapping[str, object]]] | None
+    site_packages: Sequence[str]
+    system_dirs: Sequence[str]
 
 
 def preflight(env: Mapping[str, str], root: Root,

@@ -17,10 +17,11 @@ import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Unpack
 
 import psutil
 
-from nodeconsole.actions.nccl.commands import ENV_NAME, LocalCommand, local_command
+from nodeconsole.actions.nccl.commands import ENV_NAME, LocalCommand, LocalCommandOptions, local_command
 from nodeconsole.actions.nccl.expect import Topology, verdict
 from nodeconsole.actions.nccl.finding import Finding
 from nodeconsole.actions.nccl.parse import ParsedOutput, Parser, Row, Transport, expected_rows, size_arg
@@ -268,9 +269,9 @@ class NcclRun:
 def run_local(gpus: Sequence[int | str], path: str | None = None, sweep: Sequence[str] | None = None, *,
               timeout: float | None = DEFAULT_TIMEOUT, on_progress: Callable[[Progress], None] | None = None,
               env: Mapping[str, str] | None = None, kill_grace: float = 3.0,
-              **kwargs: object) -> tuple[NcclRun, LocalCommand]:
+              **kwargs: Unpack[LocalCommandOptions]) -> tuple[NcclRun, LocalCommand]:
     """Prepare (not start) the single-host check for `gpus`: returns the run object, so a caller can
     keep it to cancel, and the command it runs. Raises ValueError when nothing can run it."""
-    cmd = local_command(gpus, path, sweep, **kwargs)  # type: ignore[arg-type]
+    cmd = local_command(gpus, path, sweep, **kwargs)
     run_env = {**cmd.env, **(env or {})}
     return NcclRun(cmd.argv, run_env, timeout=timeout, on_progress=on_progress, kill_grace=kill_grace), cmd

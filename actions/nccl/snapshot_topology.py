@@ -15,12 +15,13 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import combinations
+from typing import Unpack
 
 from nodeconsole.actions.nccl.acs import ports_between
-from nodeconsole.actions.nccl.commands import LocalCommand, local_command
+from nodeconsole.actions.nccl.commands import LocalCommand, LocalCommandOptions, local_command
 from nodeconsole.actions.nccl.expect import Expectation, Topology, expected_busbw
 from nodeconsole.actions.nccl.finding import Finding, by_severity
-from nodeconsole.actions.nccl.preflight import PreflightReport, preflight
+from nodeconsole.actions.nccl.preflight import PreflightOptions, PreflightReport, preflight
 from nodeconsole.console.model import Gpu, HostSnapshot
 from nodeconsole.console.root import Root
 from nodeconsole.console.topology import is_nic, relation
@@ -218,11 +219,11 @@ def local_plan(snap: HostSnapshot, gpus: Sequence[Gpu] | None = None, root: Root
 
 
 def snapshot_preflight(snap: HostSnapshot, root: Root, env: Mapping[str, str], plan: LocalPlan,
-                       **kwargs: object) -> PreflightReport:
+                       **kwargs: Unpack[PreflightOptions]) -> PreflightReport:
     """The preflight for `plan`'s GPUs on this host, with the GPUs' usability added."""
     report = preflight(env, root, host=snap.host.hostname or "this host", gpus=plan.addresses,
                        gpu_numa=plan.gpu_numa, node_socket=plan.node_socket, nvlink=plan.topology.nvlink,
-                       **kwargs)  # type: ignore[arg-type]
+                       **kwargs)
     if not plan.gpus and not snap.gpus:
         report.findings.append(Finding("error", "nccl.no_gpu", "no NVIDIA GPU found on this host",
                                        "the check needs at least one GPU", "run it on a GPU host",
@@ -243,7 +244,7 @@ def _torch_installed(python: str) -> bool:
 
 def local_check_command(plan: LocalPlan, binary: str | None = None, sweep: Sequence[str] | None = None,
                         env: Mapping[str, str] | None = None, *, preview: bool = False,
-                        this_machine: bool = True, **kwargs: object) -> LocalCommand:
+                        this_machine: bool = True, **kwargs: Unpack[LocalCommandOptions]) -> LocalCommand:
     """The command of the check on `plan`'s GPUs: `binary`, else $NODECONSOLE_ALL_REDUCE_PERF, else
     all_reduce_perf from PATH, else the PyTorch benchmark. ValueError says why none can run. With
     `preview` (the command is only shown) PyTorch is not imported to ask for CUDA, which takes seconds.
@@ -257,4 +258,4 @@ def local_check_command(plan: LocalPlan, binary: str | None = None, sweep: Seque
                          f"looked up on this machine; give a benchmark explicitly (--binary or ${BINARY_ENV})")
     if preview:
         kwargs.setdefault("torch_probe", _torch_installed)
-    return local_command(cuda_ids(plan.gpus), chosen, sweep, **kwargs)  # type: ignore[arg-type]
+    return local_command(cuda_ids(plan.gpus), chosen, sweep, **kwargs)

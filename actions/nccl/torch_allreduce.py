@@ -96,8 +96,9 @@ def _args(argv: Sequence[str] | None) -> argparse.Namespace:
 
 def main(argv: Sequence[str] | None = None) -> int:
     a = _args(argv)
-    import torch
-    import torch.distributed as dist
+    # torch is optional: only this worker needs it, on a machine that has it (not where mypy runs)
+    import torch  # type: ignore[import-not-found]
+    import torch.distributed as dist  # type: ignore[import-not-found]
 
     rank, world = int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1"))
     local = int(os.environ.get("LOCAL_RANK", "0"))
@@ -113,8 +114,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     if cuda:
         props = torch.cuda.get_device_properties(local)
-        bus = "{:04x}:{:02x}:{:02x}".format(getattr(props, "pci_domain_id", 0), getattr(props, "pci_bus_id", 0),
-                                  getattr(props, "pci_device_id", 0))
+        bus = "{:04x}:{:02x}:{:02x}".format(int(getattr(props, "pci_domain_id", 0)),
+                                            int(getattr(props, "pci_bus_id", 0)),
+                                            int(getattr(props, "pci_device_id", 0)))
         name = props.name
     else:
         bus, name = "cpu", "CPU"
@@ -131,7 +133,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         nccl_code = major * 10000 + minor * 100 + patch
     if rank == 0:
         for line in header_lines(world, a.minbytes, a.maxbytes, a.stepfactor, a.warmup_iters, a.iters,
-                                 bool(a.check), devices, f"torch-{torch.__version__}", nccl_code):  # type: ignore[arg-type]
+                                 bool(a.check), devices, f"torch-{torch.__version__}", nccl_code):
             print(line, flush=True)
 
     def timed(op, buf) -> float:

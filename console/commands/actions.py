@@ -10,8 +10,13 @@ import argparse
 import json
 import sys
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from nodeconsole.console.cli import UsageError, seams_from_args, subcommand
+
+if TYPE_CHECKING:  # the actions are imported when a command runs
+    from nodeconsole.actions.plan import Plan
+    from nodeconsole.actions.runner import ActionHost, Progress
 
 
 def _change_args(p: argparse.ArgumentParser) -> None:
@@ -50,7 +55,7 @@ def configure_undo(p: argparse.ArgumentParser) -> None:
     p.set_defaults(func=run_undo)
 
 
-def _host(args: argparse.Namespace):
+def _host(args: argparse.Namespace) -> ActionHost:
     from nodeconsole.actions.runner import ActionHost
 
     return ActionHost.from_seams(seams_from_args(args))
@@ -85,7 +90,7 @@ def run_undo(args: argparse.Namespace) -> int:
     return _execute(args, host, lambda: plan_undo(host, args.id))
 
 
-def _execute(args: argparse.Namespace, host, make_plan: Callable) -> int:
+def _execute(args: argparse.Namespace, host: ActionHost, make_plan: Callable[[], Plan]) -> int:
     from nodeconsole.actions.plan import RequestError, StepError
     from nodeconsole.actions.runner import Runner
 
@@ -110,7 +115,7 @@ def _execute(args: argparse.Namespace, host, make_plan: Callable) -> int:
     return 0 if result.ok else 1
 
 
-def _ask(plan) -> bool:
+def _ask(plan: Plan) -> bool:
     """Ask on the terminal: the GPU address to type when a VM config holds the GPU, else y/N."""
     from nodeconsole.actions.plan import needs_typed_confirmation
 
@@ -127,7 +132,7 @@ def _ask(plan) -> bool:
     return answer == typed if typed else answer.lower() in ("y", "yes")
 
 
-def _show(event) -> None:
+def _show(event: Progress) -> None:
     if event.phase in ("apply", "verify"):
         return
     tail = f": {event.message}" if event.message else ""

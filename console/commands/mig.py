@@ -12,9 +12,13 @@ Like every change: the plan is printed, nothing changes without --apply (exit 0 
 from __future__ import annotations
 
 import argparse
+from typing import TYPE_CHECKING
 
 from nodeconsole.console.cli import UsageError, seams_from_args, subcommand
 from nodeconsole.console.commands.actions import _change_args, _execute
+
+if TYPE_CHECKING:  # the actions are imported when a command runs
+    from nodeconsole.actions.runner import ActionHost
 
 
 @subcommand("mig", "plan and apply a GPU's MIG layout; `mig save` / `mig restore` keep layouts across reboots")
@@ -52,7 +56,7 @@ def run_mig(args: argparse.Namespace) -> int:
     return _execute(args, host, lambda: plan_mig(host, host.snapshot(), target, args.layout, args.off))
 
 
-def _show(host, target: str) -> int:
+def _show(host: ActionHost, target: str) -> int:
     from nodeconsole.actions.mig import mig_state_for, pinned
     from nodeconsole.actions.mig_planner import format_layout, slices_text
     from nodeconsole.actions.passthrough import resolve_gpu
@@ -80,10 +84,10 @@ def _show(host, target: str) -> int:
     print(f"  MIG mode {mode[st.current]}{pending}")
     if st.current:
         print(f"  layout: {format_layout(pinned(st), st.profiles)}")
-        for e in st.instances:
-            used = f"  in use by {', '.join(e.users)}" if e.users else ""
-            print(f"    GI {e.gi_id:<3} {e.profile:<11} {slices_text(e.start, e.size):<12} "
-                  f"{len(e.cis)} compute instance(s){used}")
+        for inst in st.instances:
+            used = f"  in use by {', '.join(inst.users)}" if inst.users else ""
+            print(f"    GI {inst.gi_id:<3} {inst.profile:<11} {slices_text(inst.start, inst.size):<12} "
+                  f"{len(inst.cis)} compute instance(s){used}")
     src = "NVML" if not st.table else f"nodeconsole's table for {st.table}; NVML lists them once MIG is on"
     print(f"  profiles ({src}):")
     for p in st.profiles:

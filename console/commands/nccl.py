@@ -14,10 +14,19 @@ import json
 import math
 import os
 import sys
+from collections.abc import Iterable
 from pathlib import Path
-from typing import TextIO
+from typing import TYPE_CHECKING, TextIO
 
 from nodeconsole.console.cli import UsageError, _common, seams_from_args, subcommand
+
+if TYPE_CHECKING:  # the NCCL checks are imported when a command runs
+    from nodeconsole.actions.nccl.commands import LocalCommand
+    from nodeconsole.actions.nccl.finding import Finding
+    from nodeconsole.actions.nccl.parse import ParsedOutput
+    from nodeconsole.actions.nccl.preflight import PreflightReport
+    from nodeconsole.actions.nccl.run import Progress
+    from nodeconsole.actions.nccl.snapshot_topology import LocalPlan
 
 
 @subcommand("nccl", "quick NCCL checks: parse an all_reduce_perf output, preflight and run, multi-node commands")
@@ -95,11 +104,11 @@ def size_label(n: int) -> str:
     return str(n)
 
 
-def _finding_dict(f) -> dict[str, str]:
+def _finding_dict(f: Finding) -> dict[str, str]:
     return dataclasses.asdict(f)
 
 
-def _print_findings(findings, out: TextIO | None = None) -> None:
+def _print_findings(findings: Iterable[Finding], out: TextIO | None = None) -> None:
     out = out or sys.stdout  # looked up per call: tests and pagers swap it
     marks = {"error": "✖", "warning": "▲", "info": "•"}
     for f in findings:
@@ -108,18 +117,18 @@ def _print_findings(findings, out: TextIO | None = None) -> None:
         print(f"      fix: {f.fix}", file=out)
 
 
-def _transports(parsed) -> str:
+def _transports(parsed: ParsedOutput) -> str:
     kinds = parsed.transport_kinds
     return ", ".join(f"{k} ×{n}" for k, n in sorted(kinds.items())) or "-"
 
 
-def _oob(parsed) -> str:
+def _oob(parsed: ParsedOutput) -> str:
     if parsed.oob_ok is None:
         return "not reported"
     return f"{parsed.oob_count} {'OK' if parsed.oob_ok else 'FAILED'}"
 
 
-def parsed_dict(parsed) -> dict[str, object]:
+def parsed_dict(parsed: ParsedOutput) -> dict[str, object]:
     """The reading of an output as plain data (rows included)."""
     return {
         "rows": len(parsed.rows), "avg_busbw": _json_num(parsed.avg_busbw), "peak_busbw": parsed.peak_busbw,
@@ -174,7 +183,7 @@ def run_parse(args: argparse.Namespace) -> int:
 
 
 # -- check -----------------------------------------------------------------------------------------------
-def _progress_line(p) -> str:
+def _progress_line(p: Progress) -> str:
     r = p.row
     total = "?" if p.total is None else str(p.total)
     halves = [c for c in (r.out_of_place, r.in_place) if c is not None]
@@ -264,7 +273,8 @@ def run_check(args: argparse.Namespace) -> int:
     return 0 if result.ok and not any(f.severity == "error" for f in findings) else 1
 
 
-def _print_plan(plan, report, cmd, cmd_error: str, will_run: bool) -> None:
+def _print_plan(plan: LocalPlan, report: PreflightReport, cmd: LocalCommand | None, cmd_error: str,
+                will_run: bool) -> None:
     from nodeconsole.actions.nccl.commands import format_command
 
     t = plan.topology

@@ -12,9 +12,13 @@ from __future__ import annotations
 
 import argparse
 import json
+from typing import TYPE_CHECKING, Any
 
 from nodeconsole.console.cli import UsageError, _common, seams_from_args, subcommand
 from nodeconsole.console.commands.actions import _change_args, _execute
+
+if TYPE_CHECKING:  # the actions are imported when a command runs
+    from nodeconsole.actions.runner import ActionHost
 
 
 @subcommand("vgpu", "list, create and remove vGPUs (mdev or SR-IOV VF), attached to a VM's config")
@@ -38,7 +42,7 @@ def configure_vgpu(p: argparse.ArgumentParser) -> None:
     rm.set_defaults(func=run_remove)
 
 
-def _host(args: argparse.Namespace):
+def _host(args: argparse.Namespace) -> ActionHost:
     from nodeconsole.actions.runner import ActionHost
 
     return ActionHost.from_seams(seams_from_args(args))
@@ -55,7 +59,7 @@ def run_list(args: argparse.Namespace) -> int:
         gpus = [resolve_gpu(snap, args.gpu)] if args.gpu else list(snap.gpus)
     except RequestError as e:
         raise UsageError(str(e)) from None
-    rows = []
+    rows: list[dict[str, Any]] = []  # printed as JSON with --json
     for g in gpus:
         got = offers(snap, g)
         if not got and not g.vgpu.instances and args.gpu is None:

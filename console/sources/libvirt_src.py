@@ -29,7 +29,7 @@ from nodeconsole.console.sources.types import LibvirtData, SourceError
 try:
     import libvirt
 except ImportError:  # the console still runs without VMs
-    libvirt = None  # type: ignore[assignment]
+    libvirt = None
 else:
     # libvirt-python prints every error to stderr unless a handler is set; we report errors ourselves
     libvirt.registerErrorHandler(lambda *_args: None, None)

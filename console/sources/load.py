@@ -9,8 +9,8 @@ calling thread: the collector polls from a new worker thread each tick, so it wo
 from __future__ import annotations
 
 import threading
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Iterator, Sequence
+from typing import Protocol
 
 from nodeconsole.console.model import Load
 from nodeconsole.console.sources.types import SourceError
@@ -18,20 +18,30 @@ from nodeconsole.console.sources.types import SourceError
 try:
     import psutil
 except ImportError:
-    psutil = None  # type: ignore[assignment]
+    psutil = None
 
 
-def _total(t: Any) -> float:
+class CpuTimes(Protocol):
+    """One CPU's entry of `psutil.cpu_times(percpu=True)` (a named tuple of seconds; `guest`,
+    `guest_nice` and `iowait` exist on Linux only)."""
+
+    @property
+    def idle(self) -> float: ...
+
+    def __iter__(self) -> Iterator[float]: ...
+
+
+def _total(t: CpuTimes) -> float:
     # guest time is already counted in user/nice on Linux (psutil and htop subtract it the same way)
     return sum(t) - getattr(t, "guest", 0.0) - getattr(t, "guest_nice", 0.0)
 
 
-def _idle(t: Any) -> float:
+def _idle(t: CpuTimes) -> float:
     # iowait is idle time: the CPU waits, it does not work
     return t.idle + getattr(t, "iowait", 0.0)
 
 
-def busy_percent(before: Sequence[Any], after: Sequence[Any]) -> tuple[float, ...]:
+def busy_percent(before: Sequence[CpuTimes], after: Sequence[CpuTimes]) -> tuple[float, ...]:
     """Busy percent per CPU between two `psutil.cpu_times(percpu=True)` samples; () when the CPU
     count changed between them (hotplug), since positions would no longer match."""
     if len(before) != len(after):
@@ -49,7 +59,7 @@ class LoadReader:
     """Keeps the previous per-CPU sample; `read()` is safe to call from any thread."""
 
     def __init__(self) -> None:
-        self._prev: list[Any] | None = None
+        self._prev: list[CpuTimes] | None = None
         self._lock = threading.Lock()
 
     def read(self) -> Load:

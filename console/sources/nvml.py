@@ -43,7 +43,7 @@ class _Lost(Exception):
     """The GPU answered GPU_IS_LOST: stop reading it."""
 
 
-def _text(value: Any) -> str:
+def _text(value: object) -> str:
     return value.decode(errors="replace") if isinstance(value, bytes) else str(value)
 
 
@@ -346,7 +346,9 @@ class NvmlSource:
         creatable = set(creatable) if isinstance(creatable, list) else set()
         active = _call(pynvml.nvmlDeviceGetActiveVgpus, handle)
         active = active if isinstance(active, list) else []
-        instances, running, gi_vms = [], {}, {}
+        instances: list[VgpuInstance] = []
+        running: dict[int, int] = {}  # vGPU type id → instances running
+        gi_vms: dict[int, str] = {}
         for inst in active:
             type_id = _call(pynvml.nvmlVgpuInstanceGetType, inst)
             running[type_id] = running.get(type_id, 0) + 1

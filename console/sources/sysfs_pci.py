@@ -183,5 +183,6 @@ def _mdev_instances(fs: SysfsRoot) -> list[VgpuInstance]:
         type_id = type_dir.rsplit("/", 1)[-1] if type_dir else ""
         type_name = (fs.read(f"{type_dir}/name") if type_dir else None) or type_id
         comps = [c for c in real.split("/") if PCI_COMPONENT.match(c)]
-        out.append(VgpuInstance(uuid=uuid, type_name=type_name, parent=canonical_pci(comps[-1]) if comps else ""))
+        parent = canonical_pci(comps[-1]) if comps else None  # None: a component that is no PCI address
+        out.append(VgpuInstance(uuid=uuid, type_name=type_name, parent=parent or ""))
     return out

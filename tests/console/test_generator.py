@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import re
-import time
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
@@ -212,13 +211,9 @@ def test_generation_is_deterministic(tmp_path):
     assert snapshot(a.dest) == snap
 
 
-def test_demo_is_fast_and_large_hosts_scale(tmp_path):
-    t = time.perf_counter()
-    generate(demo_spec(), tmp_path / "demo")
-    assert time.perf_counter() - t < 2.0  # well under 1 s on a workstation; slack for loaded CI
-    t = time.perf_counter()
+def test_large_hosts_scale(tmp_path):
+    # how fast generation is, is measured in benchmarks/, not asserted here
     host = generate(large_spec(gpus=16, cpus=256, vms=500), tmp_path / "large")
-    assert time.perf_counter() - t < 15.0
     conn = libvirt.openReadOnly(host.libvirt_uri)
     try:
         assert conn.getInfo()[2] == 256
