@@ -18,7 +18,16 @@ from nodeconsole.actions.host_steps import (
     read_raw,
     render_modprobe,
 )
-from nodeconsole.actions.plan import Check, Op, Plan, RequestError, Step, build_step
+from nodeconsole.actions.plan import (
+    Check,
+    Op,
+    Plan,
+    RequestError,
+    Step,
+    build_step,
+    unreadable_vm_check,
+    vms_known_check,
+)
 from nodeconsole.actions.runner import ActionHost
 from nodeconsole.console.iommu import EXEMPT_DRIVERS, blocker_reasons, slot_of
 from nodeconsole.console.model import Gpu, HostSnapshot, PciDevice
@@ -32,7 +41,7 @@ HOLDER_DAEMONS = {
     "nv-fabricmanage": ("nv-fabricmanager", "systemctl stop nvidia-fabricmanager"),
     "nv-hostengine": ("DCGM nv-hostengine", "systemctl stop nvidia-dcgm (or nv-hostengine --term)"),
 }
-_INDEX_RE = re.compile(r"^\d+$")
+_INDEX_RE = re.compile(r"^[0-9]+$")  # ASCII digits only (\d takes "٤")
 _UUID_RE = re.compile(r"^GPU-[0-9a-fA-F-]{8,}$")
 
 
@@ -105,8 +114,10 @@ def _source_checks(snap: HostSnapshot) -> list[Check]:
     return []
 
 
-def _vms_with(host: ActionHost, snap: HostSnapshot, addresses: set[str]) -> dict[str, list[str]]:
-    """VM name → which of `addresses` its persistent config holds as PCI hostdevs."""
+def _vms_with(host: ActionHost, snap: HostSnapshot, addresses: set[str],
+              unreadable: dict[str, str] | None = None) -> dict[str, list[str]]:
+    """VM name → which of `addresses` its persistent config holds as PCI hostdevs. A VM whose config
+    cannot be read goes into `unreadable` (name → why), never silently out of the plan."""
     out: dict[str, list[str]] = {}
     cfg = host.domains
     for v in snap.vms:
@@ -114,7 +125,9 @@ def _vms_with(host: ActionHost, snap: HostSnapshot, addresses: set[str]) -> dict
         try:
             have = cfg.pci_hostdevs(name) if cfg is not None else {
                 h.address for h in v.hostdevs if h.type == "pci" and h.address}
-        except Exception:
+        except Exception as e:
+            if unreadable is not None:
+                unreadable[name] = str(e) or type(e).__name__
             continue
         hit = sorted(addresses & have)
         if hit:
@@ -263,6 +276,8 @@ def plan_passthrough(host: ActionHost, snap: HostSnapshot, gpu_text: str, vm: st
     members = group_members(snap, gpu)
     plan.checks.append(_group_check(snap, gpu, members))
     plan.checks += _holders(host, snap, gpu, members)
+    if vm is not None or gpu.vgpu.instances:  # a VM is named, or VMs may hold its vGPUs
+        plan.checks += vms_known_check(snap, f"GPU {gpu.address}")
     if vm is not None and host.domains is None:
         plan.checks.append(Check("libvirt reachable", False, "this host has no libvirt connection",
                                  "pass --libvirt URI"))
@@ -358,6 +373,7 @@ def plan_release(host: ActionHost, snap: HostSnapshot, gpu_text: str) -> Plan:
                 request={"gpu": gpu.address, "given": gpu_text},
                 rebuild=lambda: plan_release(host, host.snapshot(), gpu.address))
     plan.checks += _source_checks(snap)
+    plan.checks += vms_known_check(snap, f"GPU {gpu.address}")
     if not plan.ok:
         return plan
     members = group_members(snap, gpu)
@@ -368,7 +384,11 @@ def plan_release(host: ActionHost, snap: HostSnapshot, gpu_text: str) -> Plan:
                                  "shut it down first (virsh shutdown NAME)"))
         return plan
     ops: list[Op] = []
-    in_configs = _vms_with(host, snap, set(members))
+    unreadable: dict[str, str] = {}
+    in_configs = _vms_with(host, snap, set(members), unreadable)
+    plan.checks += unreadable_vm_check(unreadable)
+    if not plan.ok:
+        return plan
     for name, addrs in sorted(in_configs.items()):
         ops += [{"kind": "vm_hostdev", "vm": name, "address": a, "present": False, "managed": True} for a in addrs]
     if in_configs:

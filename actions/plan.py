@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # runner imports this module
     from nodeconsole.actions.runner import ActionHost
+    from nodeconsole.console.model import HostSnapshot
 
 Op = dict[str, Any]  # JSON-able: it is stored in the audit log
 
@@ -42,6 +43,26 @@ class Check:
     ok: bool
     reason: str
     fix: str = ""
+
+
+def vms_known_check(snap: HostSnapshot, what: str) -> list[Check]:
+    """Which VMs hold a device is known only while libvirt answers: a plan that must not take a device
+    from a VM refuses when libvirt is down, naming it, instead of planning as if no VM held `what`."""
+    if snap.sources.libvirt == "ok":
+        return []
+    return [Check("libvirt answers", False,
+                  f"libvirt {snap.sources.libvirt}: which VMs hold {what} cannot be known",
+                  "start libvirtd, or fix the domain definition it cannot read (virsh list --all), "
+                  "then plan again")]
+
+
+def unreadable_vm_check(unreadable: dict[str, str]) -> list[Check]:
+    """A VM whose definition cannot be read might hold the device: refuse, naming it."""
+    if not unreadable:
+        return []
+    listing = "; ".join(f"{name}: {why}" for name, why in sorted(unreadable.items()))
+    return [Check("every VM definition readable", False, f"cannot read {listing}",
+                  "fix the VM definition (virsh dumpxml NAME), then plan again")]
 
 
 @dataclass(eq=False)
@@ -178,7 +199,13 @@ def build_step(host: ActionHost, op: Op) -> Step | None:
         load_kinds()
     if kind not in KINDS:
         raise StepError(f"unknown step kind {kind!r}")
-    step = KINDS[kind](host, op)
+    try:
+        step = KINDS[kind](host, op)
+    except StepError:
+        raise
+    except (KeyError, TypeError, ValueError, AttributeError, IndexError) as e:
+        # a damaged or hand-edited operation (from the audit log): refuse, never plan something else
+        raise StepError(f"malformed {kind} operation ({type(e).__name__}: {e})") from None
     if step is not None:
         step.host = host
     return step

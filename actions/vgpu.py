@@ -17,7 +17,18 @@ from dataclasses import dataclass
 
 from nodeconsole.actions.libvirt_edit import DomainConfigError
 from nodeconsole.actions.passthrough import resolve_gpu
-from nodeconsole.actions.plan import Check, Op, Plan, RequestError, Step, StepError, build_step, step_kind
+from nodeconsole.actions.plan import (
+    Check,
+    Op,
+    Plan,
+    RequestError,
+    Step,
+    StepError,
+    build_step,
+    step_kind,
+    unreadable_vm_check,
+    vms_known_check,
+)
 from nodeconsole.actions.runner import ActionHost
 from nodeconsole.console.libvirt_xml import add_mdev_hostdev, parse_domain, remove_mdev_hostdev
 from nodeconsole.console.model import Gpu, HostSnapshot, VgpuInstance, Vm
@@ -143,6 +154,8 @@ def plan_vgpu_create(host: ActionHost, snap: HostSnapshot, gpu_text: str, type_t
                              f"no instance available: {offer.why_none or 'none left'}",
                              "free one: remove a vGPU of this GPU (nodeconsole vgpu list shows them); a "
                              "MIG-backed type needs a free GPU instance of its profile (nodeconsole mig)"))
+    if vm is not None:
+        plan.checks += vms_known_check(snap, f"VM {vm}'s devices")
     if vm is not None and host.domains is None:
         plan.checks.append(Check("libvirt reachable", False, "this host has no libvirt connection",
                                  "pass --libvirt URI"))
@@ -193,7 +206,12 @@ def plan_vgpu_remove(host: ActionHost, snap: HostSnapshot, ident: str) -> Plan:
     plan = Plan(action="vgpu-remove", title=f"Remove vGPU {inst.type_name} {inst.uuid} from {_label(g)}",
                 request={"vgpu": inst.uuid, "given": ident, "gpu": g.address},
                 rebuild=lambda: plan_vgpu_remove(host, host.snapshot(), inst.uuid))
-    holders = _vms_holding(host, snap, inst.uuid, is_vf)
+    plan.checks += vms_known_check(snap, f"vGPU {inst.uuid}")
+    unreadable: dict[str, str] = {}
+    holders = _vms_holding(host, snap, inst.uuid, is_vf, unreadable)
+    plan.checks += unreadable_vm_check(unreadable)
+    if not plan.ok:
+        return plan
     running = [n for n in holders if (held := snap.vm(n)) is not None and held.state not in ("shut off", "crashed")]
     if running:
         plan.checks.append(Check("no running VM uses the vGPU", False,
@@ -216,13 +234,15 @@ def plan_vgpu_remove(host: ActionHost, snap: HostSnapshot, ident: str) -> Plan:
     return plan
 
 
-def _vms_holding(host: ActionHost, snap: HostSnapshot, ident: str, is_vf: bool) -> list[str]:
+def _vms_holding(host: ActionHost, snap: HostSnapshot, ident: str, is_vf: bool,
+                 unreadable: dict[str, str]) -> list[str]:
     out = []
     for v in snap.vms:
         try:
             devs = parse_domain(host.domains.xml(v.name)).hostdevs if host.domains is not None else v.hostdevs
-        except (DomainConfigError, ValueError):
-            devs = v.hostdevs
+        except (DomainConfigError, ValueError) as e:
+            unreadable[v.name] = str(e) or type(e).__name__
+            continue
         if any((h.type == "pci" and h.address == ident) if is_vf else (h.type == "mdev" and h.uuid == ident)
                for h in devs):
             out.append(v.name)
