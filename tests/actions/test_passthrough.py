@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from nodeconsole.actions.audit import APPLIED, FAILED, IN_PROGRESS
+from nodeconsole.actions.audit import APPLIED, FAILED, IN_PROGRESS, INTERRUPTED
 from nodeconsole.actions.host_steps import MODPROBE_FILE
 from nodeconsole.actions.lock import HostLock
 from nodeconsole.actions.passthrough import plan_passthrough, plan_release, resolve_gpu
@@ -372,14 +372,35 @@ def test_a_write_the_kernel_ignores_fails_verification_and_rolls_back(demo):
     assert changed(before, tree_state(_dir(demo))) == set()
 
 
+def test_ctrl_c_mid_run_rolls_back(demo):
+    before = tree_state(_dir(demo))
+
+    def ctrl_c(event):
+        if event.index == 3 and event.phase == "apply":
+            raise KeyboardInterrupt  # the admin's ^C
+
+    res = Runner(demo).run(plan_passthrough(demo, demo.snapshot(), IDLE, vm="build-1", persist=True), progress=ctrl_c)
+    assert res.status == FAILED_RESULT and res.interrupted == "SIGINT"
+    assert "interrupted by SIGINT at step 3" in res.message and "the host is as it was" in res.message
+    assert changed(before, tree_state(_dir(demo))) == set()
+    rec = demo.audit.find(res.record_id)
+    assert rec["result"] == INTERRUPTED and rec["interrupted"] == {"signal": "SIGINT", "step": 3}
+    assert rec["undo"] == [] and demo.audit.latest_undoable() is None
+    assert not (demo.state_dir / "nodeconsole.lock").exists()
+
+
+class Killed(BaseException):
+    """A process killed outright (kill -9): nothing of the runner's rollback runs."""
+
+
 def test_crash_mid_run_leaves_an_undoable_record(demo):
     before = tree_state(_dir(demo))
 
     def crash(event):
         if event.index == 3 and event.phase == "apply":
-            raise KeyboardInterrupt  # the admin's ^C or a killed process: no rollback ran
+            raise Killed
 
-    with pytest.raises(KeyboardInterrupt):
+    with pytest.raises(Killed):
         Runner(demo).run(plan_passthrough(demo, demo.snapshot(), IDLE, vm="build-1", persist=True), progress=crash)
     rec = demo.audit.latest_undoable()
     assert rec["result"] == IN_PROGRESS and _driver(demo, IDLE) == "vfio-pci"
@@ -482,9 +503,11 @@ def test_a_captured_tree_is_read_only(tmp_path):
     host = ActionHost.from_seams(real_host(str(h.root)))
     assert host.state_dir == h.root / "var/log/nodeconsole" and host.domains is None
     before = tree_state(tmp_path, skip=())
-    plan = plan_release(host, host.snapshot(), "0000:19:00.0")
-    assert plan.ok and [s.title for s in plan.steps] == ["Give 0000:19:00.0 back to its host driver",
-                                                         "Give 0000:19:00.1 back to its host driver"]
+    snap = host.snapshot()
+    # a captured tree has no libvirt: which VMs hold the GPU is unknown, so release refuses, naming it
+    plan = plan_release(host, snap, "0000:19:00.0")
+    assert not plan.ok and "libvirt" in plan.refusal
+    plan = plan_passthrough(host, snap, "0000:18:00.0")  # needs no libvirt; the runner refuses it
     res = Runner(host).run(plan)
-    assert res.status == REFUSED and "read-only" in res.message
+    assert res.status == REFUSED and "read-only" in host.read_only_reason
     assert changed(before, tree_state(tmp_path, skip=())) == set()
