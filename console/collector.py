@@ -142,7 +142,7 @@ class Collector:
         if self._load is None:
             from nodeconsole.console.sources.load import LoadReader
 
-            self._load = LoadReader()
+            self._load = LoadReader(self.seams.root)
         return self._load.read()
 
     def _guard(self, name: str, fn: Callable[[], T]) -> tuple[T | None, str]:

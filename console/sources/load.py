@@ -1,4 +1,5 @@
-"""Host load through psutil: per-CPU busy percent, memory, load average.
+"""Host load: per-CPU busy percent, memory, load average (psutil on this machine, the tree's own
+proc files on the demo or a captured host).
 
 Per-CPU percent is the busy share of each CPU between two calls (non-blocking). The first call only
 takes the starting sample and returns no percentages (`cpu_percent == ()`). We keep that sample
@@ -8,11 +9,13 @@ calling thread: the collector polls from a new worker thread each tick, so it wo
 """
 from __future__ import annotations
 
+import os
 import threading
 from collections.abc import Iterator, Sequence
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
 from nodeconsole.console.model import Load
+from nodeconsole.console.root import Root
 from nodeconsole.console.sources.types import SourceError
 
 try:
@@ -55,14 +58,68 @@ def busy_percent(before: Sequence[CpuTimes], after: Sequence[CpuTimes]) -> tuple
     return tuple(out)
 
 
-class LoadReader:
-    """Keeps the previous per-CPU sample; `read()` is safe to call from any thread."""
+class StatTimes(NamedTuple):
+    """One CPU's line of a /proc/stat read through the root seam (jiffies; the fields psutil names)."""
+    user: float
+    nice: float
+    system: float
+    idle: float
+    iowait: float = 0.0
+    irq: float = 0.0
+    softirq: float = 0.0
+    steal: float = 0.0
+    guest: float = 0.0
+    guest_nice: float = 0.0
 
-    def __init__(self) -> None:
+
+def _read_tree(root: Root) -> tuple[list[StatTimes], int, int, tuple[float, float, float]]:
+    """(per-CPU times, MemTotal KiB, MemAvailable KiB, load average) from the files of a tree."""
+    stat = root.read("proc/stat")
+    if stat is None:
+        raise SourceError(f"no proc/stat under {root.path}")
+    times = []
+    for line in stat.splitlines():
+        name, _, rest = line.partition(" ")
+        if name.startswith("cpu") and name[3:].isdigit():
+            try:
+                times.append(StatTimes(*(float(x) for x in rest.split()[:10])))
+            except (TypeError, ValueError):
+                raise SourceError(f"unreadable proc/stat line {name}") from None
+    mem: dict[str, int] = {}
+    for line in (root.read("proc/meminfo") or "").splitlines():
+        key, _, value = line.partition(":")
+        parts = value.split()
+        if parts and parts[0].isdigit():
+            mem[key] = int(parts[0])
+    try:
+        avg = [float(x) for x in (root.read("proc/loadavg") or "").split()[:3]]
+    except ValueError:
+        avg = []
+    load = (avg[0], avg[1], avg[2]) if len(avg) == 3 else (0.0, 0.0, 0.0)
+    return times, mem.get("MemTotal", 0), mem.get("MemAvailable", 0), load
+
+
+class LoadReader:
+    """Keeps the previous per-CPU sample; `read()` is safe to call from any thread. This machine
+    (`root` is `/`) is read through psutil; any other tree (the demo host, a captured host) through its
+    own proc/stat, proc/meminfo and proc/loadavg, never the machine running the console."""
+
+    def __init__(self, root: Root | None = None) -> None:
         self._prev: list[CpuTimes] | None = None
         self._lock = threading.Lock()
+        self.root = root if root is not None and os.path.abspath(root.path) != "/" else None
+
+    def _sample(self, times: Sequence[CpuTimes]) -> tuple[float, ...]:
+        with self._lock:
+            percent = busy_percent(self._prev, times) if self._prev is not None else ()
+            self._prev = list(times)
+        return percent
 
     def read(self) -> Load:
+        if self.root is not None:
+            times, total, available, avg = _read_tree(self.root)
+            return Load(cpu_percent=self._sample(times), memory_total_kib=total,
+                        memory_available_kib=available, load_avg=avg)
         if psutil is None:
             raise SourceError("psutil is not installed (pip install psutil)")
         try:
@@ -71,10 +128,7 @@ class LoadReader:
             load_avg = tuple(float(x) for x in psutil.getloadavg())
         except (OSError, RuntimeError, AttributeError, psutil.Error) as e:
             raise SourceError(f"psutil cannot read the host load: {e}") from None
-        with self._lock:
-            percent = busy_percent(self._prev, times) if self._prev is not None else ()
-            self._prev = list(times)
-        return Load(cpu_percent=percent, memory_total_kib=int(mem.total) // 1024,
+        return Load(cpu_percent=self._sample(times), memory_total_kib=int(mem.total) // 1024,
                     memory_available_kib=int(mem.available) // 1024,
                     load_avg=(load_avg[0], load_avg[1], load_avg[2]))
 

@@ -96,3 +96,41 @@ def test_missing_psutil_is_a_source_error(monkeypatch):
     monkeypatch.setattr(load, "psutil", None)
     with pytest.raises(SourceError, match="psutil is not installed"):
         LoadReader().read()
+
+
+def test_a_tree_is_read_from_its_own_proc_files_never_the_machine(tmp_path):
+    from nodeconsole.console.root import Root
+
+    (tmp_path / "proc").mkdir()
+    stat = tmp_path / "proc" / "stat"
+    stat.write_text("cpu  9 9 9 9\ncpu0 100 0 0 100 0 0 0 0 0 0\ncpu1 0 0 0 200 0 0 0 0 0 0\ncpu2 0 0 0 0\n")
+    (tmp_path / "proc" / "meminfo").write_text("MemTotal:  1000 kB\nMemAvailable:  400 kB\n")
+    (tmp_path / "proc" / "loadavg").write_text("1.50 2.00 0.25 3/400 999\n")
+    reader = LoadReader(Root(tmp_path))
+    first = reader.read()
+    assert first.cpu_percent == () and first.memory_total_kib == 1000 and first.memory_available_kib == 400
+    assert first.load_avg == (1.5, 2.0, 0.25)
+    stat.write_text("cpu0 200 0 0 100 0 0 0 0 0 0\ncpu1 50 0 0 250 0 0 0 0 0 0\ncpu2 0 0 0 100\n")
+    assert reader.read().cpu_percent == (100.0, 50.0, 0.0)  # three CPUs: the tree's, not this machine's
+
+
+def test_a_tree_without_proc_stat_is_a_source_error(tmp_path):
+    from nodeconsole.console.root import Root
+
+    with pytest.raises(SourceError, match="no proc/stat"):
+        LoadReader(Root(tmp_path)).read()
+
+
+def test_the_demo_reports_its_own_cpus(tmp_path):
+    from nodeconsole.console.collector import Collector
+    from nodeconsole.console.seams import demo_host
+
+    collector = Collector(demo_host(tmp_path / "demo"))
+    try:
+        collector.collect()
+        snap = collector.collect()
+    finally:
+        collector.close()
+    assert snap.sources.psutil == "ok"
+    assert len(snap.load.cpu_percent) == len([c for c in snap.cpus if c.online]) == 128
+    assert snap.load.memory_total_kib == sum(n.memory_kib for n in snap.numa_nodes)
