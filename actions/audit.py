@@ -17,6 +17,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from nodeconsole.actions.safe_files import AUDIT_DIR_MODE, ensure_dir, open_file, read_bytes
+
 AUDIT_NAME = "audit.jsonl"
 
 # results
@@ -24,6 +26,9 @@ IN_PROGRESS = "in-progress"
 APPLIED = "applied"
 FAILED = "failed"  # a step failed; every completed step was undone
 FAILED_PARTIAL = "failed, undo incomplete"  # a step failed and undoing left something in place
+INTERRUPTED = "interrupted"  # SIGINT/SIGTERM during the run; every completed step was undone
+INTERRUPTED_PARTIAL = "interrupted, undo incomplete"
+UNDOABLE = (APPLIED, FAILED_PARTIAL, INTERRUPTED_PARTIAL, IN_PROGRESS)  # results that may leave changes
 
 
 def new_id() -> str:
@@ -58,17 +63,56 @@ def who() -> dict[str, Any]:
     return out
 
 
-class AuditLog:
-    """Append and read the JSON-lines audit log at `path`."""
+# The fields a record may have and their JSON types; a field of another type is dropped (and reported),
+# so a damaged or hand-edited log never reaches the code that reads it with a wrong shape.
+_STR_FIELDS = ("when", "action", "title", "host", "undo_command", "result", "finished")
+_DICT_FIELDS = ("who", "request", "failed", "interrupted")
+_LIST_FIELDS = {"steps": dict, "undo": dict, "undone": str, "undo_failed": str}
 
-    def __init__(self, path: Path) -> None:
+
+def _clean(obj: dict[str, Any], where: str, problems: list[str]) -> dict[str, Any]:
+    """A copy of one line's object with every field of the wrong type dropped and reported. A broken
+    `undo` list is kept as `undo_invalid` (the reason), so undo refuses instead of doing less."""
+    out = dict(obj)
+    for key in _STR_FIELDS:
+        if key in out and not isinstance(out[key], str):
+            problems.append(f"{where}: field {key!r} is not a string; ignored")
+            del out[key]
+    if "undoes" in out and not (out["undoes"] is None or isinstance(out["undoes"], str)):
+        problems.append(f"{where}: field 'undoes' is not a string; ignored")
+        del out["undoes"]
+    for key in _DICT_FIELDS:
+        if key in out and not (out[key] is None or isinstance(out[key], dict)):
+            problems.append(f"{where}: field {key!r} is not an object; ignored")
+            del out[key]
+    for key, kind in _LIST_FIELDS.items():
+        value = out.get(key)
+        if key in out and not (value is None or isinstance(value, list) and all(isinstance(v, kind) for v in value)):
+            why = f"field {key!r} is not a list of {'objects' if kind is dict else 'strings'}"
+            problems.append(f"{where}: {why}; ignored")
+            del out[key]
+            if key == "undo":
+                out["undo_invalid"] = f"{where}: {why}"
+    out.pop("undone_by", None)  # computed by records(), never trusted from the file
+    return out
+
+
+class AuditLog:
+    """Append and read the JSON-lines audit log at `path`. Reading never fails on the content: a line
+    that is not UTF-8, not JSON, not an object or too deeply nested is skipped and described in
+    `problems` ("line N: why"), and the rest is read."""
+
+    def __init__(self, path: Path, dir_mode: int = AUDIT_DIR_MODE) -> None:
         self.path = Path(path)
+        self.dir_mode = dir_mode
+        self.problems: list[str] = []
 
     def append(self, record: dict[str, Any]) -> None:
-        """Append one line and flush it to disk (an audit line that a crash loses is no audit)."""
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        """Append one line and flush it to disk (an audit line that a crash loses is no audit). The
+        file is never reached through a symbolic link; it is created with mode 0640."""
+        ensure_dir(self.path.parent, self.dir_mode)
         line = json.dumps(record, sort_keys=True, separators=(",", ":")) + "\n"
-        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o640)
+        fd = open_file(self.path, os.O_WRONLY | os.O_APPEND, 0o640, create=True)
         try:
             os.write(fd, line.encode())
             os.fsync(fd)
@@ -76,20 +120,37 @@ class AuditLog:
             os.close(fd)
 
     def _lines(self) -> Iterator[dict[str, Any]]:
+        self.problems = []
         try:
-            text = self.path.read_text(encoding="utf-8")
+            data = read_bytes(self.path)
         except FileNotFoundError:
             return
-        for line in text.splitlines():
-            line = line.strip()
-            if not line:
-                continue
-            try:
-                obj = json.loads(line)
-            except json.JSONDecodeError:
-                continue  # a torn last line after a crash: skip it, keep the rest readable
-            if isinstance(obj, dict) and isinstance(obj.get("id"), str):
-                yield obj
+        for n, raw in enumerate(data.split(b"\n"), 1):
+            obj = self._parse(n, raw)
+            if obj is not None:
+                yield _clean(obj, f"line {n}", self.problems)
+
+    def _parse(self, n: int, raw: bytes) -> dict[str, Any] | None:
+        raw = raw.strip()
+        if not raw:
+            return None
+        try:
+            obj = json.loads(raw.decode("utf-8"))
+        except UnicodeDecodeError:
+            why = "not UTF-8"
+        except RecursionError:
+            why = "nested too deeply"
+        except ValueError:
+            why = "not JSON (a torn line after a crash?)"
+        else:
+            if not isinstance(obj, dict):
+                why = "not a JSON object"
+            elif not isinstance(obj.get("id"), str) or not obj["id"]:
+                why = "no record id"
+            else:
+                return obj
+        self.problems.append(f"line {n}: {why}; skipped")
+        return None
 
     def records(self) -> list[dict[str, Any]]:
         """All records, oldest first, lines of one id merged (later fields win)."""
@@ -125,6 +186,19 @@ class AuditLog:
         for r in reversed(self.records()):
             if r.get("undoes") or r.get("undone_by"):
                 continue
-            if r.get("undo") and r.get("result") in (APPLIED, FAILED_PARTIAL, IN_PROGRESS):
+            if (r.get("undo") or r.get("undo_invalid")) and r.get("result") in UNDOABLE:
+                return r
+        return None
+
+    def older_undoable(self, record_id: str) -> dict[str, Any] | None:
+        """The next undoable change older than `record_id` (what to try when that one is blocked)."""
+        records = self.records()
+        ids = [r["id"] for r in records]
+        if record_id not in ids:
+            return None
+        for r in reversed(records[:ids.index(record_id)]):
+            if r.get("undoes") or r.get("undone_by"):
+                continue
+            if r.get("undo") and r.get("result") in UNDOABLE:
                 return r
         return None

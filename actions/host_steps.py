@@ -105,14 +105,24 @@ def pci_driver_step(host: ActionHost, op: Op) -> Step | None:
         return None
     inverse = {"kind": "pci_driver", "device": address, "override": override, "driver": driver, "group": group}
 
+    # An override that names another driver than the one to bind (a stale driver_override, as an
+    # interrupted run can leave) only matters at the next probe: bind under a temporary override that
+    # lets the wanted driver in, then write the recorded one.
+    detour = want is not None and want_override is not None and not _driver_ok(want_override, want)
+    bind_override = (None if want == HOST_DRIVER else want) if detour else want_override
+
     def apply() -> None:
         cur_override, cur = pci_state(root, address)
-        if cur_override != want_override:
-            host.kernel.write(f"{base}/driver_override", want_override or "\n")
         if cur is not None and not _driver_ok(cur, want):
+            if cur_override != bind_override:
+                host.kernel.write(f"{base}/driver_override", bind_override or "\n")
             host.kernel.write(f"{base}/driver/unbind", address)
+        elif cur is None and want is not None and cur_override != bind_override:
+            host.kernel.write(f"{base}/driver_override", bind_override or "\n")
         if want is not None and pci_state(root, address)[1] is None:
             host.kernel.write("sys/bus/pci/drivers_probe", address)
+        if pci_state(root, address)[0] != want_override:
+            host.kernel.write(f"{base}/driver_override", want_override or "\n")
 
     def verify() -> str | None:
         now_override, now = pci_state(root, address)

@@ -363,12 +363,34 @@ def _online_text(host: ActionHost) -> str:
     return host.root.read("sys/devices/system/cpu/online") or "0-N"
 
 
+def _check_op(op: Op) -> None:
+    """Refuse a malformed operation (e.g. a damaged audit record): read loosely, a missing or odd
+    `vcpus` would plan "unpin every vCPU" instead."""
+    def bad(why: str) -> StepError:
+        return StepError(f"malformed vm_pins operation: {why}")
+    if not isinstance(op.get("vm"), str) or not op["vm"]:
+        raise bad("'vm' is not a VM name")
+    vcpus = op.get("vcpus", ...)
+    if not isinstance(vcpus, list) or not all(
+            isinstance(p, list) and len(p) == 2 and type(p[0]) is int and p[0] >= 0 and isinstance(p[1], str)
+            for p in vcpus):
+        raise bad("'vcpus' is not a list of [vCPU, CPU set] pairs")
+    if "emulator" not in op or not (op["emulator"] is None or isinstance(op["emulator"], str)):
+        raise bad("'emulator' is missing or not a CPU set")
+    numa = op.get("numa")
+    if numa is not None and not (isinstance(numa, dict) and isinstance(numa.get("nodeset"), str)
+                                 and (numa.get("mode") is None or isinstance(numa.get("mode"), str))):
+        raise bad("'numa' is not {mode, nodeset}")
+
+
 @step_kind("vm_pins")
 def vm_pins_step(host: ActionHost, op: Op) -> Step | None:
     """See the module docstring for the operation."""
-    vm, scope = op["vm"], op.get("scope", "config")
+    scope = op.get("scope", "config")
     if scope not in ("live", "config"):
         raise StepError(f"unknown pin scope {scope!r}")
+    _check_op(op)
+    vm: str = op["vm"]
     cfg = host.domains
     if cfg is None:
         raise StepError("this host has no libvirt connection")

@@ -195,6 +195,8 @@ def build_step(host: ActionHost, op: Op) -> Step | None:
     """The step that brings the host to `op`'s target state; None when it is there already.
     Raises StepError when the operation cannot be built (unknown kind, device gone)."""
     kind = op.get("kind") if isinstance(op, dict) else None
+    if not isinstance(kind, str):
+        raise StepError(f"malformed operation (no step kind): {str(op)[:80]}")
     if kind not in KINDS:
         load_kinds()
     if kind not in KINDS:

@@ -6,8 +6,6 @@ The runner is headless and synchronous: the CLI calls it directly; the TUI calls
 from __future__ import annotations
 
 import os
-import shutil
-import subprocess
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,14 +17,27 @@ from nodeconsole.actions.audit import (
     FAILED,
     FAILED_PARTIAL,
     IN_PROGRESS,
+    INTERRUPTED,
+    INTERRUPTED_PARTIAL,
     AuditLog,
     new_id,
     now_iso,
     who,
 )
+from nodeconsole.actions.commands import Commands, DemoCommands, NoCommands
 from nodeconsole.actions.host_seams import DomainStore, KernelWriter
+from nodeconsole.actions.interrupt import (
+    FaultSwitch,
+    Interrupted,
+    hold,
+    interruptible,
+    shielded,
+    signal_name,
+    take_pending,
+)
 from nodeconsole.actions.lock import LOCK_NAME, HostLock, LockHeld
-from nodeconsole.actions.plan import Check, Plan, StepError, build_step
+from nodeconsole.actions.plan import Plan, StepError
+from nodeconsole.actions.safe_files import AUDIT_DIR_MODE, STATE_DIR_MODE
 from nodeconsole.console.root import Root
 from nodeconsole.console.seams import Seams
 
@@ -40,72 +51,6 @@ REFUSED = "refused"
 CANCELLED = "cancelled"
 FAILED_RESULT = "failed"
 DEFAULT_STATE = "/var/log/nodeconsole"  # audit log and lock of a real host
-
-
-class Commands:
-    """Runs host programs (driverctl, modprobe) as argv lists, never through a shell."""
-
-    def which(self, name: str) -> str | None:
-        return shutil.which(name)
-
-    def run(self, argv: list[str]) -> tuple[int, str]:
-        """(exit status, combined output)."""
-        try:
-            out = subprocess.run(argv, capture_output=True, text=True, timeout=120, shell=False)
-        except FileNotFoundError as e:
-            return 127, str(e)
-        except subprocess.TimeoutExpired:
-            return 124, f"{argv[0]} did not finish in 120 s"
-        return out.returncode, (out.stdout + out.stderr).strip()
-
-
-class NoCommands(Commands):
-    """The demo host has no programs of its own: running the machine's driverctl would change the
-    real host, so persistence on the demo goes through files under its root."""
-
-    def which(self, name: str) -> str | None:
-        return None
-
-    def run(self, argv: list[str]) -> tuple[int, str]:
-        return 127, f"{argv[0]}: not available on this host"
-
-
-class DemoCommands(NoCommands):
-    """The demo host's programs: a driverctl that keeps its saved overrides under the demo root
-    (etc/driverctl.d/pci-ADDR, as driverctl does under /etc), so persistence on the demo is per
-    device, exactly like a real host with driverctl. Nothing of the machine's own is run."""
-
-    def __init__(self, root: Root) -> None:
-        self.root = root
-
-    def which(self, name: str) -> str | None:
-        return "driverctl (demo)" if name == "driverctl" else None
-
-    def run(self, argv: list[str]) -> tuple[int, str]:
-        from nodeconsole.console.pciaddr import parse_pci_address
-
-        if len(argv) < 3 or argv[0] != "driverctl" or argv[1] not in ("set-override", "unset-override"):
-            return 127, f"{argv[0]}: not available on the demo host"
-        try:
-            address = parse_pci_address(argv[2])
-        except ValueError as e:
-            return 2, f"driverctl: {e}"
-        conf = self.root.p(f"etc/driverctl.d/pci-{address}")
-        if argv[1] == "set-override":
-            if len(argv) < 4:
-                return 2, "driverctl: set-override needs a driver"
-            conf.parent.mkdir(parents=True, exist_ok=True)
-            conf.write_text(argv[3] + "\n")
-        elif conf.exists():
-            conf.unlink()
-            for d in (conf.parent, conf.parent.parent):  # leave the demo root as it was generated
-                try:
-                    d.rmdir()
-                except OSError:
-                    break
-        else:
-            return 1, f"driverctl: no override for {address}"
-        return 0, ""
 
 
 @dataclass
@@ -147,11 +92,16 @@ class ActionHost:
         return self.seams.root
 
     @property
+    def dir_mode(self) -> int:
+        """The state directory's mode: private for the demo, root + adm group on a real host."""
+        return STATE_DIR_MODE if self.seams.demo_dir is not None else AUDIT_DIR_MODE
+
+    @property
     def audit(self) -> AuditLog:
-        return AuditLog(self.state_dir / AUDIT_NAME)
+        return AuditLog(self.state_dir / AUDIT_NAME, self.dir_mode)
 
     def lock(self) -> HostLock:
-        return HostLock(self.state_dir / LOCK_NAME)
+        return HostLock(self.state_dir / LOCK_NAME, self.dir_mode)
 
     def snapshot(self) -> HostSnapshot:
         """A fresh read of the host. A new collector every time: plans must not see cached facts, and
@@ -193,6 +143,8 @@ class RunResult:
     error: str | None = None
     undone: list[str] = field(default_factory=list)
     undo_failed: list[str] = field(default_factory=list)
+    interrupted: str | None = None  # the signal that stopped the run (SIGINT, SIGTERM)
+    warnings: list[str] = field(default_factory=list)  # e.g. a lock left by a dead process
 
     @property
     def ok(self) -> bool:
@@ -222,12 +174,11 @@ class Runner:
             return "changing the host needs root: run nodeconsole as root (sudo)"
         lock = self.host.lock()
         try:
-            lock.acquire()
+            lock.probe()
         except LockHeld as e:
             return str(e)
         except OSError as e:
             return f"cannot take the host lock {lock.path}: {_err(e)}"
-        lock.release()
         return ""
 
     def run(self, plan: Plan, confirm: Confirm | None = None,
@@ -246,7 +197,7 @@ class Runner:
         if not plan.ok:
             return RunResult(REFUSED, plan.refusal)
         if not plan.steps:
-            return RunResult(NOTHING, "nothing to do: the host is already in the requested state")
+            return self._settle(plan)
         if self.host.read_only_reason:
             return RunResult(REFUSED, self.host.read_only_reason)
         if not self.host.is_root():
@@ -256,19 +207,47 @@ class Runner:
             return RunResult(CANCELLED, "cancelled: nothing was changed")
         lock = self.host.lock()
         try:
-            lock.acquire()
+            lock.acquire({"user": who()["user"], "when": now_iso(), "action": plan.action})
         except LockHeld as e:
             return RunResult(REFUSED, f"{e}; nothing was changed")
         except OSError as e:
             return RunResult(REFUSED, f"cannot take the host lock {lock.path}: {_err(e)}; nothing was changed")
+        warnings = [stale_lock_message(lock.stale)] if lock.stale else []
         try:
             stale = self._stale(plan)
-            if stale:
-                return RunResult(REFUSED, stale)
-            return self._apply(plan, emit)
+            result = RunResult(REFUSED, stale) if stale else self._apply(plan, emit, lock)
+            result.warnings[:0] = warnings
+            return result
         finally:
             lock.release()
             self.host.changed()
+
+    def _settle(self, plan: Plan) -> RunResult:
+        """An undo with nothing left to do (the host already is as the record says it was before, e.g.
+        a run killed before its first write) is recorded as done, so a plain `undo` moves on to the next
+        older change instead of choosing this one forever."""
+        nothing = RunResult(NOTHING, "nothing to do: the host is already in the requested state")
+        if not plan.undoes or self.host.read_only_reason or not self.host.is_root():
+            return nothing
+        lock = self.host.lock()
+        try:
+            lock.acquire({"user": who()["user"], "when": now_iso(), "action": plan.action})
+        except (LockHeld, OSError):
+            return nothing
+        try:
+            if self._stale(plan):
+                return nothing
+            rid = new_id()
+            self.host.audit.append({"id": rid, "who": who(), "when": now_iso(), "action": plan.action,
+                                    "title": plan.title, "request": plan.request, "steps": [], "undo": [],
+                                    "undoes": plan.undoes, "result": APPLIED, "finished": now_iso()})
+            nothing.record_id = rid
+            nothing.message += f"; {plan.undoes} is marked as undone"
+        except OSError:
+            pass
+        finally:
+            lock.release()
+        return nothing
 
     def _stale(self, plan: Plan) -> str:
         """Re-plan under the lock: another console may have changed the host since the plan was made."""
@@ -284,8 +263,12 @@ class Runner:
             return "the host changed since the plan was made; review the new plan. Nothing was changed"
         return ""
 
-    def _apply(self, plan: Plan, emit: Callable[[Progress], None]) -> RunResult:
+    def _apply(self, plan: Plan, emit: Callable[[Progress], None], lock: HostLock) -> RunResult:
         audit = self.host.audit
+        try:
+            fault = FaultSwitch.from_env()
+        except StepError as e:
+            return RunResult(REFUSED, f"{e}; nothing was changed")
         rid = new_id()
         base = {
             "id": rid, "who": who(), "when": now_iso(), "action": plan.action, "title": plan.title,
@@ -296,35 +279,63 @@ class Runner:
             "undo_command": f"nodeconsole undo {rid} --apply",
             "undoes": plan.undoes, "result": IN_PROGRESS,
         }
-        try:
-            audit.append(base)
-        except OSError as e:  # no record, no change
-            return RunResult(REFUSED, f"cannot write the audit log {audit.path}: {_err(e)}; nothing was changed")
-        total = len(plan.steps)
+        with interruptible():
+            with shielded():  # a signal now waits until the record is written, then stops the run
+                try:
+                    audit.append(base)
+                except OSError as e:  # no record, no change
+                    return RunResult(REFUSED, f"cannot write the audit log {audit.path}: {_err(e)}; "
+                                              "nothing was changed")
+                lock.note(change=rid)
+            done, failure, signame = self._steps(plan, emit, fault)
+            with shielded():  # from here on a signal must not cut the record or the rollback short
+                if failure is None:
+                    audit.append({"id": rid, "result": APPLIED, "finished": now_iso()})
+                    return RunResult(DONE, f"applied {len(plan.steps)} step(s); undo with "
+                                           f"`nodeconsole undo {rid}`", record_id=rid)
+                return self._rollback(plan, rid, done, failure, signame, emit)
+
+    def _steps(self, plan: Plan, emit: Callable[[Progress], None],
+               fault: FaultSwitch) -> tuple[list[int], tuple[int, str] | None, str | None]:
+        """Apply and verify each step: (completed indexes, (failed index, error) or None, the signal
+        that interrupted the run or None). A signal is a failure of the step it arrived in."""
+        total, i = len(plan.steps), 0
         done: list[int] = []
-        failure: tuple[int, str] | None = None
-        for i, step in enumerate(plan.steps):
-            emit(Progress(i + 1, total, step.title, "apply"))
-            try:
-                step.apply()
-                emit(Progress(i + 1, total, step.title, "verify"))
-                err = step.verify()
-            except Exception as e:
-                err = _err(e)
-            if err:
-                emit(Progress(i + 1, total, step.title, "failed", err))
-                failure = (i, err)
-                break
-            done.append(i)
-            emit(Progress(i + 1, total, step.title, "ok"))
-        if failure is None:
-            audit.append({"id": rid, "result": APPLIED, "finished": now_iso()})
-            return RunResult(DONE, f"applied {total} step(s); undo with `nodeconsole undo {rid}`",
-                             record_id=rid)
-        # Roll back: the failed step too (it may be half-applied), then the completed ones, newest first.
+        try:
+            if name := take_pending():
+                raise Interrupted(name)
+            for i, step in enumerate(plan.steps):
+                emit(Progress(i + 1, total, step.title, "apply"))
+                try:
+                    fault.before_apply(i + 1, step.op.get("kind"))
+                    step.apply()
+                    emit(Progress(i + 1, total, step.title, "verify"))
+                    err = fault.after_apply(i + 1, step.op.get("kind")) or step.verify()
+                except Exception as e:
+                    err = _err(e)
+                if err:
+                    hold()
+                    emit(Progress(i + 1, total, step.title, "failed", err))
+                    return done, (i, err), None
+                done.append(i)
+                emit(Progress(i + 1, total, step.title, "ok"))
+            hold()
+        except (Interrupted, KeyboardInterrupt) as e:
+            name = signal_name(e)
+            with shielded():
+                emit(Progress(i + 1, total, plan.steps[i].title, "failed", f"interrupted by {name}"))
+            return done, (i, f"interrupted by {name}"), name
+        return done, None, None
+
+    def _rollback(self, plan: Plan, rid: str, done: list[int], failure: tuple[int, str],
+                  signame: str | None, emit: Callable[[Progress], None]) -> RunResult:
+        """Undo the failed step too (it may be half-applied), then the completed ones, newest first."""
         k, err = failure
-        undone, undo_failed, remaining = [], [], []
-        for j in reversed(done + [k]):
+        total = len(plan.steps)
+        undone: list[str] = []
+        undo_failed: list[str] = []
+        remaining = []
+        for j in sorted(set(done) | {k}, reverse=True):
             step = plan.steps[j]
             emit(Progress(j + 1, total, step.title, "undo"))
             try:
@@ -339,18 +350,40 @@ class Runner:
             else:
                 undone.append(step.title)
                 emit(Progress(j + 1, total, step.title, "undone"))
-        result = FAILED if not undo_failed else FAILED_PARTIAL
-        audit.append({"id": rid, "result": result, "finished": now_iso(),
-                      "failed": {"step": k + 1, "title": plan.steps[k].title, "error": err},
-                      "undone": undone, "undo_failed": undo_failed, "undo": remaining})
-        msg = f"step {k + 1} ({plan.steps[k].title}) failed: {err}. "
+        if signame:
+            result = INTERRUPTED if not undo_failed else INTERRUPTED_PARTIAL
+        else:
+            result = FAILED if not undo_failed else FAILED_PARTIAL
+        record = {"id": rid, "result": result, "finished": now_iso(),
+                  "failed": {"step": k + 1, "title": plan.steps[k].title, "error": err},
+                  "undone": undone, "undo_failed": undo_failed, "undo": remaining}
+        if signame:
+            record["interrupted"] = {"signal": signame, "step": k + 1}
+        try:
+            self.host.audit.append(record)
+        except OSError as e:
+            undo_failed.append(f"the audit log could not record the outcome: {_err(e)}")
+        msg = (f"interrupted by {signame} at step {k + 1} ({plan.steps[k].title}). " if signame
+               else f"step {k + 1} ({plan.steps[k].title}) failed: {err}. ")
         if undo_failed:
             msg += ("Undoing did not fully succeed: " + "; ".join(undo_failed)
-                    + f". See `nodeconsole log`; retry with `nodeconsole undo {rid}`")
+                    + f". See `nodeconsole log`; retry with `nodeconsole undo {rid} --apply`")
         else:
             msg += "Every change was undone; the host is as it was."
         return RunResult(FAILED_RESULT, msg, record_id=rid, failed_step=plan.steps[k].title, error=err,
-                         undone=undone, undo_failed=undo_failed)
+                         undone=undone, undo_failed=undo_failed, interrupted=signame)
+
+
+def stale_lock_message(info: dict) -> str:
+    """What a dead holder's lock line tells the next taker (who, pid, when, the change it was making)."""
+    who_, when = info.get("user", "someone"), info.get("when", "an unknown time")
+    text = (f"a previous nodeconsole run (pid {info.get('pid', '?')}, {who_}, started {when}) died while "
+            f"holding the host lock; the lock was taken over")
+    change = info.get("change")
+    if change:
+        text += (f". Its change {change} may be half-applied: see `nodeconsole log`, and roll it back "
+                 f"with `nodeconsole undo {change} --apply`")
+    return text
 
 
 def _err(e: BaseException) -> str:
@@ -359,38 +392,9 @@ def _err(e: BaseException) -> str:
     return str(e) or type(e).__name__
 
 
-# -- undo ---------------------------------------------------------------------------------------------
+# -- undo (actions/undo.py; re-exported here, where callers have always found it) ---------------------
 
-def plan_undo(host: ActionHost, record_id: str | None = None) -> Plan:
-    """The plan that rolls back audit record `record_id` (the latest undoable change when None).
-    Raises RequestError when there is no such record."""
-    from nodeconsole.actions.plan import RequestError
+from nodeconsole.actions.undo import plan_undo  # noqa: E402
 
-    log = host.audit
-    try:
-        record = log.latest_undoable() if record_id is None else log.find(record_id)
-    except OSError as e:
-        raise RequestError(f"cannot read the audit log {log.path}: {_err(e)}") from None
-    if record_id is None:
-        if record is None:
-            raise RequestError(f"nothing to undo: no recorded change in {log.path}")
-    else:
-        if record is None:
-            raise RequestError(f"no change with id {record_id!r} in {log.path} (see `nodeconsole log`)")
-    rid = record["id"]
-    plan = Plan(action="undo", title=f"Undo {rid}: {record.get('title', record.get('action', ''))}",
-                request={"id": rid}, undoes=rid, rebuild=lambda: plan_undo(host, rid))
-    if record.get("undone_by"):
-        plan.checks.append(Check("not undone yet", False, f"{rid} was already undone by {record['undone_by']}"))
-        return plan
-    if record.get("result") == FAILED:
-        plan.notes.append(f"{rid} failed and was rolled back when it ran: there is nothing left of it")
-    for op in record.get("undo") or []:
-        try:
-            step = build_step(host, op)
-        except StepError as e:
-            plan.checks.append(Check("undo step can be built", False, str(e)))
-            continue
-        if step is not None:
-            plan.steps.append(step)
-    return plan
+__all__ = ["ActionHost", "Commands", "DemoCommands", "NoCommands", "Progress", "RunResult", "Runner",
+           "plan_undo", "stale_lock_message"]

@@ -260,6 +260,8 @@ class NodeConsoleApp(App):
 
         result = Runner(host).run(plan, confirm=lambda _p: True, progress=progress)
         self.action_results.append(result)
+        for warning in result.warnings:  # e.g. a lock a dead run left, and the change it was making
+            self.call_from_thread(self.notify, warning, severity="warning", timeout=20)
         self.call_from_thread(self.notify, f"{plan.action}: {result.status} — {result.message}",
                               severity="information" if result.ok else "error", timeout=10)
         self.call_from_thread(self.poll_now_if_idle)

@@ -105,12 +105,16 @@ def _execute(args: argparse.Namespace, host: ActionHost, make_plan: Callable[[],
     if not plan.ok:
         return 1
     if plan.empty:
+        if plan.undoes and args.apply:  # recorded as undone, so a plain `undo` moves on to older changes
+            print(Runner(host).run(plan).message)
         return 0
     if not args.apply:
         print("\nNothing was changed: add --apply to make these changes.")
         return 0
     print()
     result = Runner(host).run(plan, confirm=None if args.yes else _ask, progress=_show)
+    for warning in result.warnings:  # e.g. a lock left by a dead run, and the change it was making
+        print(f"nodeconsole: warning: {warning}", file=sys.stderr)
     print(result.message, file=sys.stdout if result.ok else sys.stderr)
     return 0 if result.ok else 1
 
@@ -142,10 +146,13 @@ def _show(event: Progress) -> None:
 def run_log(args: argparse.Namespace) -> int:
     host = _host(args)
     try:
-        records = host.audit.records()
+        log = host.audit
+        records = log.records()
     except OSError as e:
         print(f"nodeconsole: cannot read the audit log {host.audit.path}: {e.strerror or e}", file=sys.stderr)
         return 1
+    for problem in log.problems:  # damaged lines: named, skipped, the rest still listed
+        print(f"nodeconsole: warning: {host.audit.path} {problem}", file=sys.stderr)
     if args.last and args.last > 0:
         records = records[-args.last:]
     if args.json:
@@ -169,7 +176,10 @@ def run_log(args: argparse.Namespace) -> int:
                 print(f"    undone: {'; '.join(r['undone'])}")
             for f in r.get("undo_failed") or []:
                 print(f"    NOT undone: {f}")
-        if r.get("undo") and not r.get("undone_by") and result.startswith(("applied", "failed, undo", "in-progress")):
+        pending = ("applied", "failed, undo", "interrupted, undo", "in-progress")
+        if r.get("undo") and not r.get("undone_by") and result.startswith(pending):
+            if result.startswith("in-progress"):
+                print("    never finished (the process died mid-change?): it may be half-applied")
             # undoing an undo puts the change back: say so, the plain `undo` walks back instead
             verb = "redo" if r.get("undoes") else "undo"
             print(f"    {verb}: nodeconsole undo {r['id']} --apply")

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 
 from nodeconsole.console.cli import UsageError, subcommand
 
@@ -17,7 +18,11 @@ def run(args: argparse.Namespace) -> int:
 
     if getattr(args, "root", None):
         raise UsageError("demo reset works on the demo host, not on --root")
-    host = reset_demo()
+    try:
+        host = reset_demo()
+    except OSError as e:  # e.g. a symbolic link planted as the lock file: refused, nothing touched
+        print(f"nodeconsole: error: cannot reset the demo host: {e.strerror or e}", file=sys.stderr)
+        return 1
     # The audit log describes changes to the host that was just thrown away: its undo records
     # would target devices and configs that no longer exist.
     from nodeconsole.actions.audit import AUDIT_NAME

@@ -3,10 +3,12 @@
 digest of the demo spec: a demo made by an older release is regenerated instead of misread."""
 from __future__ import annotations
 
+import errno
 import fcntl
 import hashlib
 import json
 import os
+import stat
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -61,16 +63,48 @@ def is_current(state_dir: str | os.PathLike[str] | None = None) -> bool:
             and host.nvml_state.is_file())
 
 
+DIR_MODE = 0o700  # the demo's state directory (and any parent made for it): private
+
+
+def _make_dir(d: Path) -> None:
+    """Create `d` and missing parents with mode 0700 exactly (whatever the umask); refuse a link."""
+    missing = []
+    p = d
+    while not os.path.lexists(p) and p.parent != p:
+        missing.append(p)
+        p = p.parent
+    for sub in reversed(missing):
+        try:
+            os.mkdir(sub, DIR_MODE)
+        except FileExistsError:
+            continue
+        os.chmod(sub, DIR_MODE)
+    if os.path.islink(d) or not d.is_dir():
+        raise OSError(errno.ENOTDIR, f"refusing the demo state directory {d}: not a directory (a link?)", str(d))
+
+
 @contextmanager
 def _locked(d: Path):
-    """One process generates at a time (two consoles started together must not interleave)."""
-    d.mkdir(parents=True, exist_ok=True)
-    with open(d / LOCK, "w") as f:
-        fcntl.flock(f, fcntl.LOCK_EX)
+    """One process generates at a time (two consoles started together must not interleave). The lock
+    file is never truncated and never reached through a symbolic link (O_NOFOLLOW)."""
+    _make_dir(d)
+    flags = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
+    try:
+        fd = os.open(d / LOCK, flags, 0o600)
+    except OSError as e:
+        if e.errno == errno.ELOOP:
+            raise OSError(errno.ELOOP, f"refusing {d / LOCK}: it is a symbolic link", str(d / LOCK)) from None
+        raise
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(errno.EINVAL, f"refusing {d / LOCK}: not a regular file", str(d / LOCK))
+        fcntl.flock(fd, fcntl.LOCK_EX)
         try:
             yield
         finally:
-            fcntl.flock(f, fcntl.LOCK_UN)
+            fcntl.flock(fd, fcntl.LOCK_UN)
+    finally:
+        os.close(fd)
 
 
 def ensure_demo(state_dir: str | os.PathLike[str] | None = None) -> GeneratedHost:

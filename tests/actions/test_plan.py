@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from nodeconsole.actions.audit import APPLIED, FAILED, IN_PROGRESS, AuditLog, who
-from nodeconsole.actions.lock import HostLock, LockHeld
+from nodeconsole.actions.lock import HostLock, LockHeld, parse_holder
 from nodeconsole.actions.plan import Check, Plan, Step, StepError, build_step, needs_typed_confirmation
 
 REPO = Path(__file__).resolve().parents[2]
@@ -110,7 +110,7 @@ def test_lock_second_taker_is_told_who_holds_it(tmp_path):
         proc.wait(timeout=30)
     # released: the next taker gets it, and leaves nothing behind
     with HostLock(path) as lock:
-        assert lock.held and path.read_text().strip() == str(os.getpid())
+        assert lock.held and parse_holder(path.read_text())["pid"] == os.getpid()
     assert not path.exists()
 
 

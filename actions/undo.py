@@ -1,0 +1,71 @@
+"""Undo: the plan that puts the host back in the state an audit record says it was in before.
+
+Each inverse operation names a target state (the state read before the change); its step kind plans
+from whatever the host looks like now, so an undo reaches that state from anywhere the kinds can. When
+something blocks it (a malformed record, a device gone), the plan is refused with the reason and names
+the next older change that could be undone instead.
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from nodeconsole.actions.audit import FAILED, INTERRUPTED
+from nodeconsole.actions.plan import Check, Plan, RequestError, StepError, build_step
+
+if TYPE_CHECKING:
+    from nodeconsole.actions.runner import ActionHost
+
+
+def _find(host: ActionHost, record_id: str | None) -> tuple[dict[str, Any], list[str]]:
+    log = host.audit
+    try:
+        record = log.latest_undoable() if record_id is None else log.find(record_id)
+    except OSError as e:
+        raise RequestError(f"cannot read the audit log {log.path}: {e.strerror or e}") from None
+    if record is None and record_id is None:
+        raise RequestError(f"nothing to undo: no recorded change in {log.path}")
+    if record is None:
+        raise RequestError(f"no change with id {record_id!r} in {log.path} (see `nodeconsole log`)")
+    return record, [f"{log.path} {p}" for p in log.problems]
+
+
+def plan_undo(host: ActionHost, record_id: str | None = None) -> Plan:
+    """The plan that rolls back audit record `record_id` (the latest undoable change when None).
+    Raises RequestError when there is no such record."""
+    record, problems = _find(host, record_id)
+    rid = record["id"]
+    plan = Plan(action="undo", title=f"Undo {rid}: {record.get('title', record.get('action', ''))}",
+                request={"id": rid}, undoes=rid, rebuild=lambda: plan_undo(host, rid))
+    plan.notes += problems
+    if record.get("undone_by"):
+        plan.checks.append(Check("not undone yet", False, f"{rid} was already undone by {record['undone_by']}"))
+        return plan
+    if record.get("result") in (FAILED, INTERRUPTED):
+        plan.notes.append(f"{rid} was rolled back when it ran ({record['result']}): there is nothing left of it")
+    if record.get("undo_invalid"):
+        plan.checks.append(Check("undo data is readable", False,
+                                 f"the record's undo data is damaged ({record['undo_invalid']})"))
+    for n, op in enumerate(record.get("undo") or [], 1):
+        try:
+            step = build_step(host, op)
+        except StepError as e:
+            plan.checks.append(Check(f"undo step {n} can be built", False, str(e)))
+            continue
+        if step is not None:
+            plan.steps.append(step)
+    if not plan.ok:
+        _offer_older(host, plan, rid)
+    return plan
+
+
+def _offer_older(host: ActionHost, plan: Plan, rid: str) -> None:
+    """A blocked undo names the next older change that could be rolled back instead."""
+    try:
+        older = host.audit.older_undoable(rid)
+    except OSError:
+        return
+    fix = (f"the next older change is {older['id']} ({older.get('title', '')}): "
+           f"`nodeconsole undo {older['id']} --apply`" if older else "no older change is left to undo")
+    failed = [i for i, c in enumerate(plan.checks) if not c.ok]
+    c = plan.checks[failed[-1]]
+    plan.checks[failed[-1]] = Check(c.title, c.ok, c.reason, (c.fix + "\n" if c.fix else "") + fix)
