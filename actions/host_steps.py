@@ -25,11 +25,44 @@ _VFIO_WAIT_S = 2.0  # /dev/vfio/N comes from devtmpfs/udev right after the bind;
 
 
 def read_raw(root: Root, rel: str) -> str | None:
-    """A file's exact content (Root.read strips), None when absent."""
+    """A file's exact content (Root.read strips), None when absent (or not a regular file inside the
+    root: Root's contained, bounded read)."""
+    data = root.read_bytes(rel)
+    return None if data is None else data.decode("utf-8", "replace")
+
+
+def target_path(root: Root, rel: str) -> Path:
+    """Where to write `rel` below the root; StepError when it (or a link on the way) leads out of it."""
     try:
-        return root.p(rel).read_text(encoding="utf-8")
-    except (FileNotFoundError, NotADirectoryError):
-        return None
+        return Path(root.writable(rel))
+    except PermissionError as e:
+        raise StepError(f"refusing a path outside the root: {e}") from None
+
+
+def missing_dirs(root: Root, rel: str) -> list[str]:
+    """The directories above `rel` that do not exist yet, deepest first (root-relative)."""
+    made = []
+    d = os.path.dirname(rel)
+    while d and not root.exists(d):
+        made.append(d)
+        d = os.path.dirname(d)
+    return made
+
+
+def make_parents(root: Root, rel: str) -> list[str]:
+    """mkdir -p the directory of `rel`; returns the directories it made, deepest first."""
+    made = missing_dirs(root, rel)
+    target_path(root, rel).parent.mkdir(parents=True, exist_ok=True)
+    return made
+
+
+def remove_dirs(root: Root, dirs: list[str]) -> None:
+    """rmdir each (deepest first) that is empty; stops at the first that is not."""
+    for sub in dirs:
+        try:
+            target_path(root, sub).rmdir()
+        except (OSError, StepError):
+            break  # not empty or gone: leave it
 
 
 def pci_state(root: Root, address: str) -> tuple[str | None, str | None]:
@@ -166,36 +199,33 @@ def file_step(host: ActionHost, op: Op) -> Step | None:
         raise StepError(f"refusing a path outside the root: {rel}")
     content = op.get("content")
     root: Root = host.root
+    target_path(root, rel)
     current = read_raw(root, rel)
     if current == content:
         return None
-    made = []
-    d = os.path.dirname(rel)
-    while d and not root.exists(d):
-        made.append(d)
-        d = os.path.dirname(d)
+    made = missing_dirs(root, rel)
     inverse = {"kind": "file", "path": rel, "content": current, "remove_dirs": made if current is None else []}
 
     def apply() -> None:
-        path = root.p(rel)
+        path = target_path(root, rel)
         if content is None:
             if os.path.lexists(path):
                 os.unlink(path)
-            for sub in op.get("remove_dirs") or []:
-                try:
-                    root.p(sub).rmdir()
-                except OSError:
-                    break  # not empty or gone: leave it
+            remove_dirs(root, op.get("remove_dirs") or [])
             return
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+        created = make_parents(root, rel)
         try:
-            with os.fdopen(fd, "w", encoding="utf-8") as f:
-                f.write(content)
-            os.chmod(tmp, 0o644)
-            os.replace(tmp, path)
+            fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+            try:
+                with os.fdopen(fd, "w", encoding="utf-8") as f:
+                    f.write(content)
+                os.chmod(tmp, 0o644)
+                os.replace(tmp, path)
+            except BaseException:
+                Path(tmp).unlink(missing_ok=True)
+                raise
         except BaseException:
-            Path(tmp).unlink(missing_ok=True)
+            remove_dirs(root, created)  # a failed write leaves the host as it was
             raise
 
     def verify() -> str | None:

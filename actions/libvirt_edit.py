@@ -31,6 +31,20 @@ _AFFECT_CONFIG = 2  # libvirt.VIR_DOMAIN_AFFECT_CONFIG
 _XML_INACTIVE = 2  # libvirt.VIR_DOMAIN_XML_INACTIVE
 
 
+
+_XML_REF = re.compile(r"&(?:#([0-9]+)|#x([0-9a-fA-F]+)|(amp|lt|gt|quot|apos));")
+_XML_NAMED = {"amp": "&", "lt": "<", "gt": ">", "quot": '"', "apos": "'"}
+
+
+def xml_text(raw: str) -> str:
+    """XML character data with its entity and character references replaced (what a parser returns)."""
+    def one(m: re.Match[str]) -> str:
+        if m.group(3):
+            return _XML_NAMED[m.group(3)]
+        code = int(m.group(1), 10) if m.group(1) else int(m.group(2), 16)
+        return chr(code) if 0 < code <= 0x10FFFF else m.group(0)
+    return _XML_REF.sub(one, raw)
+
 class DomainConfigError(Exception):
     """A domain's configuration cannot be read or changed; the message says why."""
 
@@ -239,8 +253,8 @@ class NodeFileDomainConfig(DomainConfig):
                     continue
                 body, start, end = dm.group(0), dm.start(), dm.end()
             n = _NAME_RE.search(body)
-            if n:
-                out.append((n.group(1), where, start, end))
+            if n:  # the name as libvirt reads it: `a&amp;b` is the VM `a&b`
+                out.append((xml_text(n.group(1)), where, start, end))
         return out
 
     def _find(self, vm: str) -> tuple[Path, int, int]:

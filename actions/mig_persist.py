@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from nodeconsole.actions.host_steps import read_raw
+from nodeconsole.actions.host_steps import make_parents, missing_dirs, read_raw, remove_dirs, target_path
 from nodeconsole.actions.mig import _label, mig_state_for, pinned, plan_mig
 from nodeconsole.actions.mig_planner import format_layout
 from nodeconsole.actions.plan import Check, Op, Plan, RequestError, Step, StepError, build_step, step_kind
@@ -139,25 +139,33 @@ def symlink_step(host: ActionHost, op: Op) -> Step | None:
     rel, target = op["path"].lstrip("/"), op.get("target")
     if ".." in rel.split("/"):
         raise StepError(f"refusing a path outside the root: {rel}")
-    path = host.root.p(rel)
+    path = target_path(host.root, rel)
     current = os.readlink(path) if os.path.islink(path) else None
     if current == target and (target is not None or not os.path.lexists(path)):
         return None
     if current is None and os.path.lexists(path):
         raise StepError(f"/{rel} exists and is not a link; remove it first")
+    made = missing_dirs(host.root, rel) if current is None else []
 
     def apply() -> None:
-        if os.path.islink(path):
-            os.unlink(path)
-        if target is not None:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            os.symlink(target, path)
+        where = target_path(host.root, rel)
+        if os.path.islink(where):
+            os.unlink(where)
+        if target is None:
+            remove_dirs(host.root, op.get("remove_dirs") or [])
+            return
+        created = make_parents(host.root, rel)
+        try:
+            os.symlink(target, where)
+        except BaseException:
+            remove_dirs(host.root, created)  # a failed link leaves the host as it was
+            raise
 
     def verify() -> str | None:
         now = os.readlink(path) if os.path.islink(path) else None
         return None if now == target else f"/{rel} points at {now or 'nothing'}, expected {target or 'no link'}"
 
-    inverse = {"kind": "symlink", "path": rel, "target": current}
+    inverse = {"kind": "symlink", "path": rel, "target": current, "remove_dirs": made}
     if target is None:
         return Step(f"Disable {os.path.basename(rel)}", "nothing needs it any more", (f"rm /{rel}",), dict(op),
                     inverse, apply, verify)

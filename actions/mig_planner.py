@@ -18,7 +18,7 @@ from itertools import combinations
 Placement = tuple[int, int]  # (start, size) in memory slices
 CiSpec = tuple[int, int, int]  # (compute instance profile id, start, size) inside its GPU instance
 
-_ITEM = re.compile(r"^(?P<name>[A-Za-z0-9.+_-]+?)(?:@(?P<start>\d+))?(?:\*(?P<count>\d+))?$")
+_ITEM = re.compile(r"^(?P<name>[A-Za-z0-9.+_-]+?)(?:@(?P<start>[0-9]+))?(?:\*(?P<count>[0-9]+))?$")
 EMPTY_WORDS = ("", "none", "empty")
 # Compute instance profile (NVML enum = id for CI profiles) spanning a whole GPU instance of N slices:
 # what `nvidia-smi mig -cgi ... -C` creates.
@@ -124,7 +124,7 @@ def parse_layout(text: str, profiles: Sequence[Profile]) -> list[Wanted]:
         if start is not None and count is not None:
             raise LayoutError(f"{item!r}: a pinned instance (@START) is one instance; list each one")
         prof = by_name.get(name) or next((p for p in profiles if p.name.lower() == name.lower()), None)
-        if prof is None and name.isdigit():
+        if prof is None and name.isascii() and name.isdigit():
             prof = next((p for p in profiles if p.profile_id == int(name)), None)
         if prof is None:
             raise LayoutError(f"this GPU has no MIG profile {name!r}; it offers: {offered}")

@@ -9,6 +9,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, NoReturn
 
 from nodeconsole.console import __version__
+from nodeconsole.console.argtypes import seconds
 
 if TYPE_CHECKING:
     from nodeconsole.console.seams import Seams
@@ -62,7 +63,7 @@ def build_parser(load: bool = True) -> argparse.ArgumentParser:
     parser = _Parser(prog="nodeconsole", parents=[common],
                      description="Console for GPU virtualization hosts (KVM/libvirt + NVIDIA GPUs).")
     parser.add_argument("--version", action="version", version=f"nodeconsole {__version__}")
-    parser.add_argument("--interval", type=float, default=1.0, metavar="S",
+    parser.add_argument("--interval", type=seconds, default=1.0, metavar="S",
                         help="refresh interval of the console in seconds (default 1)")
     parser.add_argument("--theme", default=None,
                         help="console theme: dark, light or contrast (high contrast, reads well with 16 colours)")

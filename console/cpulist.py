@@ -4,7 +4,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 
-_PART = re.compile(r"^(\d+)(?:-(\d+))?$")
+_PART = re.compile(r"^([0-9]+)(?:-([0-9]+))?$")  # ASCII digits only
 MAX_CPUS = 1 << 16
 
 

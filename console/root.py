@@ -2,11 +2,21 @@
 
 Captured trees hold dangling relative symlinks and loops: nothing here follows links recursively; links
 are read with readlink and resolved textually against the root.
+
+Reads stay inside the root: below any root other than `/`, a path is resolved (links followed) and one
+that leads out of the root reads as absent (`ln -s /etc/shadow ROOT/proc/sys/kernel/hostname` is not
+the host name). Only regular files are read (a FIFO, a device or a socket reads as absent, and opening
+never blocks), at most MAX_READ bytes (a larger file reads as absent).
 """
 from __future__ import annotations
 
 import os
+import stat
 from pathlib import Path
+
+# Any sysfs attribute is one page at most; /proc/cpuinfo of a 1024-CPU host is about 1.5 MiB.
+MAX_READ = 4 << 20
+_OPEN_FLAGS = os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC
 
 
 class Root:
@@ -15,6 +25,10 @@ class Root:
 
     def __init__(self, path: str | os.PathLike[str] = "/") -> None:
         self.path = Path(path)
+        self._base = os.path.join(os.fspath(self.path), "")
+        self._real = os.path.realpath(self.path)
+        self._prefix = os.path.join(self._real, "")
+        self._whole = self._real == "/"  # nothing can lead out of `/`
 
     def __repr__(self) -> str:
         return f"Root({str(self.path)!r})"
@@ -22,17 +36,71 @@ class Root:
     def p(self, rel: str) -> Path:
         return self.path / rel.lstrip("/")
 
+    # -- containment --
+    def inside(self, path: str | os.PathLike[str]) -> bool:
+        """True when the (already resolved) absolute `path` lies in the root."""
+        real = os.fspath(path)
+        return self._whole or real == self._real or real.startswith(self._prefix)
+
+    def resolve(self, rel: str) -> str | None:
+        """The path of `rel` with every link followed, None when it leads out of the root."""
+        path = self._base + rel.lstrip("/")
+        if self._whole:
+            return path
+        real = os.path.realpath(path)
+        return real if self.inside(real) else None
+
+    def resolve_parent(self, rel: str) -> str | None:
+        """`rel` with its directory resolved (the last component is not followed: a link stays a link),
+        None when the directory leads out of the root."""
+        rel = rel.strip("/")
+        head, name = os.path.split(rel)
+        if not name:
+            return self.resolve(rel)
+        parent = self.resolve(head)
+        return None if parent is None else os.path.join(parent, name)
+
+    # -- reads --
+    def read_bytes(self, rel: str, limit: int = MAX_READ) -> bytes | None:
+        """The content of a regular file inside the root, None when absent, unreadable, not a regular
+        file, larger than `limit` or leading out of the root. PermissionError is raised."""
+        path = self.resolve(rel)
+        if path is None:
+            return None
+        try:
+            # stat first: opening a device can have effects of its own; O_NONBLOCK: a FIFO put in
+            # its place between the two calls cannot block the open
+            if not stat.S_ISREG(os.stat(path).st_mode):
+                return None
+            fd = os.open(path, _OPEN_FLAGS if self._whole else _OPEN_FLAGS | os.O_NOFOLLOW)
+        except PermissionError:
+            raise
+        except OSError:
+            return None
+        try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                return None
+            data = os.read(fd, 65536)  # sysfs attributes are one page at most: one read
+            if len(data) == 65536:  # procfs files (cpuinfo) can be longer
+                chunks, total = [data], len(data)
+                while chunk := os.read(fd, 65536):
+                    total += len(chunk)
+                    if total > limit:
+                        return None
+                    chunks.append(chunk)
+                data = b"".join(chunks)
+            return data if len(data) <= limit else None
+        except PermissionError:
+            raise
+        except OSError:  # EISDIR, and EINVAL/EIO from some sysfs attributes: like absent
+            return None
+        finally:
+            os.close(fd)
+
     def read(self, rel: str) -> str | None:
         """File content stripped of surrounding whitespace, None when absent or unreadable."""
-        try:
-            with open(self.p(rel), "rb") as f:
-                return f.read().decode("utf-8", "replace").strip()
-        except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
-            return None
-        except OSError as e:  # EINVAL/EIO reading some sysfs attributes; treat like absent
-            if isinstance(e, PermissionError):
-                raise
-            return None
+        data = self.read_bytes(rel)
+        return None if data is None else data.decode("utf-8", "replace").strip()
 
     def read_int(self, rel: str, base: int = 10) -> int | None:
         text = self.read(rel)
@@ -44,20 +112,28 @@ class Root:
             return None
 
     def exists(self, rel: str) -> bool:
-        return os.path.lexists(self.p(rel))
+        path = self.resolve_parent(rel)
+        return path is not None and os.path.lexists(path)
 
     def isdir(self, rel: str) -> bool:
-        return self.p(rel).is_dir()
+        path = self.resolve(rel)
+        return path is not None and os.path.isdir(path)
 
     def listdir(self, rel: str) -> list[str]:
+        path = self.resolve(rel)
+        if path is None:
+            return []
         try:
-            return sorted(os.listdir(self.p(rel)))
+            return sorted(os.listdir(path))
         except (FileNotFoundError, NotADirectoryError):
             return []
 
     def readlink(self, rel: str) -> str | None:
+        path = self.resolve_parent(rel)
+        if path is None:
+            return None
         try:
-            return os.readlink(self.p(rel))
+            return os.readlink(path)
         except OSError:
             return None
 
@@ -74,3 +150,15 @@ class Root:
         """Basename of a symlink's target (e.g. the driver name of `.../driver`)."""
         target = self.readlink(rel)
         return os.path.basename(target.rstrip("/")) if target else None
+
+    # -- writes (files the console itself writes below the root: configs, the demo's tree) --
+    def writable(self, rel: str) -> str:
+        """The path to write `rel` at: its nearest existing ancestor must resolve inside the root (the
+        directories still missing will be made below it). Raises PermissionError otherwise."""
+        rel = rel.strip("/")
+        head = os.path.dirname(rel)
+        while head and not os.path.lexists(self._base + head):
+            head = os.path.dirname(head)
+        if self.resolve(head) is None or ".." in rel.split("/"):
+            raise PermissionError(f"/{rel} leads out of the root {self.path}")
+        return self._base + rel

@@ -58,7 +58,14 @@ def demo_host(state_dir: Path | None = None, libvirt_uri: str | None = None) -> 
     host = ensure_demo(state_dir)
     root = Root(host.root)
     # The demo stands for a root session: MIG changes are allowed as they would be for root.
-    lib = SimulatedNvml.from_file(host.nvml_state, root=root, privileged=True)
+    try:
+        lib = SimulatedNvml.from_file(host.nvml_state, root=root, privileged=True)
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:  # a corrupt or truncated file
+        from nodeconsole.console.cli import UsageError
+
+        reason = (e.strerror if isinstance(e, OSError) else None) or str(e).splitlines()[0] or type(e).__name__
+        raise UsageError(f"the demo host's NVML state {host.nvml_state} is unreadable ({reason}); "
+                         "run `nodeconsole demo reset`") from None
     return Seams(root=root, libvirt_uri=libvirt_uri or host.libvirt_uri, nvml_lib=lib,
                  demo_dir=Path(host.root).parent, state_dir=Path(host.root).parent,
                  vm_load=demo_vm_cpu_percent)

@@ -317,16 +317,22 @@ def parse_text(text: str, *, last_line_complete: bool = True) -> ParsedOutput:
     return Parser().feed_all(lines)
 
 
+MAX_SIZE = 1 << 40  # 1 TiB: more than any GPU holds; nccl-tests sizes are size_t
+
+
 def size_arg(text: str | int) -> int:
     """nccl-tests' size syntax: a number with an optional K/M/G suffix (powers of 1024)."""
     if isinstance(text, int):
         if text < 0:
             raise ValueError(f"size must not be negative: {text}")
         return text
-    m = re.fullmatch(r"\s*(\d+)\s*([KkMmGg]?)\s*", text)
+    m = re.fullmatch(r"\s*([0-9]+)\s*([KkMmGg]?)\s*", text)  # ASCII digits only
     if not m:
         raise ValueError(f"{text!r} is not a size (a number with an optional K, M or G suffix)")
-    return int(m.group(1)) * {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30}[m.group(2).lower()]
+    size = int(m.group(1)) * {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30}[m.group(2).lower()]
+    if size > MAX_SIZE:
+        raise ValueError(f"{text.strip()} is out of range (at most {MAX_SIZE >> 30}G)")
+    return size
 
 
 def expected_rows(min_bytes: int, max_bytes: int, factor: int = 2, step_bytes: int = 0) -> int:

@@ -24,7 +24,7 @@ _UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
 
 
 def parse_size(text: str) -> int:
-    m = re.fullmatch(r"(\d+)([KMG]?)", text.strip().upper())
+    m = re.fullmatch(r"([0-9]+)([KMG]?)", text.strip().upper())
     if not m:
         raise argparse.ArgumentTypeError(f"{text!r} is not a size")
     return int(m.group(1)) * _UNITS[m.group(2)]

@@ -12,6 +12,7 @@ import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from nodeconsole.console.argtypes import count
 from nodeconsole.console.cli import UsageError, seams_from_args, subcommand
 
 if TYPE_CHECKING:  # the actions are imported when a command runs
@@ -44,7 +45,8 @@ def configure_release(p: argparse.ArgumentParser) -> None:
 @subcommand("log", "list the recorded changes (the audit log)")
 def configure_log(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="print the records as JSON lines")
-    p.add_argument("-n", "--last", type=int, default=0, metavar="N", help="only the last N changes")
+    p.add_argument("-n", "--last", type=count(0, 1 << 62, "count"), default=0,
+                   metavar="N", help="only the last N changes")
     p.set_defaults(func=run_log)
 
 

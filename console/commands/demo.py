@@ -18,6 +18,8 @@ def run(args: argparse.Namespace) -> int:
 
     if getattr(args, "root", None):
         raise UsageError("demo reset works on the demo host, not on --root")
+    if getattr(args, "libvirt", None) is not None:
+        raise UsageError("demo reset takes no --libvirt (the demo host has its own libvirt)")
     try:
         host = reset_demo()
     except OSError as e:  # e.g. a symbolic link planted as the lock file: refused, nothing touched

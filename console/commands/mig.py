@@ -51,6 +51,10 @@ def run_mig(args: argparse.Namespace) -> int:
         return _show(host, target)
     if args.layout is not None and args.off:
         raise UsageError("give a LAYOUT or --off, not both")
+    if args.layout is not None and not args.layout.strip():
+        # an empty word is no layout: it must not turn MIG mode on (a GPU reset on real hardware)
+        raise UsageError("empty LAYOUT: give profiles (e.g. 3g.40gb,1g.10gb*2), `none` for MIG on without "
+                         "instances, or --off")
     from nodeconsole.actions.mig import plan_mig
 
     return _execute(args, host, lambda: plan_mig(host, host.snapshot(), target, args.layout, args.off))

@@ -13,11 +13,12 @@ import dataclasses
 import json
 import math
 import os
+import stat
 import sys
 from collections.abc import Iterable
-from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
+from nodeconsole.console.argtypes import MAX_COUNT, count, seconds
 from nodeconsole.console.cli import UsageError, _common, seams_from_args, subcommand
 
 if TYPE_CHECKING:  # the NCCL checks are imported when a command runs
@@ -49,7 +50,7 @@ def configure(p: argparse.ArgumentParser) -> None:
     sc.add_argument("--run", action="store_true", help="run all_reduce_perf (or the PyTorch benchmark)")
     sc.add_argument("--binary", metavar="PATH", help="all_reduce_perf to run (default: $NODECONSOLE_ALL_REDUCE_PERF, "
                                                      "else from PATH, else the PyTorch benchmark)")
-    sc.add_argument("--timeout", type=float, default=600.0, metavar="S", help="stop the run after S seconds (600)")
+    sc.add_argument("--timeout", type=seconds, default=600.0, metavar="S", help="stop the run after S seconds (600)")
     sc.add_argument("--nvlink", action="store_true", default=None,
                     help="the GPUs are connected by NVLink (the snapshot cannot tell; default: assume not)")
     sc.add_argument("--json", action="store_true", help="print findings and results as JSON")
@@ -59,10 +60,10 @@ def configure(p: argparse.ArgumentParser) -> None:
     sm = sub.add_parser("command", parents=[common], help="print the command line of a multi-node check",
                         description="Build (never launch) the mpirun or torchrun command of a multi-node check.")
     sm.add_argument("--hosts", required=True, metavar="H1,H2", help="host names, comma separated")
-    sm.add_argument("--gpus-per-host", required=True, type=int, metavar="N")
+    sm.add_argument("--gpus-per-host", required=True, type=count(1, 1024, "GPU count"), metavar="N")
     sm.add_argument("--launcher", choices=("mpirun", "torchrun"), default="mpirun")
-    sm.add_argument("--binary", default="all_reduce_perf", metavar="PATH",
-                    help="all_reduce_perf path on the hosts (mpirun)")
+    sm.add_argument("--binary", default=None, metavar="PATH",
+                    help="all_reduce_perf path on the hosts (mpirun only; default all_reduce_perf)")
     sm.add_argument("--env", action="append", default=[], metavar="NAME=VALUE",
                     help="environment for every rank, e.g. NCCL_SOCKET_IFNAME==eth0 (repeatable)")
     sm.add_argument("--json", action="store_true", help="print the command(s) as JSON")
@@ -73,7 +74,7 @@ def configure(p: argparse.ArgumentParser) -> None:
 def _sweep_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("-b", "--min-bytes", default="8", metavar="SIZE", help="smallest message (8; K/M/G suffixes)")
     p.add_argument("-e", "--max-bytes", default="1G", metavar="SIZE", help="largest message (1G)")
-    p.add_argument("-f", "--factor", type=int, default=2, metavar="N", help="size step factor (2)")
+    p.add_argument("-f", "--factor", type=count(1, MAX_COUNT, "factor"), default=2, metavar="N", help="size step factor (2)")
 
 
 def _sweep(args: argparse.Namespace) -> list[str]:
@@ -141,22 +142,44 @@ def parsed_dict(parsed: ParsedOutput) -> dict[str, object]:
 
 
 # -- parse -----------------------------------------------------------------------------------------------
+MAX_OUTPUT = 64 << 20  # a long all_reduce_perf log with NCCL_DEBUG=INFO is a few MiB
+
+
+def _read_output(name: str) -> str:
+    """An output file's text: a regular file of at most MAX_OUTPUT bytes (never blocks on a FIFO, never
+    reads /dev/zero); anything else is a UsageError."""
+    try:
+        fd = os.open(name, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except FileNotFoundError:
+        raise UsageError(f"{name}: no such file") from None
+    except OSError as e:
+        raise UsageError(f"{name}: cannot read it ({e.strerror or e})") from None
+    mode = os.fstat(fd).st_mode
+    if not stat.S_ISREG(mode):
+        os.close(fd)
+        if stat.S_ISDIR(mode):
+            raise UsageError(f"{name}: is a directory, not an output file")
+        raise UsageError(f"{name}: not a regular file (give a file, or - for standard input)")
+    with os.fdopen(fd, "rb") as f:
+        try:
+            data = f.read(MAX_OUTPUT + 1)
+        except OSError as e:
+            raise UsageError(f"{name}: cannot read it ({e.strerror or e})") from None
+    if len(data) > MAX_OUTPUT:
+        raise UsageError(f"{name}: larger than {MAX_OUTPUT >> 20} MiB, not an all_reduce_perf output")
+    return data.decode("utf-8", "replace")
+
+
 def run_parse(args: argparse.Namespace) -> int:
     from nodeconsole.actions.nccl.expect import verdict
     from nodeconsole.actions.nccl.parse import parse_text
 
     if args.file == "-":
-        text = sys.stdin.read()
+        text = sys.stdin.read(MAX_OUTPUT + 1)
+        if len(text) > MAX_OUTPUT:
+            raise UsageError(f"standard input: larger than {MAX_OUTPUT >> 20} MiB, not an all_reduce_perf output")
     else:
-        path = Path(args.file)
-        try:
-            text = path.read_text(errors="replace")
-        except FileNotFoundError:
-            raise UsageError(f"{args.file}: no such file") from None
-        except IsADirectoryError:
-            raise UsageError(f"{args.file}: is a directory, not an output file") from None
-        except OSError as e:
-            raise UsageError(f"{args.file}: cannot read it ({e.strerror or e})") from None
+        text = _read_output(args.file)
     parsed = parse_text(text)
     findings = verdict(parsed)
     if args.json:
@@ -297,6 +320,8 @@ def _print_plan(plan: LocalPlan, report: PreflightReport, cmd: LocalCommand | No
 def run_command(args: argparse.Namespace) -> int:
     from nodeconsole.actions.nccl.commands import format_command, mpirun_command, torchrun_commands, validate_env
 
+    if args.launcher == "torchrun" and args.binary is not None:
+        raise UsageError("--binary is for --launcher mpirun (torchrun runs the PyTorch benchmark)")
     hosts = [h.strip() for h in args.hosts.split(",")]
     if any(not h for h in hosts):
         raise UsageError(f"--hosts {args.hosts!r}: an empty host name")
@@ -310,7 +335,7 @@ def run_command(args: argparse.Namespace) -> int:
     try:
         env = validate_env(env)
         if args.launcher == "mpirun":
-            lines = [("", mpirun_command(hosts, args.gpus_per_host, args.binary, sweep, env))]
+            lines = [("", mpirun_command(hosts, args.gpus_per_host, args.binary or "all_reduce_perf", sweep, env))]
             envs: dict[str, str] = {}
         else:
             lines = list(torchrun_commands(hosts, args.gpus_per_host, sweep))

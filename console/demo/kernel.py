@@ -33,7 +33,11 @@ class Kernel:
         self.root = root if isinstance(root, Root) else Root(root)
 
     def write(self, path: str, text: str) -> None:
-        fd = os.open(self.root.p(path), os.O_WRONLY | os.O_TRUNC)
+        where = self.root.resolve(path)
+        if where is None:
+            raise PermissionError(errno.EACCES, f"{os.strerror(errno.EACCES)}: leads out of {self.root.path}",
+                                  "/" + path.lstrip("/"))
+        fd = os.open(where, os.O_WRONLY | os.O_TRUNC | os.O_NONBLOCK)
         try:
             os.write(fd, text.encode())
         finally:
@@ -101,6 +105,7 @@ class SimulatedKernel(Kernel):
         given = path.lstrip("/")
         try:
             resolved = ops.resolve(self.base, given)
+            self._contained(resolved)
             self._inject(given, resolved, text)
             target = self.base / resolved
             if not os.path.lexists(target):
@@ -112,6 +117,18 @@ class SimulatedKernel(Kernel):
             self.log.append(WriteRecord(path, text, repr(e)))
             raise
         self.log.append(WriteRecord(path, text))
+
+    # where the simulated kernel itself writes, besides the device directory of the write
+    _TREES = ("sys/devices", ops.PCI_DEVICES, ops.PCI_DRIVERS, ops.GROUPS, "sys/bus/mdev", "sys/class/mdev_bus",
+              "dev/vfio", ops.SIM)
+
+    def _contained(self, resolved: str) -> None:
+        """Every directory a write changes resolves inside the demo root (a link planted in the tree,
+        `ln -s /elsewhere ROOT/sys/bus/pci/drivers`, must not carry the simulation's writes out)."""
+        for rel in (os.path.dirname(resolved),) + self._TREES:
+            if self.root.resolve(rel) is None:
+                raise PermissionError(errno.EACCES, f"{os.strerror(errno.EACCES)}: /{rel} leads out of the "
+                                      f"demo root {self.base}", "/" + rel)
 
     def _inject(self, given: str, resolved: str, text: str) -> None:
         for rule in self.rules:

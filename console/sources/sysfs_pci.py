@@ -91,9 +91,9 @@ def _read_function(fs: SysfsRoot, rel: str, address: str, node_cpus: dict[int, f
     def read(attr: str) -> str | None:
         return fs.read(f"{rel}/{attr}") if attr in entries else None
 
-    vendor, device = to_int(read("vendor"), 16), to_int(read("device"), 16)
-    if vendor is None or device is None:
-        return None
+    # a partial tree (a capture that missed some files) still holds the function: unknown ids read as
+    # 0000, as lstopo shows them
+    vendor, device = to_int(read("vendor"), 16) or 0, to_int(read("device"), 16) or 0
     class_id = to_int(read("class"), 16)
     if class_id is None or not 0 <= class_id <= 0xFFFFFF:
         class_id = 0
@@ -104,7 +104,8 @@ def _read_function(fs: SysfsRoot, rel: str, address: str, node_cpus: dict[int, f
     if not local:  # local_cpus wins over local_cpulist when both exist (they can disagree)
         local = to_cpulist(read("local_cpulist"))
     override = read("driver_override")
-    virtfns = sorted((e for e in entries if e.startswith("virtfn") and e[6:].isdigit()), key=lambda e: int(e[6:]))
+    virtfns = sorted((e for e in entries if e.startswith("virtfn") and e[6:].isascii() and e[6:].isdigit()),
+                     key=lambda e: int(e[6:]))
     above = ancestors(fs.link_target(rel), address)
     link = PciLink(current_speed=read("current_link_speed") or "", current_width=to_int(read("current_link_width")),
                    max_speed=read("max_link_speed") or "", max_width=to_int(read("max_link_width")))

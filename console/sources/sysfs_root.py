@@ -5,7 +5,6 @@ the rest of the host.
 """
 from __future__ import annotations
 
-import os
 import re
 
 from nodeconsole.console.cpulist import parse_cpulist, parse_cpumask
@@ -20,40 +19,21 @@ PCI_COMPONENT = re.compile(r"^[0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0
 class SysfsRoot(Root):
     """The Root seam as the sysfs source reads it: NUL padding dropped (some captured files end in
     "0-31\\n\\0"), unreadable directories (symlink loops) listed as empty, permission errors raised.
-    Over a plain Root it uses string paths and raw os calls, since pathlib costs ~10 µs a call and one
-    host is a few thousand reads; a Root subclass with its own read/listdir/readlink is used as is."""
+    Over a plain Root it reads with Root's own contained, bounded reads; a Root subclass with its own
+    read/listdir/readlink is used as is."""
 
     def __init__(self, root: Root) -> None:
         super().__init__(root.path)
         self.inner = root
         kind = type(root)
         self.fast = all(getattr(kind, m) is getattr(Root, m) for m in ("p", "read", "listdir", "readlink"))
-        self.base = os.path.join(os.fspath(root.path), "")
 
     def read(self, rel: str) -> str | None:
         if not self.fast:
             text = self.inner.read(rel)
-        else:
-            try:
-                fd = os.open(self.base + rel.lstrip("/"), os.O_RDONLY)
-            except PermissionError:
-                raise
-            except OSError:  # absent, not a directory, dangling or looping link
-                return None
-            try:
-                data = os.read(fd, 65536)  # sysfs attributes are one page at most: one read
-                if len(data) == 65536:  # procfs files (cpuinfo) can be longer
-                    chunks = [data]
-                    while chunk := os.read(fd, 65536):
-                        chunks.append(chunk)
-                    data = b"".join(chunks)
-            except PermissionError:
-                raise
-            except OSError:  # EISDIR, and EINVAL/EIO from some sysfs attributes: like absent
-                return None
-            finally:
-                os.close(fd)
-            text = data.decode("utf-8", "replace").strip()
+        else:  # Root's bounded, contained read of regular files
+            data = Root.read_bytes(self, rel)
+            text = None if data is None else data.decode("utf-8", "replace").strip()
         if text is not None and "\x00" in text:
             text = text.replace("\x00", "").strip()
         return text
@@ -62,7 +42,7 @@ class SysfsRoot(Root):
         try:
             if not self.fast:
                 return self.inner.listdir(rel)
-            return sorted(os.listdir(self.base + rel.lstrip("/")))
+            return Root.listdir(self, rel)
         except PermissionError:
             raise
         except OSError:  # ELOOP, ENOENT, ENOTDIR: nothing to list
@@ -71,10 +51,7 @@ class SysfsRoot(Root):
     def readlink(self, rel: str) -> str | None:
         if not self.fast:
             return self.inner.readlink(rel)
-        try:
-            return os.readlink(self.base + rel.lstrip("/"))
-        except OSError:
-            return None
+        return Root.readlink(self, rel)
 
 
 def to_int(text: str | None, base: int = 10) -> int | None:

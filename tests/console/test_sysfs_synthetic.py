@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
+from nodeconsole.console import root as root_module
 from nodeconsole.console.pciids import PciIds
 from nodeconsole.console.root import Root
-from nodeconsole.console.sources import sysfs_root
 from nodeconsole.console.sources.sysfs import cpu_vendor, read_sysfs
 from nodeconsole.console.sources.types import SourceError
 from tests.console.sysfs_tree import FakeSys
@@ -301,17 +301,19 @@ def test_malformed_values_do_not_crash(tmp_path: Path) -> None:
     t.write("sys/bus/pci/devices/0000:17:00.0/current_link_width", "wide")
     t.write("sys/bus/pci/devices/0000:17:00.0/sriov_totalvfs", "-")
     t.pci("0000:18:00.0")
-    os.unlink(tmp_path / "sys/devices/pci0000:18/0000:18:00.0/vendor")  # cannot be a device: skipped
-    t.write("sys/bus/pci/devices/0000:19:00.0/vendor", "0x10de")  # a plain dir without device id
+    os.unlink(tmp_path / "sys/devices/pci0000:18/0000:18:00.0/vendor")  # partial: kept, vendor unknown
+    t.write("sys/bus/pci/devices/0000:19:00.0/vendor", "0x10de")  # a plain dir without device id: kept
     (tmp_path / "sys/bus/pci/devices/not-an-address").mkdir()
     data = read(tmp_path)
     assert [c.id for c in data.cpus] == [0, 1]  # the online list is unreadable: per-CPU files decide
     assert data.cpus[1].siblings == (1,) and data.cpus[1].core_id == -1
     assert [(n.id, n.cpus, n.memory_kib, n.distances, n.hugepages) for n in data.numa_nodes] == [
         (0, (0, 1), 10, (10, 20), ((2048, 0),)), (1, (), 0, (), ((2048, 0),))]
-    [dev] = data.pci_devices
+    dev, partial, bare = data.pci_devices  # a partial tree is read for what it holds (as lstopo does)
     assert (dev.address, dev.class_id, dev.numa_node, dev.link.current_width, dev.sriov_totalvfs) == (
         "0000:17:00.0", 0, None, None, None)
+    assert (partial.address, partial.vendor_id, partial.device_id) == ("0000:18:00.0", 0, 0x2330)
+    assert (bare.address, bare.vendor_id, bare.device_id) == ("0000:19:00.0", 0x10DE, 0)
 
 
 def test_dangling_links_and_loops(tmp_path: Path) -> None:
@@ -343,7 +345,7 @@ def test_dangling_links_and_loops(tmp_path: Path) -> None:
 
 def test_permission_denied_is_a_source_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     gpu_host(FakeSys(tmp_path))
-    denied = str(tmp_path / "sys/bus/pci/devices/0000:17:00.0/class")
+    denied = os.path.realpath(tmp_path / "sys/bus/pci/devices/0000:17:00.0/class")  # reads resolve links
     real_open = os.open
 
     def fake_open(path, flags, *args):
@@ -351,7 +353,7 @@ def test_permission_denied_is_a_source_error(tmp_path: Path, monkeypatch: pytest
             raise PermissionError(13, "Permission denied", path)
         return real_open(path, flags, *args)
 
-    monkeypatch.setattr(sysfs_root.os, "open", fake_open)
+    monkeypatch.setattr(root_module.os, "open", fake_open)
     with pytest.raises(SourceError, match=r"permission denied reading .*0000:17:00\.0/class"):
         read(tmp_path)
 

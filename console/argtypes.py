@@ -1,0 +1,45 @@
+"""Strict argument types for the CLI: ASCII digits only (Python's int() and `\\d` also take "٤" or "４"),
+numbers within range, finite positive durations. A bad value raises argparse.ArgumentTypeError (which
+the CLI turns into its one-line usage error, exit 2) or ValueError for the plain parsers."""
+from __future__ import annotations
+
+import argparse
+import math
+import re
+from collections.abc import Callable
+
+_ASCII_INT = re.compile(r"[0-9]+")
+MAX_COUNT = 1 << 20  # GPUs per host, ranks, steps: far beyond any real machine
+
+
+def ascii_int(text: str, what: str = "number") -> int:
+    """A non-negative integer written in ASCII digits (surrounding blanks allowed); ValueError else."""
+    t = text.strip()
+    if not _ASCII_INT.fullmatch(t):
+        raise ValueError(f"{text!r} is not a {what} (ASCII digits 0-9)")
+    return int(t)
+
+
+def count(lo: int = 0, hi: int = MAX_COUNT, what: str = "number") -> Callable[[str], int]:
+    """An argparse type: an ASCII integer from `lo` to `hi`."""
+    def parse(text: str) -> int:
+        try:
+            n = ascii_int(text, what)
+        except ValueError as e:
+            raise argparse.ArgumentTypeError(str(e)) from None
+        if not lo <= n <= hi:
+            raise argparse.ArgumentTypeError(f"{text.strip()} is out of range ({lo} to {hi})")
+        return n
+    parse.__name__ = what  # argparse names the type in its messages
+    return parse
+
+
+def seconds(text: str) -> float:
+    """An argparse type: a finite, positive number of seconds (not nan, inf, 0 or negative)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not text.strip().isascii() or not math.isfinite(value) or value <= 0:
+        raise argparse.ArgumentTypeError(f"{text.strip()!r}: expected a positive, finite number of seconds")
+    return value
