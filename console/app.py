@@ -13,10 +13,12 @@ from typing import TYPE_CHECKING, ClassVar
 from textual import work
 from textual.app import App, SystemCommand
 from textual.binding import BindingType
+from textual.notifications import SeverityLevel
 from textual.screen import Screen
 from textual.timer import Timer
 
 from nodeconsole.console.collector import Collector
+from nodeconsole.console.hosttext import LINE_MAX, lines, visible
 from nodeconsole.console.model import HostSnapshot
 from nodeconsole.console.seams import Seams
 from nodeconsole.screens.base import SnapshotScreen
@@ -71,6 +73,13 @@ class NodeConsoleApp(App):
         self.theme = self._theme_name
         self.switch_mode("overview")
         self.poll_now()
+
+    def notify(self, message: str, *, title: str = "", severity: SeverityLevel = "information",
+               timeout: float | None = None, markup: bool = False) -> None:
+        """Notifications quote host text (VM names in plan titles, libvirt errors): plain text with
+        visible escapes, never markup, whatever the caller asks (a widget's notify lands here too)."""
+        super().notify(lines(message, LINE_MAX), title=visible(title), severity=severity, timeout=timeout,
+                       markup=False)
 
     # -- polling -----------------------------------------------------------------------------------
     def poll_now(self) -> None:

@@ -4,8 +4,9 @@ Bad arguments: one line on stderr, exit 2."""
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, NoReturn
 
 from nodeconsole.console import __version__
@@ -159,14 +160,31 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise UsageError("--interval must be positive")
         if args.command is None:
             return _run_console(args)
-        return int(args.func(args) or 0)
+        with _visible_output():
+            return int(args.func(args) or 0)
     except UsageError as e:
-        print(f"nodeconsole: error: {e}", file=sys.stderr)
+        from nodeconsole.console.hosttext import visible
+
+        print(f"nodeconsole: error: {visible(e)}", file=sys.stderr)
         return EXIT_USAGE
     except KeyboardInterrupt:
         return 130
     except BrokenPipeError:
         return 0
+
+
+@contextlib.contextmanager
+def _visible_output() -> Iterator[None]:
+    """While a subcommand runs, what it prints has control characters made visible: host text (names,
+    plans, audit titles) never reaches the terminal as escape sequences (console/hosttext.py)."""
+    from nodeconsole.console.hosttext import VisibleWriter
+
+    saved = sys.stdout, sys.stderr
+    sys.stdout, sys.stderr = VisibleWriter(saved[0]), VisibleWriter(saved[1])
+    try:
+        yield
+    finally:
+        sys.stdout, sys.stderr = saved
 
 
 def _run_console(args: argparse.Namespace) -> int:

@@ -7,12 +7,14 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from rich.text import Text
 from textual.app import ComposeResult
 from textual.containers import Vertical
 from textual.screen import Screen
 from textual.widgets import Footer, Input, Static
 
 from nodeconsole.screens.widgets.keyed_table import KeyedTable
+from nodeconsole.screens.widgets.text import host_text, plain_text
 
 if TYPE_CHECKING:
     from nodeconsole.console.model import HostSnapshot
@@ -29,13 +31,13 @@ class Banner(Static):
             for name in ("sysfs", "nvml", "libvirt", "psutil"):
                 status = getattr(snap.sources, name)
                 if status not in ("ok", "pending"):
-                    parts.append(f"{name} {status}")
+                    parts.append(f"{name} {status}")  # reasons quote the host (paths, libvirt errors)
         if note:
             parts.append(note)
         text = "\n".join(parts)
         if text != getattr(self, "_shown", None):  # repaint only on change
             self._shown = text
-            self.update(text)
+            self.update(plain_text(text))
             self.display = bool(parts)
 
 
@@ -157,13 +159,18 @@ def tab_strip(title: str) -> str:
     return "".join(tabs)
 
 
-def host_line(snap: HostSnapshot, title: str) -> str:
-    from rich.markup import escape
-
-    iommu = "IOMMU on" if snap.iommu.enabled else "[b]IOMMU OFF[/b]"
+def host_line(snap: HostSnapshot, title: str) -> Text:
+    """The tab strip (our markup) and the host's name (plain text, visible escapes, capped)."""
     states = {n: getattr(snap.sources, n) for n in ("sysfs", "nvml", "libvirt", "psutil")}
     bad = [n for n, v in states.items() if v not in ("ok", "pending")]
-    src = f" [b]degraded: {', '.join(bad)}[/b]" if bad else ""
+    line = Text.from_markup(tab_strip(title))
+    line.append("│ ")
+    line.append_text(host_text(snap.host.hostname or "?"))
+    line.append(" IOMMU on" if snap.iommu.enabled else " ")
+    if not snap.iommu.enabled:
+        line.append("IOMMU OFF", style="bold")
+    if bad:
+        line.append(f" degraded: {', '.join(bad)}", style="bold")
     if any(v == "pending" for v in states.values()):
-        src += " reading…"
-    return f"{tab_strip(title)}│ {escape(snap.host.hostname or '?')} {iommu}{src}"
+        line.append(" reading…")
+    return line

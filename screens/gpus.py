@@ -7,6 +7,7 @@ from textual.app import ComposeResult
 from textual.containers import VerticalScroll
 from textual.widgets import DataTable, Static
 
+from nodeconsole.console.hosttext import show, visible
 from nodeconsole.console.model import HostSnapshot
 from nodeconsole.screens.base import SnapshotScreen
 from nodeconsole.screens.details import gpu_details
@@ -38,23 +39,24 @@ def gpu_panel(snap: HostSnapshot, address: str | None):
     g = snap.gpu(address) if address else None
     if g is None:
         return Text("select a GPU")
-    parts: list = [Text(f"GPU {g.index} {g.address}  {g.name}  owner {owner_text(g)}", style="bold")]
+    # host text (names, drivers, VMs, processes) is plain Text with visible escapes, names capped
+    parts: list = [Text(f"GPU {g.index} {g.address}  {show(g.name)}  owner {show(owner_text(g))}", style="bold")]
     if g.nvml_index is None:
-        parts.append(Text(f"NVML does not see it (driver {g.driver or 'none'}): identity and link from sysfs"))
+        parts.append(Text(f"NVML does not see it (driver {show(g.driver or 'none')}): identity and link from sysfs"))
     if g.mig.mode in ("enabled",) or g.mig.pending_mode == "enabled":
         parts.append(Text(f"MIG {g.mig.mode} (pending {g.mig.pending_mode})"))
         parts.append(slice_bar(g.mig))
         for i in g.mig.instances:
             uuid = (i.uuid[:12] + "…") if i.uuid and len(i.uuid) > 13 else (i.uuid or "")
-            parts.append(Text(f"  {i.profile:9} slices {i.start}-{i.start + i.size - 1}  util N/A  "
-                              f"{uuid:13}  VM {i.vm or '-'}"))
+            parts.append(Text(f"  {show(i.profile):9} slices {i.start}-{i.start + i.size - 1}  util N/A  "
+                              f"{visible(uuid):13}  VM {show(i.vm or '-')}"))
     if g.vgpu.types or g.vgpu.instances:
-        avail = ", ".join(f"{t.name} ({metric(t.available)} free)" for t in g.vgpu.types[:4])
+        avail = ", ".join(f"{show(t.name)} ({metric(t.available)} free)" for t in g.vgpu.types[:4])
         parts.append(Text(f"vGPU types: {avail or '-'}"))
         for i in g.vgpu.instances:
-            parts.append(Text(f"  vGPU {i.type_name} {i.uuid} → VM {i.vm or '-'}"))
+            parts.append(Text(f"  vGPU {show(i.type_name)} {show(i.uuid)} → VM {show(i.vm or '-')}"))
     if g.processes:
-        parts.append(Text("processes: " + ", ".join(f"{p.pid} {p.name} {metric(p.used_memory_mib)}MiB"
+        parts.append(Text("processes: " + ", ".join(f"{p.pid} {show(p.name)} {metric(p.used_memory_mib)}MiB"
                                                     for p in g.processes)))
     parts.append(Text(f"ECC uncorrected {metric(g.ecc_volatile_uncorrected)}  retired pages "
                       f"{metric(g.retired_pages)}  remapped rows pending {metric(g.remapped_rows_pending)} "
@@ -62,7 +64,7 @@ def gpu_panel(snap: HostSnapshot, address: str | None):
                       f"power {metric(g.power_w, 'W')}"))
     grp = snap.group(g.iommu_group)
     if grp is not None:
-        parts.append(Text(f"IOMMU group {grp.id}: {'viable' if grp.viable else 'NOT viable — ' + grp.reason}"))
+        parts.append(Text(visible(f"IOMMU group {grp.id}: {'viable' if grp.viable else 'NOT viable — ' + grp.reason}")))
     return Group(*parts)
 
 

@@ -1,14 +1,17 @@
 """3 IOMMU: groups, their devices and drivers, and the passthrough verdict with its reason."""
 from __future__ import annotations
 
+from rich.text import Text
 from textual.app import ComposeResult
 from textual.containers import VerticalScroll
 from textual.widgets import DataTable, Static
 
+from nodeconsole.console.hosttext import show
 from nodeconsole.console.model import HostSnapshot
 from nodeconsole.screens.base import SnapshotScreen
 from nodeconsole.screens.details import group_details
 from nodeconsole.screens.widgets.keyed_table import KeyedTable
+from nodeconsole.screens.widgets.text import plain_text
 
 COLS = [("id", "Group"), ("verdict", "Verdict"), ("devices", "Devices [driver]")]
 
@@ -21,7 +24,7 @@ def _members(snap: HostSnapshot, grp) -> list[str]:
         if d is not None and d.is_bridge:
             continue  # bridges never block passthrough; they are listed in the details
         tag = "GPU " if a in gpu_addrs else ""
-        names.append(f"{tag}{a}[{d.driver if d and d.driver else '-'}]")
+        names.append(f"{tag}{a}[{show(d.driver if d and d.driver else '-')}]")
     return names
 
 
@@ -30,7 +33,8 @@ def group_rows(snap: HostSnapshot):
     groups = [g for g in snap.iommu.groups if _members(snap, g)]
     for grp in sorted(groups, key=lambda g: (g.viable, g.id)):
         verdict = "viable" if grp.viable else "✖ NOT viable"
-        yield str(grp.id), (str(grp.id), verdict, " ".join(_members(snap, grp)))
+        # plain Text (not a str, which the table would cap short): `addr[driver]` is data, not markup
+        yield str(grp.id), (str(grp.id), verdict, Text(" ".join(_members(snap, grp))))
 
 
 class IommuScreen(SnapshotScreen):
@@ -45,13 +49,15 @@ class IommuScreen(SnapshotScreen):
     def render_snapshot(self, snap: HostSnapshot) -> None:
         state = self.query_one("#iommu-state", Static)
         if not snap.iommu.enabled:
-            state.update(f"[b]IOMMU is OFF[/b]: no device can be passed through.\n{snap.iommu.how_to_enable}")
+            off = Text("IOMMU is OFF", style="bold")
+            off.append_text(plain_text(f": no device can be passed through.\n{snap.iommu.how_to_enable}"))
+            state.update(off)
         else:
             bad = sum(1 for g in snap.iommu.groups if not g.viable)
             flags = " ".join(snap.iommu.cmdline_flags) or "none"
             bridges = sum(1 for g in snap.iommu.groups if not _members(snap, g))
-            state.update(f"IOMMU on: {len(snap.iommu.groups)} groups, {bad} not viable for passthrough "
-                         f"({bridges} bridge-only groups not listed); kernel flags: {flags}")
+            state.update(plain_text(f"IOMMU on: {len(snap.iommu.groups)} groups, {bad} not viable for passthrough "
+                                    f"({bridges} bridge-only groups not listed); kernel flags: {flags}"))
         table = self.query_one("#groups", KeyedTable)
         table.sync(group_rows(snap))
         self._show_group(snap, table.selected_key())
@@ -59,7 +65,7 @@ class IommuScreen(SnapshotScreen):
     def _show_group(self, snap: HostSnapshot, key: str | None) -> None:
         grp = snap.group(int(key)) if key else None
         text = f"group {grp.id}: " + group_details(snap, grp) if grp else ""
-        self.set_static("#group-panel", lambda: text, text)
+        self.set_static("#group-panel", lambda: plain_text(text), text)
 
     def on_data_table_row_highlighted(self, event: DataTable.RowHighlighted) -> None:
         if self.app.snapshot is not None and event.row_key is not None:

@@ -20,6 +20,7 @@ from textual.screen import ModalScreen
 from textual.widgets import Button, Static
 
 from nodeconsole.actions.mig_planner import Fit, Wanted, fit, format_layout
+from nodeconsole.console.hosttext import visible
 from nodeconsole.console.model import Mig, MigInstance
 from nodeconsole.screens.widgets.slice_bar import slice_bar
 
@@ -53,7 +54,7 @@ class MigEditor(ModalScreen):
 
     def compose(self) -> ComposeResult:
         with VerticalScroll(id="mig-editor"):
-            yield Static(f"[b]MIG layout of {self.address}[/b]", id="mig-title", markup=True)
+            yield Static(Text(f"MIG layout of {visible(self.address)}", style="bold"), id="mig-title")
             yield Static("reading the GPU's MIG profiles from NVML…", id="mig-current")
             yield Static("", id="mig-preview")
             yield Static("", id="mig-layout")
@@ -92,7 +93,7 @@ class MigEditor(ModalScreen):
         self.app.call_from_thread(self._loaded, host, st)
 
     def _failed(self, why: str) -> None:
-        self.query_one("#mig-current", Static).update(Text(f"cannot edit: {why}", style="bold red"))
+        self.query_one("#mig-current", Static).update(Text(f"cannot edit: {visible(why)}", style="bold red"))
 
     def _loaded(self, host: Any, st: Any) -> None:
         self.host, self.state = host, st
@@ -106,7 +107,7 @@ class MigEditor(ModalScreen):
         head.append_text(slice_bar(now))
         self.query_one("#mig-current", Static).update(head)
         row = self.query_one("#mig-profiles", Horizontal)
-        row.mount_all([Button(p.name, id=button_id(p.name)) for p in st.profiles])
+        row.mount_all([Button(Text(visible(p.name)), id=button_id(p.name)) for p in st.profiles])
         self.items = [Wanted(e.profile) for e in st.instances]
         self.query_one("#mig-off", Button).disabled = not (st.current or st.pending)
         self._update()
@@ -118,7 +119,7 @@ class MigEditor(ModalScreen):
         st = self.state
         self.result = fit(st.profiles, self.items, st.instances)
         text = format_layout(self.items, st.profiles)
-        self.query_one("#mig-layout", Static).update(Text(f"layout: {text}", style="bold"))
+        self.query_one("#mig-layout", Static).update(Text(f"layout: {visible(text)}", style="bold"))
         preview = self.query_one("#mig-preview", Static)
         if self.result.ok:
             out = Text("new:\n")
@@ -128,7 +129,7 @@ class MigEditor(ModalScreen):
                 out.append("\ndestroys: " + ", ".join(f"{e.profile} (GI {e.gi_id})" for e in self.result.destroy))
             preview.update(out)
         else:
-            preview.update(Text(f"does not fit: {self.result.reason}", style="bold red"))
+            preview.update(Text(f"does not fit: {visible(self.result.reason)}", style="bold red"))
         self.query_one("#mig-plan", Button).disabled = not self.result.ok
 
     def layout_text(self) -> str:

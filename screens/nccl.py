@@ -25,10 +25,11 @@ from nodeconsole.actions.nccl.finding import Finding
 from nodeconsole.actions.nccl.parse import Cell, Row
 from nodeconsole.actions.nccl.run import DEFAULT_TIMEOUT, NcclRun, Progress, RunResult
 from nodeconsole.actions.nccl.snapshot_topology import LocalPlan, local_check_command, local_plan, snapshot_preflight
+from nodeconsole.console.hosttext import visible
 from nodeconsole.console.model import HostSnapshot
 from nodeconsole.screens.base import SnapshotScreen
 from nodeconsole.screens.widgets.keyed_table import KeyedTable
-from nodeconsole.screens.widgets.text import severity_text
+from nodeconsole.screens.widgets.text import plain_text, severity_text
 
 ROW_COLS = [("size", "Size"), ("oop_alg", "algbw"), ("oop_bus", "busbw"), ("oop_wrong", "#wrong"),
             ("ip_alg", "in-place algbw"), ("ip_bus", "busbw"), ("ip_wrong", "#wrong")]
@@ -97,7 +98,7 @@ def findings_text(findings: Sequence[Finding]) -> Group:
     for f in findings:
         t = severity_text(f.severity, f.message)
         if f.severity != "info":  # notes stay one line; problems say what to do
-            t.append(f"\n    fix: {f.fix}", style="dim")
+            t.append(f"\n    fix: {visible(f.fix)}", style="dim")
         parts.append(t)
     return Group(*parts)
 
@@ -169,7 +170,7 @@ class NcclScreen(SnapshotScreen):
     def _preflight_failed(self, key: tuple, exc: Exception) -> None:
         if key != self._preflight_key:
             return
-        self.query_one("#nccl-plan", Static).update(Text(f"preflight failed: {exc}", style="bold red"))
+        self.query_one("#nccl-plan", Static).update(Text(f"preflight failed: {visible(exc)}", style="bold red"))
 
     def _preflight_done(self, key: tuple, plan: LocalPlan, findings: list[Finding], cmd: LocalCommand | None,
                         err: str) -> None:
@@ -181,14 +182,14 @@ class NcclScreen(SnapshotScreen):
         head = Text()
         head.append("GPUs ", style="bold")
         head.append(", ".join(f"{g.index} {g.address}" for g in plan.gpus) or "none the host can use")
-        head.append(f"\nP2P {'possible' if t.p2p else 'not possible'} ({plan.p2p_reason}); "
+        head.append(f"\nP2P {'possible' if t.p2p else 'not possible'} ({visible(plan.p2p_reason)}); "
                     f"NVLink {'yes' if t.nvlink else 'not known (assumed absent)'}")
         head.append(f"\nexpected peak busbw {exp if exp is not None else 'no reference figure'}")
         if cmd is not None:
             head.append(f"\nwould run ({cmd.kind}): ", style="bold")
-            head.append(format_command(cmd.argv, cmd.env))
+            head.append(visible(format_command(cmd.argv, cmd.env)))
         else:
-            head.append(f"\nno command: {err}", style="yellow")
+            head.append(f"\nno command: {visible(err)}", style="yellow")
         self.query_one("#nccl-plan", Static).update(head)
         body = findings_text(findings) if findings else Text("preflight: nothing found", style="green")
         self.query_one("#nccl-preflight", Static).update(body)
@@ -314,7 +315,7 @@ class NcclScreen(SnapshotScreen):
             pass
 
     def _set_status(self, text: str) -> None:
-        self.query_one("#nccl-status", Static).update(text)
+        self.query_one("#nccl-status", Static).update(plain_text(text))  # may quote paths, errors
 
     def _buttons(self) -> None:
         self.query_one("#nccl-run", Button).disabled = self.running

@@ -5,11 +5,12 @@ from textual.app import ComposeResult
 from textual.widgets import Static
 
 from nodeconsole.console.checks import vm_alignment
+from nodeconsole.console.hosttext import LINE_MAX, show
 from nodeconsole.console.model import HostSnapshot
 from nodeconsole.screens.base import SnapshotScreen
 from nodeconsole.screens.details import gpu_details, vm_details
 from nodeconsole.screens.widgets.keyed_table import KeyedTable
-from nodeconsole.screens.widgets.text import metric, severity_text, spark
+from nodeconsole.screens.widgets.text import metric, plain_text, severity_text, spark
 
 GPU_COLS = [("idx", "#"), ("addr", "Address"), ("name", "Model"), ("owner", "Owner"), ("util", "Util"),
             ("mem", "Mem"), ("temp", "Temp"), ("link", "Link")]
@@ -68,8 +69,8 @@ def vm_rows(snap: HostSnapshot, history: dict[str, list]):
 def host_info(snap: HostSnapshot) -> str:
     """Host, kernel, driver, IOMMU and the sources that are unavailable, with the reason."""
     h = snap.host
-    parts = [h.hostname or "?", f"kernel {h.kernel or '?'}",
-             f"driver {snap.nvml_driver_version}" if snap.nvml_driver_version else "no NVIDIA driver",
+    parts = [show(h.hostname or "?"), f"kernel {show(h.kernel or '?')}",
+             f"driver {show(snap.nvml_driver_version)}" if snap.nvml_driver_version else "no NVIDIA driver",
              "IOMMU on" if snap.iommu.enabled else "IOMMU OFF"]
     for n in ("sysfs", "nvml", "libvirt", "psutil"):
         v = getattr(snap.sources, n)
@@ -108,7 +109,7 @@ class OverviewScreen(SnapshotScreen):
 
     def render_snapshot(self, snap: HostSnapshot) -> None:
         info = host_info(snap)
-        self.set_static("#host-info", lambda: info, info)
+        self.set_static("#host-info", lambda: plain_text(info, limit=LINE_MAX), info)
         counts = (len(snap.gpus), len(snap.vms))
         self.set_static("#gpus-title", lambda: f"GPUs ({counts[0]})", ("g", counts[0]))
         self.set_static("#vms-title", lambda: f"VMs ({counts[1]})", ("v", counts[1]))

@@ -10,6 +10,7 @@ from rich.text import Text
 
 from nodeconsole.console.checks import vm_alignment, vm_gpu_nodes
 from nodeconsole.console.cpulist import format_cpulist
+from nodeconsole.console.hosttext import show
 from nodeconsole.console.model import HostSnapshot
 
 LETTERS = string.ascii_uppercase + string.ascii_lowercase
@@ -84,7 +85,7 @@ def rebalance_map(snap: HostSnapshot, per_line: int = 32) -> Text:
                 out.append("·", style="dim")
         out.append("\n")
     for p in places:
-        out.append(f"{p.mark} {p.vm}", style="bold")
+        out.append(f"{p.mark} {show(p.vm)}", style="bold")
         if not p.cpus:
             line = "  unpinned" + ("  (GPU VM: n proposes a pinning)" if p.gpu_nodes else "")
             out.append(line + "\n", style="yellow" if p.gpu_nodes else "dim")
@@ -96,7 +97,7 @@ def rebalance_map(snap: HostSnapshot, per_line: int = 32) -> Text:
         else:
             out.append(where + ("  ok" if p.status == "aligned" else "") + "\n")
     if shared:
-        out.append("shared CPUs: " + "; ".join(f"{c} {'+'.join(names)}" for c, names in shared.items()) + "\n",
+        out.append("shared CPUs: " + "; ".join(f"{c} {'+'.join(map(show, names))}" for c, names in shared.items()) + "\n",
                    style="bold red")
     out.append("letter: a VM's vCPUs  ! shared  red: off its GPU's node  · free  x offline", style="dim")
     return out

@@ -9,6 +9,7 @@ from textual.containers import VerticalScroll
 from textual.widgets import Static
 
 from nodeconsole.console.cpulist import format_cpulist
+from nodeconsole.console.hosttext import LINE_MAX, show
 from nodeconsole.console.model import HostSnapshot
 from nodeconsole.console.topology import matrix, tree
 from nodeconsole.screens.base import SnapshotScreen
@@ -22,7 +23,7 @@ def tree_text(snap: HostSnapshot) -> Text:
         def walk(n, prefix: str, last: bool) -> None:
             out.append(prefix + ("└─ " if last else "├─ "))
             style = "bold" if "GPU" in n.label or "NVIDIA" in n.label else ""
-            out.append(n.label + "\n", style=style)
+            out.append(show(n.label, LINE_MAX) + "\n", style=style)  # device and driver names: host text
             for i, c in enumerate(n.children):
                 walk(c, prefix + ("   " if last else "│  "), i == len(n.children) - 1)
 
@@ -31,8 +32,8 @@ def tree_text(snap: HostSnapshot) -> Text:
     return out
 
 
-def _short(label: str) -> str:
-    return label.replace("GPU", "G").replace("NIC", "N")
+def _short(label: str) -> Text:
+    return Text(show(label.replace("GPU", "G").replace("NIC", "N")))
 
 
 def matrix_table(snap: HostSnapshot) -> Group:
@@ -49,7 +50,8 @@ def matrix_table(snap: HostSnapshot) -> Group:
     legend = Text()
     for d in devs:
         node = "-" if d.numa_node is None else str(d.numa_node)
-        legend.append(f"{_short(d.label):>3} {d.label:5} {d.address}  NUMA {node}  CPUs {format_cpulist(d.cpus) or '-'}\n")
+        cpus = format_cpulist(d.cpus) or "-"
+        legend.append(f"{_short(d.label).plain:>3} {show(d.label):5} {d.address}  NUMA {node}  CPUs {cpus}\n")
     return Group(t, legend)
 
 

@@ -10,6 +10,7 @@ from textual.widgets import DataTable, Static
 
 from nodeconsole.console.checks import vm_alignment
 from nodeconsole.console.cpulist import format_cpulist
+from nodeconsole.console.hosttext import show
 from nodeconsole.console.model import HostSnapshot
 from nodeconsole.screens.base import SnapshotScreen
 from nodeconsole.screens.details import vm_details
@@ -35,13 +36,13 @@ def vm_panel(snap: HostSnapshot, name: str | None):
     v = snap.vm(name) if name else None
     if v is None:
         return Text("select a VM")
-    head = Text(f"{v.name}  {v.state}  {v.memory_kib / 1048576:.0f} GiB  memory policy {v.numa_mode or 'none'} "
+    head = Text(f"{show(v.name)}  {show(v.state)}  {v.memory_kib / 1048576:.0f} GiB  memory policy {v.numa_mode or 'none'} "
                 f"{format_cpulist(v.numa_nodeset)}  emulator {format_cpulist(v.emulator_pins) or '-'}",
                 style="bold")
     if vm_alignment(snap, v) == "cross-numa":
         head.append("  ✖ vCPUs not on the GPU's NUMA node", style="bold red")
     devs = Text("hostdevs: " + (", ".join(
-        (h.address or h.uuid or "?") + (f"→GPU{snap.gpu(h.gpu).index}" if h.gpu and snap.gpu(h.gpu) else "")
+        show(h.address or h.uuid or "?") + (f"→GPU{snap.gpu(h.gpu).index}" if h.gpu and snap.gpu(h.gpu) else "")
         for h in v.hostdevs) or "-"))
     return Group(head, devs, cpu_map(snap, v))
 

@@ -14,6 +14,8 @@ from typing import TYPE_CHECKING
 
 from nodeconsole.console.argtypes import count
 from nodeconsole.console.cli import UsageError, seams_from_args, subcommand
+from nodeconsole.console.hosttext import lines as host_lines
+from nodeconsole.console.hosttext import visible
 
 if TYPE_CHECKING:  # the actions are imported when a command runs
     from nodeconsole.actions.plan import Plan
@@ -101,9 +103,9 @@ def _execute(args: argparse.Namespace, host: ActionHost, make_plan: Callable[[],
     except RequestError as e:
         raise UsageError(str(e)) from None
     except StepError as e:
-        print(f"nodeconsole: cannot plan this change: {e}", file=sys.stderr)
+        print(f"nodeconsole: cannot plan this change: {visible(e)}", file=sys.stderr)
         return 1
-    print("\n".join(plan.lines()))
+    print(host_lines("\n".join(plan.lines())))  # titles and steps hold VM and GPU names
     if not plan.ok:
         return 1
     if plan.empty:
@@ -117,7 +119,7 @@ def _execute(args: argparse.Namespace, host: ActionHost, make_plan: Callable[[],
     result = Runner(host).run(plan, confirm=None if args.yes else _ask, progress=_show)
     for warning in result.warnings:  # e.g. a lock left by a dead run, and the change it was making
         print(f"nodeconsole: warning: {warning}", file=sys.stderr)
-    print(result.message, file=sys.stdout if result.ok else sys.stderr)
+    print(host_lines(result.message), file=sys.stdout if result.ok else sys.stderr)
     return 0 if result.ok else 1
 
 
@@ -142,7 +144,7 @@ def _show(event: Progress) -> None:
     if event.phase in ("apply", "verify"):
         return
     tail = f": {event.message}" if event.message else ""
-    print(f"  [{event.index}/{event.total}] {event.phase:<11} {event.title}{tail}", flush=True)
+    print(visible(f"  [{event.index}/{event.total}] {event.phase:<11} {event.title}{tail}"), flush=True)
 
 
 def run_log(args: argparse.Namespace) -> int:
@@ -164,25 +166,26 @@ def run_log(args: argparse.Namespace) -> int:
     if not records:
         print(f"no recorded changes ({host.audit.path})")
         return 0
-    for r in records:
-        user = (r.get("who") or {}).get("user", "?")
-        result = r.get("result", "?")
+    for r in records:  # records hold host text (titles name VMs and GPUs): shown with visible escapes
+        user = visible((r.get("who") or {}).get("user", "?"))
+        result = visible(r.get("result", "?"))
         if r.get("undone_by"):
-            result += f", undone by {r['undone_by']}"
-        print(f"{r['id']}  {r.get('when', '?')}  {user:<8}  {r.get('action', '?'):<11}  {result}")
-        print(f"    {r.get('title', '')}")
+            result += f", undone by {visible(r['undone_by'])}"
+        rid = visible(r["id"])
+        print(f"{rid}  {visible(r.get('when', '?'))}  {user:<8}  {visible(r.get('action', '?')):<11}  {result}")
+        print(f"    {visible(r.get('title', ''))}")
         failed = r.get("failed")
         if failed:
-            print(f"    failed at step {failed.get('step')} ({failed.get('title')}): {failed.get('error')}")
+            print(visible(f"    failed at step {failed.get('step')} ({failed.get('title')}): {failed.get('error')}"))
             if r.get("undone"):
-                print(f"    undone: {'; '.join(r['undone'])}")
+                print(visible(f"    undone: {'; '.join(map(str, r['undone']))}"))
             for f in r.get("undo_failed") or []:
-                print(f"    NOT undone: {f}")
+                print(f"    NOT undone: {visible(f)}")
         pending = ("applied", "failed, undo", "interrupted, undo", "in-progress")
         if r.get("undo") and not r.get("undone_by") and result.startswith(pending):
             if result.startswith("in-progress"):
                 print("    never finished (the process died mid-change?): it may be half-applied")
             # undoing an undo puts the change back: say so, the plain `undo` walks back instead
             verb = "redo" if r.get("undoes") else "undo"
-            print(f"    {verb}: nodeconsole undo {r['id']} --apply")
+            print(f"    {verb}: nodeconsole undo {rid} --apply")
     return 0

@@ -7,6 +7,9 @@ from textual.containers import VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Static
 
+from nodeconsole.console.hosttext import LINE_MAX
+from nodeconsole.screens.widgets.text import host_text, plain_text
+
 
 class DetailsModal(ModalScreen[None]):
     BINDINGS = [Binding("escape,enter,q", "dismiss", "Close")]
@@ -18,8 +21,9 @@ class DetailsModal(ModalScreen[None]):
 
     def compose(self) -> ComposeResult:
         with VerticalScroll(id="details"):
-            yield Static(f"[b]{self._title}[/b]", id="details-title", markup=True)
-            yield Static(self._body, id="details-body", markup=False)
+            # title and body name the host's GPUs and VMs: plain text, visible escapes, never markup
+            yield Static(host_text(self._title, LINE_MAX, style="bold"), id="details-title")
+            yield Static(plain_text(self._body), id="details-body")
 
     def action_dismiss(self) -> None:
         self.dismiss(None)

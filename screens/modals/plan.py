@@ -8,6 +8,9 @@ from textual.containers import Horizontal, VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Button, Input, Static
 
+from nodeconsole.console.hosttext import LINE_MAX
+from nodeconsole.screens.widgets.text import plain_text
+
 
 class PlanModal(ModalScreen[bool]):
     BINDINGS = [Binding("escape", "no", "No")]
@@ -18,12 +21,14 @@ class PlanModal(ModalScreen[bool]):
 
     def compose(self) -> ComposeResult:
         with VerticalScroll(id="plan"):
-            yield Static(self._title, id="plan-title", markup=False)  # names come from the host: no markup
+            # names come from the host: plain text with visible escapes, never markup
+            yield Static(plain_text(self._title, limit=LINE_MAX), id="plan-title")
             # the plan's own first line is its title, already shown above
             body = self._lines[1:] if self._lines and self._title.startswith(self._lines[0]) else self._lines
-            yield Static("\n".join(body), id="plan-body", markup=False)
+            yield Static(plain_text("\n".join(body)), id="plan-body")
             if self._typed and self._can_apply:
-                yield Static(f"A VM's config uses this GPU: type {self._typed} to confirm", id="plan-typed-hint")
+                yield Static(plain_text(f"A VM's config uses this GPU: type {self._typed} to confirm"),
+                             id="plan-typed-hint")
                 yield Input(placeholder=self._typed, id="plan-typed")
             with Horizontal(id="plan-buttons"):
                 yield Button("No", id="no", variant="primary")

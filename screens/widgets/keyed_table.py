@@ -1,5 +1,8 @@
 """A DataTable updated cell by cell from rows keyed by stable ids: no clear() per tick, so the
-cursor and scroll position stay where the admin left them."""
+cursor and scroll position stay where the admin left them.
+
+Cells hold host text: a str cell is shown as plain Text with visible escapes, capped at CELL_MAX
+characters (DataTable would parse a str as markup); a Text cell is the screen's own rendering."""
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
@@ -7,11 +10,15 @@ from collections.abc import Iterable, Sequence
 from rich.text import Text
 from textual.widgets import DataTable
 
+from nodeconsole.screens.widgets.text import host_text
 
-def _cell_len(cell) -> int:
-    from rich.cells import cell_len
 
-    return cell_len(cell.plain if isinstance(cell, Text) else str(cell))
+def _cell(cell) -> Text:
+    return cell if isinstance(cell, Text) else host_text(cell)
+
+
+def _cell_len(cell: Text) -> int:
+    return cell.cell_len
 
 
 class KeyedTable(DataTable):
@@ -48,7 +55,7 @@ class KeyedTable(DataTable):
             self.clear()
             self._rows.clear()
             for k, cells in wanted:
-                self.add_row(*cells, key=k)
+                self.add_row(*map(_cell, cells), key=k)
                 self._rows[k] = cells
             if cursor_key in self._rows:
                 self.move_cursor(row=self.get_row_index(cursor_key))
@@ -56,14 +63,15 @@ class KeyedTable(DataTable):
         for k, cells in wanted:
             old = self._rows.get(k)
             if old is None:
-                self.add_row(*cells, key=k)
+                self.add_row(*map(_cell, cells), key=k)
             elif old != cells:
                 for (col, _), a, b in zip(self._columns, old, cells):
                     if a != b:
                         # re-measure the column only when the new text is wider than it (re-measuring
                         # on every change costs ~20x with hundreds of rows)
-                        wider = _cell_len(b) > self.columns[col].content_width
-                        self.update_cell(k, col, b, update_width=wider)
+                        shown = _cell(b)
+                        wider = _cell_len(shown) > self.columns[col].content_width
+                        self.update_cell(k, col, shown, update_width=wider)
             self._rows[k] = cells
 
     def _cursor_key(self) -> str | None:

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from rich.text import Text
 
+from nodeconsole.console.hosttext import visible
 from nodeconsole.console.model import Mig
 
 PALETTE = ["cyan", "magenta", "green", "yellow", "blue", "red", "bright_cyan", "bright_magenta"]
@@ -27,7 +28,7 @@ def slice_bar(mig: Mig, slices: int = 8, cell: int = 8) -> Text:
             bar.append(("·" * (width - 1)).center(width - 1) + "│", style="dim")
         else:
             inst = mig.instances[k]
-            label = inst.profile + (f" {inst.vm}" if inst.vm else "")
+            label = visible(inst.profile + (f" {inst.vm}" if inst.vm else ""))  # host text: visible escapes
             body = label[: width - 2].center(width - 2)
             bar.append("[" + body + "]", style=f"reverse {PALETTE[k % len(PALETTE)]}")
         s += run
