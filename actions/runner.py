@@ -82,8 +82,11 @@ class ActionHost:
 
         captured = os.path.abspath(seams.root.path) != "/"
         state = seams.state_dir or (seams.root.p("var/log/nodeconsole") if captured else Path(DEFAULT_STATE))
+        # A captured tree is not this machine: its plans must not depend on (or run) this machine's
+        # driverctl, nvidia-smi or modprobe.
         return cls(seams=seams, kernel=Kernel(seams.root), domains=domain_config_for(seams),
                    state_dir=Path(state), on_changed=on_changed,
+                   commands=NoCommands() if captured else Commands(),
                    read_only_reason="a captured tree (--root) is read-only: changes need the real host "
                                     "or --demo" if captured else "")
 

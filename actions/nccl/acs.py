@@ -106,8 +106,9 @@ def ports_between(root: Root, gpus: Sequence[str]) -> list[PortAcs]:
 
 
 def _read_bytes(root: Root, rel: str) -> bytes | None:
+    """A port's config space (at most 4 KiB) through the root seam: inside the root, regular files only."""
     try:
-        return root.p(rel).read_bytes()
+        return root.read_bytes(rel, limit=4096)
     except OSError:
         return None
 
