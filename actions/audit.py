@@ -67,7 +67,7 @@ def who() -> dict[str, Any]:
 # so a damaged or hand-edited log never reaches the code that reads it with a wrong shape.
 _STR_FIELDS = ("when", "action", "title", "host", "undo_command", "result", "finished")
 _DICT_FIELDS = ("who", "request", "failed", "interrupted")
-_LIST_FIELDS = {"steps": dict, "undo": dict, "undone": str, "undo_failed": str}
+_LIST_FIELDS = {"steps": dict, "undo": dict, "undone": str, "undo_failed": str, "notes": str}
 
 
 def _clean(obj: dict[str, Any], where: str, problems: list[str]) -> dict[str, Any]:

@@ -329,7 +329,12 @@ def mig_gi_step(host: ActionHost, op: Op) -> Step | None:
         title = f"Create the compute instances of GPU instance {now.gi_id} ({name}, {where}) on {address}"
         why = "a GPU instance without compute instances cannot run anything"
         cmds = tuple(f"{dev} -gi {now.gi_id} -cci {c[0]}:{c[1]}" for c in want_cis)
-    return Step(title, why, cmds, dict(op, gpu=address), inverse, apply, verify)
+    step = Step(title, why, cmds, dict(op, gpu=address), inverse, apply, verify)
+    if not present:  # undoing re-creates the instance: same profile and placement, new identity
+        step.undo_note = (f"{name} at {where} on {address} was re-created by the undo with a new GPU "
+                          f"instance id and new MIG device UUIDs: update anything that names the old ones "
+                          f"(CUDA_VISIBLE_DEVICES, vGPU/VM configs)")
+    return step
 
 
 def current_layout(host: ActionHost, address: str) -> tuple[int, list[tuple[int, int, int, int]]]:

@@ -79,6 +79,7 @@ class Step:
     verify_fn: Callable[[], str | None]
     detail: str = ""  # extra text shown with the step, e.g. the content of a file it writes
     host: ActionHost | None = None  # the host the step was built for (set by build_step)
+    undo_note: str = ""  # what undoing this step cannot restore exactly (said in the audit and result)
 
     def apply(self) -> None:
         self.apply_fn()

@@ -337,6 +337,7 @@ class Runner:
         total = len(plan.steps)
         undone: list[str] = []
         undo_failed: list[str] = []
+        notes: list[str] = []
         remaining = []
         for j in sorted(set(done) | {k}, reverse=True):
             step = plan.steps[j]
@@ -352,6 +353,8 @@ class Runner:
                 emit(Progress(j + 1, total, step.title, "undo-failed", uerr))
             else:
                 undone.append(step.title)
+                if step.undo_note:
+                    notes.append(step.undo_note)
                 emit(Progress(j + 1, total, step.title, "undone"))
         if signame:
             result = INTERRUPTED if not undo_failed else INTERRUPTED_PARTIAL
@@ -362,6 +365,8 @@ class Runner:
                   "undone": undone, "undo_failed": undo_failed, "undo": remaining}
         if signame:
             record["interrupted"] = {"signal": signame, "step": k + 1}
+        if notes:
+            record["notes"] = notes
         try:
             self.host.audit.append(record)
         except OSError as e:
@@ -373,6 +378,8 @@ class Runner:
                     + f". See `nodeconsole log`; retry with `nodeconsole undo {rid} --apply`")
         else:
             msg += "Every change was undone; the host is as it was."
+        if notes:
+            msg += " Note: " + " ".join(notes)
         return RunResult(FAILED_RESULT, msg, record_id=rid, failed_step=plan.steps[k].title, error=err,
                          undone=undone, undo_failed=undo_failed, interrupted=signame)
 

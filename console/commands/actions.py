@@ -181,6 +181,8 @@ def run_log(args: argparse.Namespace) -> int:
                 print(visible(f"    undone: {'; '.join(map(str, r['undone']))}"))
             for f in r.get("undo_failed") or []:
                 print(f"    NOT undone: {visible(f)}")
+        for note in r.get("notes") or []:
+            print(f"    note: {visible(note)}")
         pending = ("applied", "failed, undo", "interrupted, undo", "in-progress")
         if r.get("undo") and not r.get("undone_by") and result.startswith(pending):
             if result.startswith("in-progress"):
