@@ -17,21 +17,6 @@ from tests.actions.test_passthrough import changed, tree_state
 GPU = "0000:9a:00.0"
 
 
-@pytest.fixture(scope="module")
-def _module_demo(tmp_path_factory) -> Path:
-    from nodeconsole.console.demo.state import ensure_demo
-
-    d = tmp_path_factory.mktemp("bad-args") / "demo"
-    ensure_demo(d)
-    return d
-
-
-@pytest.fixture
-def shared_state(_module_demo, monkeypatch) -> Path:
-    monkeypatch.setenv("NODECONSOLE_STATE_DIR", str(_module_demo))
-    return _module_demo
-
-
 def run(capsys, *args: str) -> tuple[int, str, str]:
     old = sys.stdin
     sys.stdin = io.StringIO("")
@@ -71,8 +56,8 @@ def run(capsys, *args: str) -> tuple[int, str, str]:
     (("demo", "reset", "--libvirt", "test:///default"), "demo reset takes no --libvirt"),
     (("nccl", "parse", "/dev/zero"), "not a regular file"),
 ])
-def test_refused_with_one_line_and_exit_2(shared_state, capsys, args, says):
-    state = shared_state  # each case asserts below that it changed nothing, so one demo serves them all
+def test_refused_with_one_line_and_exit_2(state_ro, capsys, args, says):
+    state = state_ro  # each case asserts below that it changed nothing, so one demo serves them all
     before = tree_state(state)
     rc, out, err = run(capsys, *args)
     assert rc == 2, (out, err)

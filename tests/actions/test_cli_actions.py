@@ -17,22 +17,6 @@ from tests.actions.test_passthrough import IDLE, IDLE_AUDIO, changed, tree_state
 REPO = Path(__file__).resolve().parents[2]
 
 
-@pytest.fixture(scope="module")
-def _shared(tmp_path_factory) -> Path:
-    from nodeconsole.console.demo.state import ensure_demo
-
-    d = tmp_path_factory.mktemp("shared") / "demo"
-    ensure_demo(d)
-    return d
-
-
-@pytest.fixture
-def state_ro(_shared, monkeypatch) -> Path:
-    """A demo shared by tests that must change nothing (each asserts that it did not)."""
-    monkeypatch.setenv("NODECONSOLE_STATE_DIR", str(_shared))
-    return _shared
-
-
 def _cli(state: Path, *args: str) -> subprocess.CompletedProcess:
     env = {**os.environ, "NODECONSOLE_STATE_DIR": str(state)}
     code = "import sys; from nodeconsole.console.cli import main; sys.exit(main(sys.argv[1:]))"  # what the script runs
