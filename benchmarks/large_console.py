@@ -3,11 +3,11 @@ from __future__ import annotations
 
 import sys
 
-from nodeconsole.console.app import NodeConsoleApp
 from nodeconsole.console.demo.generator import GeneratedHost
 from nodeconsole.console.demo.nvml_sim import SimulatedNvml
 from nodeconsole.console.root import Root
 from nodeconsole.console.seams import Seams
+from nodeconsole.screens.app import NodeConsoleApp
 
 if __name__ == "__main__":
     host = GeneratedHost.at(sys.argv[1])

@@ -189,7 +189,7 @@ def _visible_output() -> Iterator[None]:
 
 def _run_console(args: argparse.Namespace) -> int:
     validate_host_args(args)  # usage errors before the screen opens
-    from nodeconsole.console.app import run_app  # Textual is imported only here
+    from nodeconsole.screens.app import run_app  # Textual is imported only here
 
     # Preparing the host (the demo's generation check, opening sources) happens in the first poll,
     # overlapping Textual's start-up.

@@ -1,4 +1,4 @@
-"""The app glue: the only core module that imports Textual.
+"""The Textual app (started by `nodeconsole` without a subcommand, through a lazy import in console/cli.py).
 
 Polling: a one-shot timer starts a thread worker that collects one snapshot; when it finishes, the
 UI swaps the snapshot in, renders the visible screen and re-arms the timer. Polls never overlap and

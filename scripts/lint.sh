@@ -1,5 +1,5 @@
 #!/bin/bash
-# Lint and type-check: ruff over the whole repository, mypy over the headless core (console/, actions/).
+# Lint and type-check: ruff over the whole repository, mypy over the headless core (console/, actions/) and the app (screens/app.py).
 # The folders install as nodeconsole.console, nodeconsole.actions, ...: mypy sees them under that name
 # through a temporary directory holding one link, `nodeconsole` -> this checkout.
 set -euo pipefail
@@ -11,4 +11,4 @@ trap 'rm -rf "$tmp"' EXIT
 ln -s "$PWD" "$tmp/nodeconsole"
 cd "$tmp"
 MYPYPATH="$tmp" "$OLDPWD/$PY" -m mypy --config-file "$OLDPWD/pyproject.toml" --cache-dir "$tmp/.mypy_cache" \
-  -p nodeconsole.console -p nodeconsole.actions
+  -p nodeconsole.console -p nodeconsole.actions -m nodeconsole.screens.app

@@ -1,8 +1,8 @@
 """The console's first frame comes from sysfs alone (GPUs, topology, IOMMU), then the full snapshot."""
 from __future__ import annotations
 
-from nodeconsole.console.app import NodeConsoleApp
 from nodeconsole.console.collector import Collector
+from nodeconsole.screens.app import NodeConsoleApp
 
 
 async def test_sysfs_first_then_everything(demo_seams):

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from nodeconsole.console import pciids
-from nodeconsole.console.app import NodeConsoleApp
+from nodeconsole.screens.app import NodeConsoleApp
 from tests.screens.conftest import FrozenCollector, make_frozen_seams
 
 SYSTEM_IDS = Path("/usr/share/misc/pci.ids")

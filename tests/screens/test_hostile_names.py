@@ -8,11 +8,11 @@ from rich.text import Text
 from textual.geometry import Region
 from textual.widgets import Static
 
-from nodeconsole.console.app import NodeConsoleApp
 from nodeconsole.console.demo.nvml_sim import SimulatedNvml
 from nodeconsole.console.hosttext import CELL_MAX, show, visible
 from nodeconsole.console.root import Root
 from nodeconsole.console.seams import Seams
+from nodeconsole.screens.app import NodeConsoleApp
 from nodeconsole.screens.modals.details import DetailsModal
 from nodeconsole.screens.widgets.keyed_table import KeyedTable
 from tests.console.test_host_text import (

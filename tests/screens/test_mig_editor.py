@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from textual.widgets import Button, Static
 
-from nodeconsole.console.app import NodeConsoleApp
+from nodeconsole.screens.app import NodeConsoleApp
 from nodeconsole.screens.mig_editor import MigEditor, button_id
 from nodeconsole.screens.modals.plan import PlanModal
 from nodeconsole.screens.widgets.keyed_table import KeyedTable

@@ -14,7 +14,7 @@ from rich.console import Console
 from textual.widgets import ProgressBar, Static
 
 from nodeconsole.actions.nccl.parse import parse_text
-from nodeconsole.console.app import NodeConsoleApp
+from nodeconsole.screens.app import NodeConsoleApp
 from nodeconsole.screens.nccl import NcclScreen, size_label
 from nodeconsole.screens.widgets.keyed_table import KeyedTable
 from tests.actions.test_nccl_cli import synthetic_output

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from textual.widgets import Button, Input, Static
 
-from nodeconsole.console.app import NodeConsoleApp
+from nodeconsole.screens.app import NodeConsoleApp
 from nodeconsole.screens.modals.plan import PlanModal
 from nodeconsole.screens.widgets.keyed_table import KeyedTable
 from tests.screens.helpers import wait_until

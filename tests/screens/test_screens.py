@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from textual.widgets import Static
 
-from nodeconsole.console.app import NodeConsoleApp
+from nodeconsole.screens.app import NodeConsoleApp
 from nodeconsole.screens.widgets.keyed_table import KeyedTable
 
 SIZE = (80, 24)

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from nodeconsole.console.app import NodeConsoleApp
+from nodeconsole.screens.app import NodeConsoleApp
 from tests.screens.conftest import FrozenCollector
 
 
