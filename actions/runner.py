@@ -164,24 +164,15 @@ class Runner:
     def __init__(self, host: ActionHost) -> None:
         self.host = host
 
-    def preflight(self, plan: Plan) -> str:
-        """Why `run` would refuse this plan right now ('' when it would go ahead), without changing
-        anything: lets a UI grey out its Apply button with the reason."""
+    def refusal(self, plan: Plan) -> str:
+        """Why `run` refuses this plan before asking or locking anything ('' when it would go on): a
+        refused plan, a read-only host, no root. (An empty plan is not refused: `run` settles it.)"""
         if not plan.ok:
             return plan.refusal
-        if not plan.steps:
-            return "nothing to do: the host is already in the requested state"
         if self.host.read_only_reason:
             return self.host.read_only_reason
         if not self.host.is_root():
-            return "changing the host needs root: run nodeconsole as root (sudo)"
-        lock = self.host.lock()
-        try:
-            lock.probe()
-        except LockHeld as e:
-            return str(e)
-        except OSError as e:
-            return f"cannot take the host lock {lock.path}: {_err(e)}"
+            return "changing the host needs root: run nodeconsole as root (sudo); nothing was changed"
         return ""
 
     def run(self, plan: Plan, confirm: Confirm | None = None,
@@ -197,15 +188,10 @@ class Runner:
                 progress(event)
             except Exception:
                 pass
-        if not plan.ok:
-            return RunResult(REFUSED, plan.refusal)
-        if not plan.steps:
+        if plan.ok and not plan.steps:
             return self._settle(plan)
-        if self.host.read_only_reason:
-            return RunResult(REFUSED, self.host.read_only_reason)
-        if not self.host.is_root():
-            return RunResult(REFUSED, "changing the host needs root: run nodeconsole as root (sudo); "
-                                      "nothing was changed")
+        if why := self.refusal(plan):
+            return RunResult(REFUSED, why)
         if confirm is not None and not confirm(plan):
             return RunResult(CANCELLED, "cancelled: nothing was changed")
         lock = self.host.lock()
@@ -230,7 +216,7 @@ class Runner:
         a run killed before its first write) is recorded as done, so a plain `undo` moves on to the next
         older change instead of choosing this one forever."""
         nothing = RunResult(NOTHING, "nothing to do: the host is already in the requested state")
-        if not plan.undoes or self.host.read_only_reason or not self.host.is_root():
+        if not plan.undoes or self.refusal(plan):
             return nothing
         lock = self.host.lock()
         try:

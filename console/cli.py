@@ -27,7 +27,8 @@ class _Parser(argparse.ArgumentParser):
         raise UsageError(message)
 
 
-def _common() -> _Parser:
+def host_args() -> _Parser:
+    """A parent parser with --demo, --root and --libvirt, which every subcommand takes."""
     p = _Parser(add_help=False)
     g = p.add_argument_group("host")
     g.add_argument("--demo", action="store_true", default=argparse.SUPPRESS,
@@ -60,7 +61,7 @@ KNOWN_COMMANDS = frozenset({"snapshot", "demo", "passthrough", "release", "log",
 
 
 def build_parser(load: bool = True) -> argparse.ArgumentParser:
-    common = _common()
+    common = host_args()
     parser = _Parser(prog="nodeconsole", parents=[common],
                      description="Console for GPU virtualization hosts (KVM/libvirt + NVIDIA GPUs).")
     parser.add_argument("--version", action="version", version=f"nodeconsole {__version__}")

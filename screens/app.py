@@ -33,11 +33,9 @@ from nodeconsole.themes import CSS_PATH, NAMES, THEMES, resolve
 
 if TYPE_CHECKING:  # the actions and the NCCL screen are imported on first use
     from nodeconsole.actions.plan import Plan
-    from nodeconsole.actions.runner import ActionHost, Progress, RunResult
+    from nodeconsole.actions.runner import Progress, RunResult
+    from nodeconsole.actions.session import ActionSession, Request
     from nodeconsole.screens.nccl import NcclScreen
-
-# builds a plan from (host, a fresh snapshot, the selected GPU address or VM name)
-PlanBuilder = Callable[["ActionHost", HostSnapshot, str], "Plan"]
 
 HISTORY = 30  # samples of VM CPU % kept for the sparklines
 
@@ -178,30 +176,32 @@ class NodeConsoleApp(App):
         return table.first(KeyedTable).selected_key()
 
     def action_passthrough(self) -> None:
+        from nodeconsole.actions.session import Passthrough
+
         addr = self._selected_gpu()
         if addr:
-            self._plan_worker("passthrough", addr)
+            self._plan_worker(Passthrough(addr))
 
     def action_release(self) -> None:
+        from nodeconsole.actions.session import Release
+
         addr = self._selected_gpu()
         if addr:
-            self._plan_worker("release", addr)
+            self._plan_worker(Release(addr))
 
     def action_mig_edit(self) -> None:
-        """The MIG layout editor for the selected GPU; its plan goes through the plan modal and worker."""
+        """The MIG layout editor for the selected GPU; the request it hands back is planned, shown in
+        the plan modal and applied like every other change."""
         addr = self._selected_gpu()
         if not addr:
             return
-        from nodeconsole.actions.plan import needs_typed_confirmation
         from nodeconsole.screens.mig_editor import MigEditor
 
-        def chosen(result: tuple[ActionHost, Plan] | None) -> None:
-            if result is not None:
-                host, plan = result
-                self._ask(host, plan, needs_typed_confirmation(plan))
+        def chosen(request: Request | None) -> None:
+            if request is not None:
+                self._plan_worker(request)
 
-        seams, collector = self._host_seams()
-        self.push_screen(MigEditor(seams, addr, on_changed=collector.invalidate), chosen)
+        self.push_screen(MigEditor(self.new_session, addr), chosen)
 
     def _selected_vm(self) -> str | None:
         table = self.screen.query("#vm-table")
@@ -211,63 +211,56 @@ class NodeConsoleApp(App):
         return key or None
 
     def action_pin(self) -> None:
+        from nodeconsole.actions.session import Pin
+
         name = self._selected_vm()
         if name:
-            from nodeconsole.actions.pinning import plan_pin
-
-            self._plan_worker("pin", name, plan_pin)
+            self._plan_worker(Pin(name))
 
     def action_pin_all(self) -> None:
-        from nodeconsole.actions.pinning import plan_pin_all
+        from nodeconsole.actions.session import PinAll
 
-        self._plan_worker("pin all", "", lambda host, snap, _subject: plan_pin_all(host, snap))
+        self._plan_worker(PinAll())
 
-    @work(thread=True, exclusive=True, group="action", exit_on_error=False)
-    def _plan_worker(self, kind: str, address: str, build: PlanBuilder | None = None) -> None:
-        """Build the plan off the UI thread (it re-reads the host), then ask on the UI thread.
-        `build(host, snapshot, subject)` makes the plan; without it, passthrough or release."""
-        from nodeconsole.actions.passthrough import plan_passthrough, plan_release
-        from nodeconsole.actions.plan import RequestError, needs_typed_confirmation
-        from nodeconsole.actions.runner import ActionHost
+    def new_session(self) -> ActionSession:
+        """A session on the console's host (called in workers: building it may open libvirt); applied
+        changes invalidate the collector's caches. RuntimeError until the first poll has read the host."""
+        from nodeconsole.actions.session import ActionSession
 
-        try:
-            seams, collector = self._host_seams()
-            host = ActionHost.from_seams(seams, on_changed=collector.invalidate)
-            snap = host.snapshot()
-            plan = (build or (plan_passthrough if kind == "passthrough" else plan_release))(host, snap, address)
-        except (RequestError, Exception) as exc:
-            self.call_from_thread(self.notify, f"{kind}: {exc}", severity="error", timeout=8)
-            return
-        typed = needs_typed_confirmation(plan)
-        self.call_from_thread(self._ask, host, plan, typed)
-
-    def _host_seams(self) -> tuple[Seams, Collector]:
-        """The host's seams and collector; RuntimeError until the first poll has prepared them."""
         if self.seams is None or self.collector is None:
             raise RuntimeError("the host is not read yet")
-        return self.seams, self.collector
+        return ActionSession.from_seams(self.seams, on_changed=self.collector.invalidate)
 
-    def _ask(self, host: ActionHost, plan: Plan, typed: str | None) -> None:
+    @work(thread=True, exclusive=True, group="action", exit_on_error=False)
+    def _plan_worker(self, request: Request) -> None:
+        """Plan off the UI thread (it re-reads the host), then ask on the UI thread."""
+        try:
+            session = self.new_session()
+            plan = session.plan(request)
+        except Exception as exc:
+            self.call_from_thread(self.notify, f"{request.label}: {exc}", severity="error", timeout=8)
+            return
+        self.call_from_thread(self._ask, session, plan)
+
+    def _ask(self, session: ActionSession, plan: Plan) -> None:
         from nodeconsole.screens.modals.plan import PlanModal
 
-        can_apply = plan.ok and not plan.empty
+        can_apply = session.can_apply(plan)
         title = plan.title + ("" if can_apply else ("  (refused)" if not plan.ok else "  (nothing to do)"))
 
         def answered(yes: bool | None) -> None:
             if yes:
-                self._apply_worker(host, plan)
+                self._apply_worker(session, plan)
 
-        self.push_screen(PlanModal(title, plan.lines(), can_apply, typed), answered)
+        self.push_screen(PlanModal(title, plan.lines(), can_apply, session.typed_confirmation(plan)), answered)
 
     @work(thread=True, exclusive=True, group="action", exit_on_error=False)
-    def _apply_worker(self, host: ActionHost, plan: Plan) -> None:
-        from nodeconsole.actions.runner import Runner
-
+    def _apply_worker(self, session: ActionSession, plan: Plan) -> None:
         def progress(p: Progress) -> None:
             # brief: the steps scroll by; the outcome stays (below)
             self.call_from_thread(self.notify, f"[{p.index}/{p.total}] {p.phase}: {p.title}", timeout=1.5)
 
-        result = Runner(host).run(plan, confirm=lambda _p: True, progress=progress)
+        result = session.apply(plan, progress=progress)  # the modal was the confirmation
         self.action_results.append(result)
         for warning in result.warnings:  # e.g. a lock a dead run left, and the change it was making
             self.call_from_thread(self.notify, warning, severity="warning", timeout=20)

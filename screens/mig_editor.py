@@ -1,15 +1,16 @@
 """The GPU screen's MIG layout editor: the current slice bar, one button per profile the GPU offers, and
-the new layout drawn on a second slice bar as it is edited (or why it does not fit). "Plan…" builds the
-plan off the UI thread and hands it back; the app shows it in the plan modal and applies it there.
+the new layout drawn on a second slice bar as it is edited (or why it does not fit). "Plan…" hands the
+layout back as a request (actions/session.py's MigLayout); the app plans it, shows the plan in the plan
+modal and applies it, as every change.
 
-The editor reads the host only in thread workers (NVML for the profiles, the planner's fit is pure).
-Dismissed with (ActionHost, Plan) or None.
+The editor reads the host only in a thread worker, through the action session (NVML for the profiles;
+the planner's fit is pure). Dismissed with a MigLayout request or None.
 """
 from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.text import Text
 from textual import work
@@ -20,9 +21,13 @@ from textual.screen import ModalScreen
 from textual.widgets import Button, Static
 
 from nodeconsole.actions.mig_planner import Fit, Wanted, fit, format_layout
+from nodeconsole.actions.session import MigLayout
 from nodeconsole.console.hosttext import visible
 from nodeconsole.console.model import Mig, MigInstance
 from nodeconsole.screens.widgets.slice_bar import slice_bar
+
+if TYPE_CHECKING:
+    from nodeconsole.actions.session import ActionSession
 
 
 def button_id(profile: str) -> str:
@@ -43,10 +48,9 @@ class MigEditor(ModalScreen):
 
     BINDINGS = [Binding("escape", "cancel", "Cancel"), Binding("backspace", "remove_last", "Remove last")]
 
-    def __init__(self, seams: Any, address: str, on_changed: Callable[[], None] | None = None) -> None:
+    def __init__(self, session: Callable[[], ActionSession], address: str) -> None:
         super().__init__()
-        self.seams, self.address, self.on_changed = seams, address, on_changed
-        self.host: Any = None
+        self.session, self.address = session, address  # session(): a new ActionSession (in a worker)
         self.state: Any = None  # actions.mig_steps.MigState once read
         self.items: list[Wanted] = []
         self.result: Fit | None = None
@@ -75,28 +79,18 @@ class MigEditor(ModalScreen):
     # -- reading (thread workers) ---------------------------------------------------------------------
     @work(thread=True, exclusive=True, group="mig-editor", exit_on_error=False)
     def _load(self) -> None:
-        from nodeconsole.actions.mig import mig_state_for
-        from nodeconsole.actions.runner import ActionHost
-
         try:
-            host = ActionHost.from_seams(self.seams, on_changed=self.on_changed)
-            snap = host.snapshot()
-            g = snap.gpu(self.address)
-            if g is None or g.driver != "nvidia" or g.nvml_index is None:
-                raise ValueError(f"{self.address} is not on the nvidia driver: NVML cannot manage its MIG mode")
-            st = mig_state_for(host, snap, g)
-            if not st.capable or not st.profiles:
-                raise ValueError(f"{g.name} does not support MIG (or its profiles are unknown)")
+            st = self.session().mig_state(self.address)
         except Exception as exc:
             self.app.call_from_thread(self._failed, str(exc))
             return
-        self.app.call_from_thread(self._loaded, host, st)
+        self.app.call_from_thread(self._loaded, st)
 
     def _failed(self, why: str) -> None:
         self.query_one("#mig-current", Static).update(Text(f"cannot edit: {visible(why)}", style="bold red"))
 
-    def _loaded(self, host: Any, st: Any) -> None:
-        self.host, self.state = host, st
+    def _loaded(self, st: Any) -> None:
+        self.state = st
         self.slices = max((s + n for p in st.profiles for s, n in p.placements), default=8)
         mode = {0: "off", 1: "on"}
         head = Text(f"MIG mode {mode[st.current]}" + ("" if st.pending == st.current else
@@ -161,20 +155,9 @@ class MigEditor(ModalScreen):
         elif bid == "mig-cancel":
             self.dismiss(None)
         elif bid == "mig-plan":
-            self._plan(self.layout_text(), False)
+            self.dismiss(MigLayout(self.address, self.layout_text()))
         elif bid == "mig-off":
-            self._plan(None, True)
+            self.dismiss(MigLayout(self.address, off=True))
 
     def action_cancel(self) -> None:
         self.dismiss(None)
-
-    @work(thread=True, exclusive=True, group="mig-editor", exit_on_error=False)
-    def _plan(self, layout: str | None, off: bool) -> None:
-        from nodeconsole.actions.mig import plan_mig
-
-        try:
-            plan = plan_mig(self.host, self.host.snapshot(), self.address, layout, off=off)
-        except Exception as exc:
-            self.app.call_from_thread(self.notify, f"MIG: {exc}", severity="error", timeout=8)
-            return
-        self.app.call_from_thread(self.dismiss, (self.host, plan))

@@ -14,8 +14,8 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING
 
-from nodeconsole.console.cli import UsageError, seams_from_args, subcommand
-from nodeconsole.console.commands.actions import _change_args, _execute
+from nodeconsole.console.cli import UsageError, subcommand
+from nodeconsole.console.commands.change import change_args, run_request, session_for
 
 if TYPE_CHECKING:  # the actions are imported when a command runs
     from nodeconsole.actions.runner import ActionHost
@@ -29,35 +29,24 @@ def configure_mig(p: argparse.ArgumentParser) -> None:
                    help="instances by profile name: 3g.40gb,2g.20gb,1g.10gb*2; NAME@START pins a placement; "
                         "`none` keeps MIG on with no instance")
     p.add_argument("--off", action="store_true", help="destroy every instance and turn MIG mode off")
-    _change_args(p)
+    change_args(p)
     p.set_defaults(func=run_mig)
 
 
 def run_mig(args: argparse.Namespace) -> int:
-    from nodeconsole.actions.runner import ActionHost
+    from nodeconsole.actions.session import MigLayout, MigRestore, MigSave
 
     target = args.target
-    host = ActionHost.from_seams(seams_from_args(args))
+    session = session_for(args)
     if target in ("save", "restore"):
         if args.layout is not None or args.off:
             raise UsageError(f"`mig {target}` takes no layout and no --off")
-        from nodeconsole.actions.mig_persist import plan_mig_restore, plan_mig_save
-
-        make = plan_mig_save if target == "save" else plan_mig_restore
-        return _execute(args, host, lambda: make(host, host.snapshot()))
+        return run_request(args, MigSave() if target == "save" else MigRestore(), session)
     if args.layout is None and not args.off:
         if args.apply:
             raise UsageError("--apply needs a LAYOUT or --off")
-        return _show(host, target)
-    if args.layout is not None and args.off:
-        raise UsageError("give a LAYOUT or --off, not both")
-    if args.layout is not None and not args.layout.strip():
-        # an empty word is no layout: it must not turn MIG mode on (a GPU reset on real hardware)
-        raise UsageError("empty LAYOUT: give profiles (e.g. 3g.40gb,1g.10gb*2), `none` for MIG on without "
-                         "instances, or --off")
-    from nodeconsole.actions.mig import plan_mig
-
-    return _execute(args, host, lambda: plan_mig(host, host.snapshot(), target, args.layout, args.off))
+        return _show(session.host, target)
+    return run_request(args, MigLayout(target, args.layout, args.off), session)
 
 
 def _show(host: ActionHost, target: str) -> int:

@@ -19,7 +19,7 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING, TextIO
 
 from nodeconsole.console.argtypes import MAX_COUNT, count, seconds
-from nodeconsole.console.cli import UsageError, _common, seams_from_args, subcommand
+from nodeconsole.console.cli import UsageError, host_args, seams_from_args, subcommand
 
 if TYPE_CHECKING:  # the NCCL checks are imported when a command runs
     from nodeconsole.actions.nccl.commands import LocalCommand
@@ -33,7 +33,7 @@ if TYPE_CHECKING:  # the NCCL checks are imported when a command runs
 @subcommand("nccl", "quick NCCL checks: parse an all_reduce_perf output, preflight and run, multi-node commands")
 def configure(p: argparse.ArgumentParser) -> None:
     sub = p.add_subparsers(dest="nccl_command", parser_class=type(p), metavar="ACTION", required=True)
-    common = _common()
+    common = host_args()
 
     sp = sub.add_parser("parse", parents=[common], help="read a saved all_reduce_perf output",
                         description="Read a saved all_reduce_perf output ('-' for stdin): rows, average and "

@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 
 from nodeconsole.console.cli import UsageError, subcommand
+from nodeconsole.console.commands.change import change_args, run_request
 
 
 @subcommand("pin", "pin a VM's vCPUs, emulator threads and memory to its GPUs' NUMA node")
@@ -20,21 +21,17 @@ def configure_pin(p: argparse.ArgumentParser) -> None:
     p.add_argument("--reserve", metavar="LIST",
                    help="host CPUs kept for the host and the emulator threads "
                         "(default: the first core of each NUMA node and its hyperthread siblings)")
-    p.add_argument("--apply", action="store_true", help="make the changes (default: only print the plan)")
-    p.add_argument("--yes", "-y", action="store_true", help="do not ask for confirmation (for scripts)")
+    change_args(p)
     p.set_defaults(func=run_pin)
 
 
 def run_pin(args: argparse.Namespace) -> int:
-    from nodeconsole.actions.pinning import plan_pin, plan_pin_all
-    from nodeconsole.console.commands.actions import _execute, _host
+    from nodeconsole.actions.session import Pin, PinAll
 
     if args.all == (args.vm is not None):
         raise UsageError("name one VM, or --all for every unpinned GPU VM")
     if args.all and args.cpus is not None:
         raise UsageError("--cpus chooses the CPUs of one VM: it does not go with --all")
-    host = _host(args)
     if args.all:
-        return _execute(args, host, lambda: plan_pin_all(host, host.snapshot(), reserve=args.reserve))
-    return _execute(args, host, lambda: plan_pin(host, host.snapshot(), args.vm, cpus=args.cpus,
-                                                 reserve=args.reserve))
+        return run_request(args, PinAll(reserve=args.reserve))
+    return run_request(args, Pin(args.vm, cpus=args.cpus, reserve=args.reserve))

@@ -12,40 +12,31 @@ from __future__ import annotations
 
 import argparse
 import json
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from nodeconsole.console.cli import UsageError, _common, seams_from_args, subcommand
-from nodeconsole.console.commands.actions import _change_args, _execute
-
-if TYPE_CHECKING:  # the actions are imported when a command runs
-    from nodeconsole.actions.runner import ActionHost
+from nodeconsole.console.cli import UsageError, host_args, subcommand
+from nodeconsole.console.commands.change import change_args, run_request, session_for
 
 
 @subcommand("vgpu", "list, create and remove vGPUs (mdev or SR-IOV VF), attached to a VM's config")
 def configure_vgpu(p: argparse.ArgumentParser) -> None:
     sub = p.add_subparsers(dest="vgpu_command", metavar="ACTION", parser_class=type(p))
     sub.required = True
-    ls = sub.add_parser("list", parents=[_common()], help="vGPU types with available counts, and vGPUs")
+    ls = sub.add_parser("list", parents=[host_args()], help="vGPU types with available counts, and vGPUs")
     ls.add_argument("gpu", nargs="?", metavar="GPU", help="only this GPU (index, PCI address or UUID)")
     ls.add_argument("--json", action="store_true", help="print JSON")
     ls.set_defaults(func=run_list)
-    mk = sub.add_parser("create", parents=[_common()], help="create a vGPU, optionally into a VM's config")
+    mk = sub.add_parser("create", parents=[host_args()], help="create a vGPU, optionally into a VM's config")
     mk.add_argument("gpu", metavar="GPU", help="console index, PCI address or UUID")
     mk.add_argument("type", metavar="TYPE", help="nvidia-N (mdev), an SR-IOV type id, or the type's name")
     mk.add_argument("--vm", metavar="VM", help="add the vGPU to VM's config")
     mk.add_argument("--uuid", metavar="UUID", help="the mdev's UUID (default: a new one)")
-    _change_args(mk)
+    change_args(mk)
     mk.set_defaults(func=run_create)
-    rm = sub.add_parser("remove", parents=[_common()], help="remove a vGPU and take it out of VM configs")
+    rm = sub.add_parser("remove", parents=[host_args()], help="remove a vGPU and take it out of VM configs")
     rm.add_argument("vgpu", metavar="UUID|VF", help="mdev UUID, or the PCI address of the VF holding it")
-    _change_args(rm)
+    change_args(rm)
     rm.set_defaults(func=run_remove)
-
-
-def _host(args: argparse.Namespace) -> ActionHost:
-    from nodeconsole.actions.runner import ActionHost
-
-    return ActionHost.from_seams(seams_from_args(args))
 
 
 def run_list(args: argparse.Namespace) -> int:
@@ -53,8 +44,7 @@ def run_list(args: argparse.Namespace) -> int:
     from nodeconsole.actions.plan import RequestError
     from nodeconsole.actions.vgpu import offers
 
-    host = _host(args)
-    snap = host.snapshot()
+    snap = session_for(args).host.snapshot()
     try:
         gpus = [resolve_gpu(snap, args.gpu)] if args.gpu else list(snap.gpus)
     except RequestError as e:
@@ -88,15 +78,12 @@ def run_list(args: argparse.Namespace) -> int:
 
 
 def run_create(args: argparse.Namespace) -> int:
-    from nodeconsole.actions.vgpu import plan_vgpu_create
+    from nodeconsole.actions.session import VgpuCreate
 
-    host = _host(args)
-    return _execute(args, host, lambda: plan_vgpu_create(host, host.snapshot(), args.gpu, args.type, vm=args.vm,
-                                                         uuid=args.uuid))
+    return run_request(args, VgpuCreate(args.gpu, args.type, vm=args.vm, uuid=args.uuid))
 
 
 def run_remove(args: argparse.Namespace) -> int:
-    from nodeconsole.actions.vgpu import plan_vgpu_remove
+    from nodeconsole.actions.session import VgpuRemove
 
-    host = _host(args)
-    return _execute(args, host, lambda: plan_vgpu_remove(host, host.snapshot(), args.vgpu))
+    return run_request(args, VgpuRemove(args.vgpu))

@@ -253,20 +253,23 @@ def test_undo_of_a_change_already_reverted_by_hand_is_empty(host):
     assert undo.ok and undo.empty
 
 
-def test_preflight_says_why_without_changing_anything(host):
+def test_refusal_says_why_without_changing_anything(host):
+    """One refusal check, used by run() itself: a refused plan, no root; a held lock refuses in run()."""
     plan = _plan(host, CHANGES)
     runner = Runner(host)
-    assert runner.preflight(plan) == ""
+    assert runner.refusal(plan) == ""
     assert not host.state_dir.exists() or not (host.state_dir / "nodeconsole.lock").exists()
     host.is_root = lambda: False
-    assert "needs root" in runner.preflight(plan)
+    assert "needs root" in runner.refusal(plan)
+    assert runner.run(plan).message == runner.refusal(plan)
     host.is_root = lambda: True
-    assert runner.preflight(_plan(host, {"a": 1})).startswith("nothing to do")
+    assert runner.refusal(_plan(host, {"a": 1})) == ""  # empty: not refused, run() settles it
     host.state_dir.mkdir(parents=True, exist_ok=True)
     fd = os.open(host.state_dir / "nodeconsole.lock", os.O_RDWR | os.O_CREAT)
     fcntl.flock(fd, fcntl.LOCK_EX)
     try:
-        assert "another nodeconsole" in runner.preflight(plan)
+        res = runner.run(plan)
+        assert res.status == REFUSED and "another nodeconsole" in res.message
     finally:
         os.close(fd)
     assert _load(host)["values"] == {"a": 1, "c": 3}

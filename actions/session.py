@@ -1,0 +1,242 @@
+"""One action session for every front end: a typed request in, a plan out, the plan applied.
+
+    session = ActionSession.from_seams(seams)            # the one place that builds the ActionHost
+    plan = session.plan(Passthrough(gpu="3", vm="train"))  # RequestError: bad input, nothing planned
+    result = session.apply(plan, confirm, progress)       # refusal, confirm, lock, apply + verify,
+                                                          # audit, roll back on failure: actions/runner.py
+
+The CLI (console/commands/change.py), the console (screens/app.py) and the MIG editor (which hands back a
+`MigLayout` request) all go through it; they only differ in how they show a plan, ask and report progress.
+`plan` re-reads the host (a fresh snapshot) every time; nothing here imports a UI.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, ClassVar
+
+from nodeconsole.actions.plan import Plan, RequestError, StepError, needs_typed_confirmation
+from nodeconsole.actions.runner import ActionHost, Confirm, ProgressFn, Runner, RunResult
+
+if TYPE_CHECKING:
+    from nodeconsole.actions.mig_steps import MigState
+    from nodeconsole.console.model import HostSnapshot
+    from nodeconsole.console.seams import Seams
+
+__all__ = ["ActionSession", "MigLayout", "MigRestore", "MigSave", "NothingToDo", "Passthrough", "Pin",
+           "PinAll", "Redo", "Release", "Request", "RequestError", "StepError", "Undo", "VgpuCreate",
+           "VgpuRemove"]
+
+
+class NothingToDo(RequestError):
+    """Not an error: the request has nothing to act on (e.g. `undo` with no change left to undo)."""
+
+
+# -- requests: what a front end asks for (plain data; `label` names it in messages) -------------------
+
+@dataclass(frozen=True)
+class Passthrough:
+    label: ClassVar[str] = "passthrough"
+    gpu: str  # console index, PCI address or UUID
+    vm: str | None = None
+    persist: bool = False
+
+
+@dataclass(frozen=True)
+class Release:
+    label: ClassVar[str] = "release"
+    gpu: str
+
+
+@dataclass(frozen=True)
+class Pin:
+    label: ClassVar[str] = "pin"
+    vm: str
+    cpus: str | None = None
+    reserve: str | None = None
+
+
+@dataclass(frozen=True)
+class PinAll:
+    label: ClassVar[str] = "pin all"
+    reserve: str | None = None
+
+
+@dataclass(frozen=True)
+class MigLayout:
+    """A GPU's MIG layout (`3g.40gb,1g.10gb*2`, `none` for MIG on without instances) or `off`."""
+    label: ClassVar[str] = "MIG"
+    gpu: str
+    layout: str | None = None
+    off: bool = False
+
+
+@dataclass(frozen=True)
+class MigSave:
+    label: ClassVar[str] = "mig save"
+
+
+@dataclass(frozen=True)
+class MigRestore:
+    label: ClassVar[str] = "mig restore"
+
+
+@dataclass(frozen=True)
+class VgpuCreate:
+    label: ClassVar[str] = "vgpu create"
+    gpu: str
+    type: str
+    vm: str | None = None
+    uuid: str | None = None
+
+
+@dataclass(frozen=True)
+class VgpuRemove:
+    label: ClassVar[str] = "vgpu remove"
+    vgpu: str  # mdev UUID or the VF's PCI address
+
+
+@dataclass(frozen=True)
+class Undo:
+    """Roll a recorded change back; the latest undoable one when `record_id` is None."""
+    label: ClassVar[str] = "undo"
+    record_id: str | None = None
+
+
+@dataclass(frozen=True)
+class Redo:
+    """Put a change back by rolling back the undo that reverted it (`record_id`: that undo's record)."""
+    label: ClassVar[str] = "redo"
+    record_id: str
+
+
+Request = (Passthrough | Release | Pin | PinAll | MigLayout | MigSave | MigRestore | VgpuCreate | VgpuRemove
+           | Undo | Redo)
+
+
+class ActionSession:
+    """Plans and applies requests on one host; see the module docstring."""
+
+    def __init__(self, host: ActionHost) -> None:
+        self.host = host
+
+    @classmethod
+    def from_seams(cls, seams: Seams, on_changed: Callable[[], None] | None = None) -> ActionSession:
+        """The session on the host behind `seams` (real, captured or demo). `on_changed` hears about every
+        applied change (e.g. the console's Collector.invalidate)."""
+        return cls(ActionHost.from_seams(seams, on_changed=on_changed))
+
+    # -- planning ------------------------------------------------------------------------------------
+    def plan(self, request: Request) -> Plan:
+        """The plan for `request`, from a fresh read of the host. RequestError (NothingToDo included) for
+        bad input, StepError when a step cannot be built."""
+        host = self.host
+        if isinstance(request, Undo | Redo):
+            return self._plan_undo(request)
+        if isinstance(request, MigLayout):
+            _check_mig_layout(request)
+        snap = host.snapshot()
+        return _builder(request)(host, snap)
+
+    def _plan_undo(self, request: Undo | Redo) -> Plan:
+        from nodeconsole.actions.undo import plan_undo
+
+        log = self.host.audit
+        if isinstance(request, Redo):
+            try:
+                record = log.find(request.record_id)
+            except OSError:
+                record = {}  # plan_undo reports the unreadable log
+            if record is not None and record and not record.get("undoes"):
+                raise RequestError(f"{request.record_id} is not an undo: there is nothing to redo "
+                                   f"(undo it instead)")
+        elif request.record_id is None:
+            try:
+                latest = log.latest_undoable()
+            except OSError:
+                latest = {}  # plan_undo reports the unreadable log
+            if latest is None:
+                raise NothingToDo(f"nothing to undo: no recorded change left to roll back ({log.path})")
+        return plan_undo(self.host, request.record_id)
+
+    def mig_state(self, gpu: str) -> MigState:
+        """What NVML says about one GPU's MIG mode, layout and profiles (for an editor). RequestError when
+        the GPU is unknown, not on the nvidia driver or not MIG capable."""
+        from nodeconsole.actions.mig import mig_state_for
+        from nodeconsole.actions.passthrough import resolve_gpu
+
+        snap = self.host.snapshot()
+        g = resolve_gpu(snap, gpu)
+        if g.driver != "nvidia" or g.nvml_index is None:
+            raise RequestError(f"{gpu} is not on the nvidia driver: NVML cannot manage its MIG mode")
+        st = mig_state_for(self.host, snap, g)
+        if not st.capable or not st.profiles:
+            raise RequestError(f"{g.name} does not support MIG (or its profiles are unknown)")
+        return st
+
+    # -- applying ------------------------------------------------------------------------------------
+    @staticmethod
+    def can_apply(plan: Plan) -> bool:
+        """Whether the plan has changes to make (a refused or empty plan is only shown)."""
+        return plan.ok and not plan.empty
+
+    @staticmethod
+    def typed_confirmation(plan: Plan) -> str | None:
+        """The text (a GPU's address) the admin must type to confirm; None when yes/no is enough."""
+        return needs_typed_confirmation(plan)
+
+    def refusal(self, plan: Plan) -> str:
+        """Why `apply` would refuse this plan before asking ('' when it would go on)."""
+        return Runner(self.host).refusal(plan)
+
+    def apply(self, plan: Plan, confirm: Confirm | None = None, progress: ProgressFn | None = None) -> RunResult:
+        """Apply `plan`: refused plans and hosts are refused, `confirm(plan)` is asked once before anything
+        changes (None: no question), then the host lock, each step applied and verified with `progress`
+        events, the audit record, and a step-by-step rollback on failure or interruption. An empty undo
+        plan is recorded as done, so a plain `undo` moves on."""
+        return Runner(self.host).run(plan, confirm=confirm, progress=progress)
+
+
+def _check_mig_layout(request: MigLayout) -> None:
+    if request.layout is not None and request.off:
+        raise RequestError("give a LAYOUT or --off, not both")
+    if request.layout is None and not request.off:
+        raise RequestError("give a LAYOUT or --off")
+    if request.layout is not None and not request.layout.strip():
+        # an empty word is no layout: it must not turn MIG mode on (a GPU reset on real hardware)
+        raise RequestError("empty LAYOUT: give profiles (e.g. 3g.40gb,1g.10gb*2), `none` for MIG on without "
+                           "instances, or --off")
+
+
+Builder = Callable[[ActionHost, "HostSnapshot"], Plan]
+
+
+def _builder(r: Request) -> Builder:
+    """The planner of a (non-undo) request, as `build(host, snapshot)`; planners are imported on use."""
+    if isinstance(r, Passthrough | Release):
+        from nodeconsole.actions.passthrough import plan_passthrough, plan_release
+
+        if isinstance(r, Release):
+            return lambda h, s: plan_release(h, s, r.gpu)
+        return lambda h, s: plan_passthrough(h, s, r.gpu, vm=r.vm, persist=r.persist)
+    if isinstance(r, Pin | PinAll):
+        from nodeconsole.actions.pinning import plan_pin, plan_pin_all
+
+        if isinstance(r, PinAll):
+            return lambda h, s: plan_pin_all(h, s, reserve=r.reserve)
+        return lambda h, s: plan_pin(h, s, r.vm, cpus=r.cpus, reserve=r.reserve)
+    if isinstance(r, MigLayout):
+        from nodeconsole.actions.mig import plan_mig
+
+        return lambda h, s: plan_mig(h, s, r.gpu, r.layout, r.off)
+    if isinstance(r, MigSave | MigRestore):
+        from nodeconsole.actions.mig_persist import plan_mig_restore, plan_mig_save
+
+        return plan_mig_save if isinstance(r, MigSave) else plan_mig_restore
+    if isinstance(r, VgpuCreate | VgpuRemove):
+        from nodeconsole.actions.vgpu import plan_vgpu_create, plan_vgpu_remove
+
+        if isinstance(r, VgpuRemove):
+            return lambda h, s: plan_vgpu_remove(h, s, r.vgpu)
+        return lambda h, s: plan_vgpu_create(h, s, r.gpu, r.type, vm=r.vm, uuid=r.uuid)
+    raise RequestError(f"unknown request {r!r}")
