@@ -16,12 +16,12 @@ Where the state lives:
   planner only includes "numa" live when the mode stays);
 - real libvirt, "config": the inactive XML edited and defined again (a removed pin is really removed,
   which pinVcpuFlags(CONFIG) cannot do);
-- the demo's node file, "config" (the test driver serves it as the running state too): the <cputune>
-  and <numatune> lines are edited as text, so apply + undo leave the file byte for byte as it was.
+- the demo's node file, "config" (the test driver serves it as the running state too): the file itself.
+Both config edits go through console/domain_edits.py, which splices only the pin and memory-policy
+elements, so apply + undo leave the stored text byte for byte as it was.
 """
 from __future__ import annotations
 
-import re
 import xml.etree.ElementTree as ET
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -31,13 +31,8 @@ from nodeconsole.actions.libvirt_edit import DomainConfigError, LibvirtDomainCon
 from nodeconsole.actions.plan import Op, Step, StepError, step_kind
 from nodeconsole.actions.runner import ActionHost
 from nodeconsole.console.cpulist import format_cpulist
-from nodeconsole.console.libvirt_xml import (
-    parse_domain,
-    parse_libvirt_set,
-    set_emulator_pins,
-    set_numatune,
-    set_vcpu_pins,
-)
+from nodeconsole.console.domain_edits import set_emulatorpin, set_numa_memory, set_vcpupin
+from nodeconsole.console.libvirt_xml import parse_libvirt_set
 
 _AFFECT_LIVE = 1  # libvirt.VIR_DOMAIN_AFFECT_LIVE
 _NUMA_MODES = {"strict": 0, "preferred": 1, "interleave": 2, "restrictive": 3}
@@ -119,9 +114,10 @@ def write_state(cfg: DomainStore, vm: str, scope: str, target: PinState, with_nu
             raise DomainConfigError("live pins need a libvirt connection")
         _write_live(cfg, vm, target, with_numa)
         return
-    if cfg.edit_text(vm, lambda text: edit_pins_text(text, target, with_numa)):
-        return
-    cfg.edit(vm, lambda xml: edit_pins_xml(xml, target, with_numa))
+    try:
+        cfg.edit(vm, lambda xml: edit_pins(xml, target, with_numa))
+    except ValueError as e:
+        raise DomainConfigError(f"the config of {vm} cannot be edited: {e}") from None
 
 
 def _write_live(cfg: LibvirtDomainConfig, vm: str, target: PinState, with_numa: bool) -> None:
@@ -165,185 +161,23 @@ def _write_live(cfg: LibvirtDomainConfig, vm: str, target: PinState, with_numa: 
 
 # -- edits of the XML --------------------------------------------------------------------------------
 
-def edit_pins_xml(xml: str, target: PinState, with_numa: bool) -> str:
-    """`xml` with exactly the target's pins (a document re-serialised: for libvirt, which reformats)."""
-    have = parse_domain(xml)
-    want = {v: parse_libvirt_set(s) for v, s in target.vcpus}
-    pins: dict[int, tuple[int, ...]] = {p.vcpu: () for p in have.pins if p.vcpu not in want}
-    pins.update(want)
-    out = set_vcpu_pins(xml, pins)
-    out = set_emulator_pins(out, parse_libvirt_set(target.emulator) if target.emulator else ())
-    if with_numa:
-        out = set_numatune(out, (target.numa[0] or "strict") if target.numa else None,
-                           parse_libvirt_set(target.numa[1]) if target.numa else ())
-    return out
-
-
-_ATTR = r"""\b{name}\s*=\s*(['"])(.*?)\1"""
-_VCPU_LINE = re.compile(r"(?m)^([ \t]*)<vcpu\b[^>]*(?:/>|>[^<]*</vcpu>)[ \t]*\n")
-_PIN_LINE = re.compile(r"^[ \t]*<(vcpupin|emulatorpin)\b[^>]*/>[ \t]*\n?$")
-_MEM_LINE = re.compile(r"^[ \t]*<memory\b[^>]*/>[ \t]*\n?$")
-_QUOTA_LINE = re.compile(r"^[ \t]*<(shares|period|quota|global_period|global_quota|emulator_period|"
-                         r"emulator_quota|iothread_period|iothread_quota)>")
-
-
-def _block(text: str, tag: str) -> re.Match | None:
-    return re.search(rf"(?ms)^([ \t]*)<{tag}>[ \t]*\n(.*?)^[ \t]*</{tag}>[ \t]*\n", text)
-
-
-def _attr(line: str, name: str) -> str | None:
-    m = re.search(_ATTR.format(name=name), line)
-    return m.group(2) if m else None
-
-
-def _set_attr(line: str, name: str, value: str) -> str | None:
-    m = re.search(_ATTR.format(name=name), line)
-    if m is None:
-        return None
-    return line[:m.start(2)] + value + line[m.end(2):]
-
-
-def _unit(text: str) -> str:
-    """The document's indentation step, from any element that holds others."""
-    m = re.search(r"(?m)^([ \t]*)<(?:os|devices|cpu|cputune|numatune)\b[^>]*>[ \t]*\n([ \t]*)<", text)
-    if m and len(m.group(2)) > len(m.group(1)):
-        return m.group(2)[len(m.group(1)):]
-    return "  "
-
-
-def edit_pins_text(dom: str, target: PinState, with_numa: bool) -> str | None:
-    """The domain's text with the target's pins, changing only the lines that must change (so an
-    apply followed by its undo gives back the same bytes). None when the text is laid out in a way
-    these line edits do not handle: the caller then edits the XML as a document."""
-    out = _edit_cputune(dom, target)
-    if out is not None and with_numa:
-        out = _edit_numatune(out, target.numa)
-    if out is None:
-        return None
-    got, want = read_xml_state(out).sets(), target.sets()
-    if got[:2] != want[:2] or (with_numa and got[2] != want[2]):
-        return None
-    return out
-
-
-def _edit_cputune(dom: str, target: PinState) -> str | None:
-    unit = _unit(dom)
+def edit_pins(xml: str, target: PinState, with_numa: bool) -> str:
+    """`xml` with exactly the target's pins, through the one domain editor (console/domain_edits.py):
+    only the pin and memory-policy elements change, so an apply followed by its undo gives back the same
+    bytes (the demo's node file) and libvirt gets its own document back with just those changes."""
+    current = read_xml_state(xml)
     want = dict(target.vcpus)
-    m = _block(dom, "cputune")
-    if m is None:
-        if "<cputune" in dom:
-            return None
-        if not want and not target.emulator:
-            return dom
-        anchor = _VCPU_LINE.search(dom)
-        if anchor is None:
-            return None
-        ind = anchor.group(1)
-        lines = [f"{ind}{unit}<vcpupin vcpu='{v}' cpuset='{s}'/>\n" for v, s in sorted(want.items())]
-        if target.emulator:
-            lines.append(f"{ind}{unit}<emulatorpin cpuset='{target.emulator}'/>\n")
-        block = f"{ind}<cputune>\n{''.join(lines)}{ind}</cputune>\n"
-        return dom[:anchor.end()] + block + dom[anchor.end():]
-    ind, body = m.group(1), m.group(2)
-    child = ind + unit
-    kept: list[tuple[str, int | None, str]] = []  # (line, vCPU or None, tag)
-    emu_seen = False
-    for line in body.splitlines(keepends=True):
-        pm = _PIN_LINE.match(line)
-        if pm is None:
-            if "<vcpupin" in line or "<emulatorpin" in line:
-                return None  # not one element per line
-            kept.append((line, None, ""))
-            continue
-        if pm.group(1) == "vcpupin":
-            vtext = _attr(line, "vcpu")
-            if vtext is None or not vtext.isdigit() or int(vtext) in {x for _, x, t in kept if t == "vcpupin"}:
-                return None
-            v = int(vtext)
-            if v not in want:
-                continue
-            if _attr(line, "cpuset") != want[v]:
-                line = _set_attr(line, "cpuset", want[v])
-                if line is None:
-                    return None
-            kept.append((line, v, "vcpupin"))
-        else:
-            emu_seen = True
-            if not target.emulator:
-                continue
-            if _attr(line, "cpuset") != target.emulator:
-                line = _set_attr(line, "cpuset", target.emulator)
-                if line is None:
-                    return None
-            kept.append((line, None, "emulatorpin"))
-    def first_pin_place() -> int:
-        # where libvirt writes pins: after the scheduler quotas, before everything else
-        pins = [i for i, (_, _, t) in enumerate(kept) if t]
-        if pins:
-            return pins[0]
-        quotas = [i for i, (line, _, _) in enumerate(kept) if _QUOTA_LINE.match(line)]
-        return quotas[-1] + 1 if quotas else 0
-
-    for v, s in sorted(want.items()):
-        if any(t == "vcpupin" and x == v for _, x, t in kept):
-            continue
-        before = [i for i, (_, x, t) in enumerate(kept) if t == "vcpupin" and x is not None and x < v]
-        at = before[-1] + 1 if before else first_pin_place()
-        kept.insert(at, (f"{child}<vcpupin vcpu='{v}' cpuset='{s}'/>\n", v, "vcpupin"))
-    if target.emulator and not emu_seen:
-        pins = [i for i, (_, _, t) in enumerate(kept) if t == "vcpupin"]
-        kept.insert(pins[-1] + 1 if pins else first_pin_place(),
-                    (f"{child}<emulatorpin cpuset='{target.emulator}'/>\n", None, "emulatorpin"))
-    new_body = "".join(line for line, _, _ in kept)
-    if not new_body.strip():
-        return dom[:m.start()] + dom[m.end():]
-    return dom[:m.start(2)] + new_body + dom[m.end(2):]
-
-
-def _edit_numatune(dom: str, numa: tuple[str | None, str] | None) -> str | None:
-    m = _block(dom, "numatune")
-    if m is None:
-        if "<numatune" in dom:
-            return None
-        if numa is None:
-            return dom
-        anchor = _block(dom, "cputune") or _VCPU_LINE.search(dom)
-        if anchor is None:
-            return None
-        ind, unit = anchor.group(1), _unit(dom)
-        block = f"{ind}<numatune>\n{ind}{unit}{_memory(numa)}\n{ind}</numatune>\n"
-        return dom[:anchor.end()] + block + dom[anchor.end():]
-    lines = m.group(2).splitlines(keepends=True)
-    mem = [i for i, line in enumerate(lines) if "<memory" in line]
-    if len(mem) > 1 or (mem and not _MEM_LINE.match(lines[mem[0]])):
-        return None
-    if numa is None:
-        if mem:
-            del lines[mem[0]]
-    elif mem:
-        line = lines[mem[0]]
-        mode = numa[0] or "strict"
-        if _attr(line, "mode") is None:
-            if mode != "strict":  # libvirt's default mode; another one needs the attribute added
-                return None
-        elif _attr(line, "mode") != mode:
-            line = _set_attr(line, "mode", mode)
-        if _attr(line, "nodeset") != numa[1]:
-            line = _set_attr(line, "nodeset", numa[1])
-        if line is None:
-            return None
-        lines[mem[0]] = line
-    else:
-        lines.insert(0, f"{m.group(1)}{_unit(dom)}{_memory(numa)}\n")
-    body = "".join(lines)
-    if not body.strip():
-        return dom[:m.start()] + dom[m.end():]
-    return dom[:m.start(2)] + body + dom[m.end(2):]
-
-
-def _memory(numa: tuple[str | None, str]) -> str:
-    mode = f"mode='{numa[0]}' " if numa[0] else ""  # no mode attribute: as it was (libvirt's strict)
-    return f"<memory {mode}nodeset='{numa[1]}'/>"
+    for v, _ in current.vcpus:
+        if v not in want:
+            xml = set_vcpupin(xml, v, None)
+    for v, cpuset in target.vcpus:
+        xml = set_vcpupin(xml, v, cpuset)
+    if current.emulator != target.emulator:
+        xml = set_emulatorpin(xml, target.emulator)
+    if with_numa and current.numa != target.numa:
+        xml = set_numa_memory(xml, target.numa[0], target.numa[1]) if target.numa else \
+            set_numa_memory(xml, None, None)
+    return xml
 
 
 # -- the step kind -----------------------------------------------------------------------------------

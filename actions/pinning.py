@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from nodeconsole.actions.libvirt_edit import DomainConfigError, NodeFileDomainConfig
+from nodeconsole.actions.libvirt_edit import DomainConfigError
 from nodeconsole.actions.pin_planner import (
     INACTIVE,
     Proposal,
@@ -165,7 +165,7 @@ def _add_vm(host: ActionHost, snap: HostSnapshot, topo: Topology, plan: Plan, vm
     if vm.state in INACTIVE:
         plan.notes.append(f"{label} is {vm.state}: only its config changes; the pins take effect at its "
                           "next start")
-    elif isinstance(cfg, NodeFileDomainConfig):
+    elif getattr(cfg, "one_state", False):  # the demo's node file
         plan.notes.append(f"{label}: on the demo host the libvirt test driver serves the node file as both "
                           "the running and the persistent state, so one edit covers both")
     plan.notes += [f"warning: {w}" for w in prop.warnings]

@@ -30,7 +30,8 @@ from nodeconsole.actions.plan import (
     vms_known_check,
 )
 from nodeconsole.actions.runner import ActionHost
-from nodeconsole.console.libvirt_xml import add_mdev_hostdev, parse_domain, remove_mdev_hostdev
+from nodeconsole.console.domain_edits import add_mdev_hostdev, remove_mdev_hostdev
+from nodeconsole.console.libvirt_xml import parse_domain
 from nodeconsole.console.model import Gpu, HostSnapshot, VgpuInstance, Vm
 from nodeconsole.console.pciaddr import parse_pci_address
 
@@ -263,40 +264,6 @@ def _add_steps(host: ActionHost, plan: Plan, ops: list[Op]) -> None:
             plan.steps.append(step)
 
 
-# -- domain XML as text -------------------------------------------------------------------------------
-# An mdev <hostdev> is added and removed as text in the domain's own layout, so an add and its undo leave
-# a stored config (the demo's node file) byte for byte as it was; a parse/serialise edit is the fallback.
-
-_HOSTDEV_BLOCK = re.compile(r"(?m)^[ \t]*<hostdev\b[^>]*>.*?</hostdev>[ \t]*\n", re.S)
-
-
-def add_mdev_text(xml: str, uuid: str) -> str:
-    if any(h.type == "mdev" and h.uuid == uuid for h in parse_domain(xml).hostdevs):
-        return xml
-    close = re.search(r"(?m)^([ \t]*)</devices>", xml)
-    if close is None:
-        return add_mdev_hostdev(xml, uuid)
-    outer = close.group(1)
-    first = re.search(r"<devices>[ \t]*\n([ \t]*)<", xml)
-    inner = first.group(1) if first and len(first.group(1)) > len(outer) else outer + "  "
-    unit = inner[len(outer):]
-    block = (f"{inner}<hostdev mode='subsystem' type='mdev' managed='no' model='vfio-pci'>\n"
-             f"{inner}{unit}<source>\n{inner}{unit}{unit}<address uuid='{uuid}'/>\n{inner}{unit}</source>\n"
-             f"{inner}</hostdev>\n")
-    new = xml[:close.start()] + block + xml[close.start():]
-    return new if any(h.uuid == uuid for h in parse_domain(new).hostdevs) else add_mdev_hostdev(xml, uuid)
-
-
-def remove_mdev_text(xml: str, uuid: str) -> str:
-    for m in _HOSTDEV_BLOCK.finditer(xml):
-        found = parse_domain(f"<domain><devices>{m.group(0)}</devices></domain>").hostdevs
-        if any(h.type == "mdev" and h.uuid == uuid for h in found):
-            new = xml[:m.start()] + xml[m.end():]
-            if not any(h.type == "mdev" and h.uuid == uuid for h in parse_domain(new).hostdevs):
-                return new
-    return remove_mdev_hostdev(xml, uuid)
-
-
 # -- step kinds ---------------------------------------------------------------------------------------
 
 def _mdev_type(host: ActionHost, uuid: str) -> str | None:
@@ -391,7 +358,10 @@ def vm_mdev_step(host: ActionHost, op: Op) -> Step | None:
         return None
 
     def apply() -> None:
-        cfg.edit(vm, (lambda x: add_mdev_text(x, uuid)) if present else (lambda x: remove_mdev_text(x, uuid)))
+        try:
+            cfg.edit(vm, (lambda x: add_mdev_hostdev(x, uuid)) if present else (lambda x: remove_mdev_hostdev(x, uuid)))
+        except ValueError as e:
+            raise DomainConfigError(f"the config of {vm} cannot be edited: {e}") from None
 
     def verify() -> str | None:
         return None if has() == present else \

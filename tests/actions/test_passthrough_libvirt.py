@@ -13,13 +13,13 @@ libvirt = pytest.importorskip("libvirt")
 from nodeconsole.actions.libvirt_edit import (  # noqa: E402
     DomainConfigError,
     LibvirtDomainConfig,
-    NodeFileDomainConfig,
     domain_config_for,
     hostdev_xml,
     node_file_of,
 )
 from nodeconsole.actions.plan import build_step  # noqa: E402
 from nodeconsole.console.demo.generator import generate, small_spec  # noqa: E402
+from nodeconsole.console.demo.node_domains import NodeFileDomainConfig  # noqa: E402
 from nodeconsole.console.libvirt_xml import parse_domain  # noqa: E402
 from nodeconsole.console.root import Root  # noqa: E402
 from nodeconsole.console.seams import Seams  # noqa: E402

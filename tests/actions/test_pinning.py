@@ -13,7 +13,7 @@ import pytest
 
 from nodeconsole.actions.audit import APPLIED, FAILED
 from nodeconsole.actions.libvirt_edit import DomainConfigError, LibvirtDomainConfig
-from nodeconsole.actions.pin_steps import PinState, edit_pins_text, read_xml_state
+from nodeconsole.actions.pin_steps import PinState, edit_pins, read_xml_state
 from nodeconsole.actions.pinning import plan_pin, plan_pin_all
 from nodeconsole.actions.plan import RequestError, build_step
 from nodeconsole.actions.runner import DONE, FAILED_RESULT, REFUSED, ActionHost, NoCommands, Runner, plan_undo
@@ -284,22 +284,19 @@ DOMAIN = """<domain type='test'>
     (PinState(((1, "0,1"),), "2", ("interleave", "0-1")), True),
 ])
 def test_text_edits_round_trip_byte_for_byte(target, with_numa):
-    new = edit_pins_text(DOMAIN, target, with_numa)
-    if new is None:  # a mode the line edit cannot add: the caller edits the document instead
-        assert target.numa == ("interleave", "0-1")
-        return
+    new = edit_pins(DOMAIN, target, with_numa)
     got = read_xml_state(new)
     assert got.sets()[:2] == target.sets()[:2] and (not with_numa or got.sets()[2] == target.sets()[2])
     assert "<shares>2048</shares>" in new  # what is not a pin stays
-    back = edit_pins_text(new, read_xml_state(DOMAIN), with_numa)
+    back = edit_pins(new, read_xml_state(DOMAIN), with_numa)
     assert back == DOMAIN
 
 
 def test_text_edits_keep_the_quoting_of_a_value_they_change():
     dom = DOMAIN.replace("<memory nodeset='0'/>", '<memory mode="interleave" nodeset="0"/>')
-    new = edit_pins_text(dom, PinState(((1, "2"),), None, ("strict", "1")), True)
+    new = edit_pins(dom, PinState(((1, "2"),), None, ("strict", "1")), True)
     assert "<vcpupin vcpu='1' cpuset='2'/>" in new and '<memory mode="strict" nodeset="1"/>' in new
-    assert edit_pins_text(new, read_xml_state(dom), True) == dom
+    assert edit_pins(new, read_xml_state(dom), True) == dom
 
 
 def test_step_kind_refuses_a_vm_that_is_gone(demo_ro):
@@ -311,15 +308,18 @@ def test_step_kind_refuses_a_vm_that_is_gone(demo_ro):
         build_step(demo_ro, {"kind": "vm_pins", "vm": "train-b", "scope": "both", "vcpus": []})
 
 
-def test_a_layout_the_line_edits_cannot_handle_falls_back_to_the_document(tmp_path):
-    from nodeconsole.actions.libvirt_edit import NodeFileDomainConfig
+def test_node_file_pin_edit_and_undo_are_byte_exact(tmp_path):
     from nodeconsole.actions.pin_steps import read_state, write_state
+    from nodeconsole.console.demo.node_domains import NodeFileDomainConfig
 
     node = tmp_path / "node.xml"
-    node.write_text(f"<node>\n  {DOMAIN}\n</node>\n", encoding="utf-8")
+    original = f"<node>\n  {DOMAIN}\n</node>\n"
+    node.write_text(original, encoding="utf-8")
     cfg = NodeFileDomainConfig(node)
-    target = PinState(((1, "0,1"),), "2", ("interleave", "0-1"))  # a mode the line lacks: not a line edit
-    assert edit_pins_text(cfg.xml("v"), target, True) is None
+    before = read_state(cfg, "v", "config")
+    target = PinState(((1, "0,1"),), "2", ("interleave", "0-1"))  # a mode attribute added to the line
     write_state(cfg, "v", "config", target, True)
     assert read_state(cfg, "v", "config").sets() == target.sets()
     assert "<shares>2048</shares>" in node.read_text()
+    write_state(cfg, "v", "config", before, True)
+    assert node.read_text() == original

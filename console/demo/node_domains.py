@@ -1,0 +1,140 @@
+"""The demo host's domain store: the libvirt test driver's node file, edited in place.
+
+The test driver re-reads its node file on every open and never persists a change, so the demo's changes
+are made in the node file itself: the <domain> element's text is edited by console/domain_edits.py (one
+splicing editor; the rest of the file stays byte for byte) and the file replaced atomically.
+`actions.libvirt_edit.domain_config_for` chooses it for the demo host.
+"""
+from __future__ import annotations
+
+import os
+import re
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+
+from nodeconsole.actions.libvirt_edit import DomainConfig, DomainConfigError
+from nodeconsole.console.libvirt_xml import parse_domain
+
+_XML_REF = re.compile(r"&(?:#([0-9]+)|#x([0-9a-fA-F]+)|(amp|lt|gt|quot|apos));")
+_XML_NAMED = {"amp": "&", "lt": "<", "gt": ">", "quot": '"', "apos": "'"}
+
+
+def xml_text(raw: str) -> str:
+    """XML character data with its entity and character references replaced (what a parser returns)."""
+    def one(m: re.Match[str]) -> str:
+        if m.group(3):
+            return _XML_NAMED[m.group(3)]
+        code = int(m.group(1), 10) if m.group(1) else int(m.group(2), 16)
+        return chr(code) if 0 < code <= 0x10FFFF else m.group(0)
+    return _XML_REF.sub(one, raw)
+
+
+# <domain ...>...</domain> or <domain file='...'/> at any depth of the node file (domains do not nest)
+_DOMAIN_RE = re.compile(r"<domain\b[^>]*/>|<domain\b[^>]*>.*?</domain>", re.S)
+_NAME_RE = re.compile(r"<name>\s*([^<]*?)\s*</name>")
+_FILE_RE = re.compile(r"""\bfile\s*=\s*(['"])(.*?)\1""")
+
+
+class NodeFileDomainConfig(DomainConfig):
+    """Domains of a libvirt test-driver node file (`test:///ABS/node.xml`), edited in place."""
+
+    label = "node file"
+    one_state = True  # the test driver serves the file as both the running and the persistent state
+
+    def __init__(self, path: Path) -> None:
+        self.path = Path(path)
+
+    def _spans(self) -> list[tuple[str, Path, int, int]]:
+        """(name, file, start, end) of every domain; a `<domain file=...>` names an external file."""
+        text = self.path.read_text(encoding="utf-8")
+        out = []
+        for m in _DOMAIN_RE.finditer(text):
+            body, start, end, where = m.group(0), m.start(), m.end(), self.path
+            if body.endswith("/>"):
+                f = _FILE_RE.search(body)
+                if not f:
+                    continue
+                where = (self.path.parent / f.group(2)).resolve()
+                inner = where.read_text(encoding="utf-8")
+                dm = _DOMAIN_RE.search(inner)
+                if not dm:
+                    continue
+                body, start, end = dm.group(0), dm.start(), dm.end()
+            n = _NAME_RE.search(body)
+            if n:  # the name as libvirt reads it: `a&amp;b` is the VM `a&b`
+                out.append((xml_text(n.group(1)), where, start, end))
+        return out
+
+    def _find(self, vm: str) -> tuple[Path, int, int]:
+        for name, where, start, end in self._spans():
+            if name == vm:
+                return where, start, end
+        raise DomainConfigError(f"no VM named {vm!r} in {self.path}")
+
+    def names(self) -> list[str]:
+        return sorted(name for name, *_ in self._spans())
+
+    def xml(self, vm: str) -> str:
+        where, start, end = self._find(vm)
+        text = where.read_text(encoding="utf-8")
+        return _dedent(text[start:end], _indent_before(text, start))
+
+    def define(self, vm: str, xml: str) -> None:
+        parse_domain(xml)  # refuse a broken document before touching the file
+        new_name = _NAME_RE.search(xml)
+        if not new_name or new_name.group(1) != vm:
+            raise DomainConfigError(f"the new config of {vm} names another domain")
+        where, start, end = self._find(vm)
+        text = where.read_text(encoding="utf-8")
+        indent = _indent_before(text, start)
+        _atomic_write(where, text[:start] + _reindent(xml, indent) + text[end:])
+
+    def edit(self, vm: str, change: Callable[[str], str]) -> None:
+        """`change` gets the domain's text exactly as the file holds it (console/domain_edits.py splices
+        it), so what it does not touch stays byte for byte, and an edit plus its undo leave the file as
+        it was."""
+        where, start, end = self._find(vm)
+        text = where.read_text(encoding="utf-8")
+        new = change(text[start:end])
+        if new != text[start:end]:
+            parse_domain(new)  # refuse a broken document before touching the file
+            _atomic_write(where, text[:start] + new + text[end:])
+
+def _indent_before(text: str, start: int) -> str:
+    line_start = text.rfind("\n", 0, start) + 1
+    lead = text[line_start:start]
+    return lead if not lead.strip() else ""
+
+
+def _dedent(body: str, indent: str) -> str:
+    if not indent:
+        return body
+    lines = body.split("\n")
+    return "\n".join([lines[0]] + [ln[len(indent):] if ln.startswith(indent) else ln for ln in lines[1:]])
+
+
+def _reindent(body: str, indent: str) -> str:
+    if not indent:
+        return body
+    lines = body.split("\n")
+    return "\n".join([lines[0]] + [indent + ln if ln else ln for ln in lines[1:]])
+
+
+def _atomic_write(path: Path, text: str) -> None:
+    """Replace `path` with `text` so a reader sees the old or the new file, never half of one."""
+    mode = os.stat(path).st_mode & 0o7777
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8", newline="") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.chmod(tmp, mode)
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        raise
