@@ -50,6 +50,10 @@ class SnapshotScreen(Screen):
 
     TITLE = ""
 
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self._static_keys: dict[str, object] = {}  # selector -> the key its Static was last made from
+
     def compose(self) -> ComposeResult:
         yield HostLine(id="hostline")
         yield Banner(id="banner")
@@ -83,11 +87,14 @@ class SnapshotScreen(Screen):
     def set_static(self, selector: str, make, key) -> None:
         """Update a Static only when `key` (what its content is made from) changed: an update
         re-lays the widget out and repaints it, which is most of a quiet tick's cost."""
-        cache = self.__dict__.setdefault("_static_keys", {})
-        if cache.get(selector) == key:
+        if self._static_keys.get(selector) == key:
             return
-        cache[selector] = key
+        self._static_keys[selector] = key
         self.query_one(selector, Static).update(make())
+
+    def forget_static(self, selector: str) -> None:
+        """The Static at `selector` was updated directly: the next `set_static` repaints it."""
+        self._static_keys.pop(selector, None)
 
     # -- filter ----------------------------------------------------------------------------------
     def main_table(self) -> KeyedTable | None:

@@ -86,7 +86,7 @@ class GpusScreen(SnapshotScreen):
     def on_data_table_row_highlighted(self, event: DataTable.RowHighlighted) -> None:
         snap = self.app.snapshot
         if snap is not None and event.row_key is not None:
-            self.__dict__.get("_static_keys", {}).pop("#gpu-panel", None)
+            self.forget_static("#gpu-panel")
             self.query_one("#gpu-panel", Static).update(gpu_panel(snap, event.row_key.value))
 
     def details_for(self, table, key):

@@ -68,7 +68,7 @@ class VmsScreen(SnapshotScreen):
     def on_data_table_row_highlighted(self, event: DataTable.RowHighlighted) -> None:
         snap = self.app.snapshot
         if snap is not None and event.row_key is not None:
-            self.__dict__.get("_static_keys", {}).pop("#vm-panel", None)
+            self.forget_static("#vm-panel")
             self.query_one("#vm-panel", Static).update(vm_panel(snap, event.row_key.value))
 
     def details_for(self, table, key):
