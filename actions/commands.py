@@ -1,11 +1,10 @@
-"""How actions run host programs (driverctl, modprobe): argv lists, never a shell. The demo host has
-its own driverctl that keeps its overrides under the demo root, and nothing else."""
+"""How actions run host programs (driverctl, modprobe): argv lists, never a shell. `Commands` is the real
+implementation of the `CommandRunner` seam (actions/host_seams.py); a captured tree gets `NoCommands`. The
+demo host's simulated driverctl (console/demo/commands.py's `DemoCommands`) satisfies the same protocol."""
 from __future__ import annotations
 
 import shutil
 import subprocess
-
-from nodeconsole.console.root import Root
 
 
 class Commands:
@@ -26,49 +25,11 @@ class Commands:
 
 
 class NoCommands(Commands):
-    """The demo host has no programs of its own: running the machine's driverctl would change the
-    real host, so persistence on the demo goes through files under its root."""
+    """A host with no programs of its own (a captured tree): running the machine's driverctl would
+    change the machine, not the host being looked at."""
 
     def which(self, name: str) -> str | None:
         return None
 
     def run(self, argv: list[str]) -> tuple[int, str]:
         return 127, f"{argv[0]}: not available on this host"
-
-
-class DemoCommands(NoCommands):
-    """The demo host's programs: a driverctl that keeps its saved overrides under the demo root
-    (etc/driverctl.d/pci-ADDR, as driverctl does under /etc), so persistence on the demo is per
-    device, exactly like a real host with driverctl. Nothing of the machine's own is run."""
-
-    def __init__(self, root: Root) -> None:
-        self.root = root
-
-    def which(self, name: str) -> str | None:
-        return "driverctl (demo)" if name == "driverctl" else None
-
-    def run(self, argv: list[str]) -> tuple[int, str]:
-        from nodeconsole.console.pciaddr import parse_pci_address
-
-        if len(argv) < 3 or argv[0] != "driverctl" or argv[1] not in ("set-override", "unset-override"):
-            return 127, f"{argv[0]}: not available on the demo host"
-        try:
-            address = parse_pci_address(argv[2])
-        except ValueError as e:
-            return 2, f"driverctl: {e}"
-        conf = self.root.p(f"etc/driverctl.d/pci-{address}")
-        if argv[1] == "set-override":
-            if len(argv) < 4:
-                return 2, "driverctl: set-override needs a driver"
-            conf.parent.mkdir(parents=True, exist_ok=True)
-            conf.write_text(argv[3] + "\n")
-        elif conf.exists():
-            conf.unlink()
-            for d in (conf.parent, conf.parent.parent):  # leave the demo root as it was generated
-                try:
-                    d.rmdir()
-                except OSError:
-                    break
-        else:
-            return 1, f"driverctl: no override for {address}"
-        return 0, ""

@@ -1,15 +1,24 @@
 """The write seams of an ActionHost (actions/runner.py), as protocols: what actions call on them.
 
 Implementations satisfy them structurally (none inherits from these):
-- `KernelWriter`: console/demo/kernel.py's `Kernel` (the real host, below a root) and `SimulatedKernel`
-  (the demo host, which also changes its tree the way Linux would);
+- `KernelWriter`: actions/kernel.py's `Kernel` (the real host, below a root) and console/demo/kernel.py's
+  `SimulatedKernel` (the demo host, which also changes its tree the way Linux would);
+- `CommandRunner`: actions/commands.py's `Commands` (this machine's programs) and `NoCommands` (a captured
+  tree), and console/demo/commands.py's `DemoCommands` (the demo's simulated driverctl);
 - `DomainStore`: actions/libvirt_edit.py's `LibvirtDomainConfig` (a libvirt connection) and
-  `NodeFileDomainConfig` (the demo's libvirt test-driver node file), both through `DomainConfig`.
+  console/demo/node_domains.py's `NodeFileDomainConfig` (the demo's libvirt test-driver node file),
+  both through `DomainConfig`;
+- `HostWrites`: makes a kernel writer and a command runner for a root. `Seams.writes` (console/seams.py)
+  holds one for a simulated host (console/demo/writes.py's `SimulatedWrites`, chosen only in
+  console/seams.py); None there means the real host's `Kernel` and `Commands`.
 """
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
+
+if TYPE_CHECKING:
+    from nodeconsole.console.root import Root
 
 
 class KernelWriter(Protocol):
@@ -20,6 +29,26 @@ class KernelWriter(Protocol):
         """One write() of `text` to the attribute at root-relative `path`, as `echo` does. A missing
         attribute is FileNotFoundError, never a new file."""
         ...
+
+
+class CommandRunner(Protocol):
+    """Runs host programs (driverctl, modprobe, nvidia-smi) as argv lists, never through a shell."""
+
+    def which(self, name: str) -> str | None:
+        """Where the program is, None when the host has no such program."""
+        ...
+
+    def run(self, argv: list[str]) -> tuple[int, str]:
+        """(exit status, combined output)."""
+        ...
+
+
+class HostWrites(Protocol):
+    """Makes a host's write seams for its root (a fresh kernel writer per ActionHost)."""
+
+    def kernel(self, root: Root) -> KernelWriter: ...
+
+    def commands(self, root: Root) -> CommandRunner: ...
 
 
 class DomainStore(Protocol):
@@ -43,10 +72,6 @@ class DomainStore(Protocol):
 
     def edit(self, vm: str, change: Callable[[str], str]) -> None:
         """Define the domain again with `change(xml)` when that differs from its XML."""
-        ...
-
-    def edit_text(self, vm: str, change: Callable[[str], str | None]) -> bool:
-        """Change the domain as stored, as text; False when there is no stored text to edit."""
         ...
 
     def pci_hostdevs(self, vm: str) -> set[str]:

@@ -26,7 +26,7 @@ from nodeconsole.actions.mig_planner import CiSpec, Existing, Profile, slices_te
 from nodeconsole.actions.plan import Op, Step, StepError, step_kind
 from nodeconsole.actions.runner import ActionHost
 from nodeconsole.console import nvml_mig
-from nodeconsole.console.demo.mig_profiles import table_for_pci_device_id
+from nodeconsole.console.mig_profiles import table_for_pci_device_id
 from nodeconsole.console.pciaddr import parse_pci_address
 
 _NA_U32 = 0xFFFFFFFF

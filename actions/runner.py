@@ -24,8 +24,8 @@ from nodeconsole.actions.audit import (
     now_iso,
     who,
 )
-from nodeconsole.actions.commands import Commands, DemoCommands, NoCommands
-from nodeconsole.actions.host_seams import DomainStore, KernelWriter
+from nodeconsole.actions.commands import Commands, NoCommands
+from nodeconsole.actions.host_seams import CommandRunner, DomainStore, KernelWriter
 from nodeconsole.actions.interrupt import (
     FaultSwitch,
     Interrupted,
@@ -58,10 +58,10 @@ class ActionHost:
     """Everything an action reads and writes a host through. `from_seams` builds the real or demo one;
     tests construct it with their own kernel, domain config, commands and root check."""
     seams: Seams
-    kernel: KernelWriter  # console.demo.kernel.Kernel (SimulatedKernel on the demo)
+    kernel: KernelWriter  # actions.kernel.Kernel (the demo's SimulatedKernel through Seams.writes)
     domains: DomainStore | None  # actions.libvirt_edit.DomainConfig, None when the host has no libvirt
     state_dir: Path
-    commands: Commands = field(default_factory=Commands)
+    commands: CommandRunner = field(default_factory=Commands)
     is_root: Callable[[], bool] = lambda: os.geteuid() == 0
     on_changed: Callable[[], None] | None = None  # e.g. the console's Collector.invalidate
     read_only_reason: str = ""  # non-empty: this host cannot be changed (e.g. a captured tree)
@@ -70,23 +70,23 @@ class ActionHost:
     def from_seams(cls, seams: Seams, on_changed: Callable[[], None] | None = None) -> ActionHost:
         """The real host (needs root), a captured tree (read-only) or the demo host (simulated kernel,
         node-file libvirt config, no root needed, audit log and lock in its state directory)."""
+        from nodeconsole.actions.kernel import Kernel
         from nodeconsole.actions.libvirt_edit import domain_config_for
 
-        if seams.demo_dir is not None:  # the demo host (Seams.is_demo)
-            from nodeconsole.console.demo.kernel import SimulatedKernel
-
-            return cls(seams=seams, kernel=SimulatedKernel(seams.root), domains=domain_config_for(seams),
-                       state_dir=Path(seams.state_dir or seams.demo_dir), commands=DemoCommands(seams.root),
+        writes = seams.writes  # the simulation's: console/seams.py sets them on every demo host
+        if seams.demo_dir is not None and writes is not None:  # the demo host (Seams.is_demo)
+            return cls(seams=seams, kernel=writes.kernel(seams.root), domains=domain_config_for(seams),
+                       state_dir=Path(seams.state_dir or seams.demo_dir), commands=writes.commands(seams.root),
                        is_root=lambda: True, on_changed=on_changed)
-        from nodeconsole.console.demo.kernel import Kernel
-
         captured = os.path.abspath(seams.root.path) != "/"
         state = seams.state_dir or (seams.root.p("var/log/nodeconsole") if captured else Path(DEFAULT_STATE))
         # A captured tree is not this machine: its plans must not depend on (or run) this machine's
         # driverctl, nvidia-smi or modprobe.
-        return cls(seams=seams, kernel=Kernel(seams.root), domains=domain_config_for(seams),
-                   state_dir=Path(state), on_changed=on_changed,
-                   commands=NoCommands() if captured else Commands(),
+        kernel: KernelWriter = Kernel(seams.root) if writes is None else writes.kernel(seams.root)
+        commands: CommandRunner = ((NoCommands() if captured else Commands()) if writes is None
+                                   else writes.commands(seams.root))
+        return cls(seams=seams, kernel=kernel, domains=domain_config_for(seams),
+                   state_dir=Path(state), on_changed=on_changed, commands=commands,
                    read_only_reason="a captured tree (--root) is read-only: changes need the real host "
                                     "or --demo" if captured else "")
 
@@ -392,5 +392,5 @@ def _err(e: BaseException) -> str:
 
 from nodeconsole.actions.undo import plan_undo  # noqa: E402
 
-__all__ = ["ActionHost", "Commands", "DemoCommands", "NoCommands", "Progress", "RunResult", "Runner",
+__all__ = ["ActionHost", "Commands", "NoCommands", "Progress", "RunResult", "Runner",
            "plan_undo", "stale_lock_message"]

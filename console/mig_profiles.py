@@ -4,6 +4,8 @@ Transcribed once from the project's reference table (`reference/mig_profiles.jso
 reference material) so nothing reads that folder at run time. Two ids per profile: `enum` is the NVML
 enum passed to `nvmlDeviceGetGpuInstanceProfileInfo`, `profile_id` is `info.id`, the value that create
 calls and `nvidia-smi mig -cgi` take. Placements are (start, size) in memory slices.
+
+Real reference data of the core: the NVML source, MIG actions and the demo's simulated NVML all read it.
 """
 from __future__ import annotations
 

@@ -4,7 +4,7 @@ actions; they work on any library installed underneath pynvml (libnvidia-ml or t
 
 All of them need MIG mode enabled on the GPU: NVML answers NOT_SUPPORTED otherwise (raised as
 pynvml.NVMLError_NotSupported). For planning before MIG is on, use the bundled tables in
-console/demo/mig_profiles.py.
+console/mig_profiles.py.
 """
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from typing import Any
 
 import pynvml
 
-from nodeconsole.console.demo.mig_profiles import table_for_pci_device_id
+from nodeconsole.console.mig_profiles import table_for_pci_device_id
 
 Placement = tuple[int, int]  # (start, size)
 

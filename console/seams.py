@@ -1,14 +1,21 @@
 """The seams a host is read (and written) through. A real host, a captured tree, the demo host and a
-test fixture differ only in these values."""
+test fixture differ only in these values.
+
+This module is the one place that chooses the simulation: only it imports console/demo/ (an
+import-linter contract in pyproject.toml holds every other production module to that)."""
 from __future__ import annotations
 
 import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from nodeconsole.console.pciids import PciIds, default_ids
 from nodeconsole.console.root import Root
+
+if TYPE_CHECKING:
+    from nodeconsole.actions.host_seams import DomainStore, HostWrites
 
 SYSTEM_URI = "qemu:///system"
 
@@ -27,6 +34,14 @@ class Seams:
     # The pci.ids database that names devices: the running machine's (or $NODECONSOLE_PCI_IDS) by
     # default; tests pass a fixed one so a rendered name never depends on what the machine has installed.
     pci_ids: PciIds = field(default_factory=default_ids)
+    # The host's write seams (kernel attribute writer, host programs) when they are not the real host's.
+    # None: actions write through actions/kernel.py's Kernel and run this machine's programs. A demo host
+    # (demo_dir set) always gets the simulation's: never the real kernel writer on a generated tree.
+    writes: HostWrites | None = None
+
+    def __post_init__(self) -> None:
+        if self.writes is None and self.demo_dir is not None:
+            self.writes = simulated_writes()
 
     @property
     def is_demo(self) -> bool:
@@ -47,6 +62,28 @@ def real_host(root: str = "/", libvirt_uri: str | None = None) -> Seams:
     uri = libvirt_uri if libvirt_uri is not None else (None if captured else SYSTEM_URI)
     return Seams(root=Root(root), libvirt_uri=uri, use_real_nvml=not captured,
                  state_dir=None if captured else Path("/var/log/nodeconsole"))
+
+
+def simulated_writes() -> HostWrites:
+    """The demo host's write seams: a simulated kernel and driverctl over its generated root."""
+    from nodeconsole.console.demo.writes import SimulatedWrites
+
+    return SimulatedWrites()
+
+
+def demo_domain_store(node: Path) -> DomainStore:
+    """The demo host's domain store: its libvirt test-driver node file, edited in place."""
+    from nodeconsole.console.demo.node_domains import NodeFileDomainConfig
+
+    return NodeFileDomainConfig(node)
+
+
+def reset_demo() -> Path:
+    """Throw the demo host's state away and generate it afresh; returns its state directory (the
+    parent of its root, where its audit log and lock live)."""
+    from nodeconsole.console.demo.state import reset_demo as regenerate
+
+    return regenerate().dest
 
 
 def demo_host(state_dir: Path | None = None, libvirt_uri: str | None = None) -> Seams:

@@ -14,14 +14,14 @@ def configure(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from nodeconsole.console.demo.state import reset_demo
+    from nodeconsole.console.seams import reset_demo
 
     if getattr(args, "root", None):
         raise UsageError("demo reset works on the demo host, not on --root")
     if getattr(args, "libvirt", None) is not None:
         raise UsageError("demo reset takes no --libvirt (the demo host has its own libvirt)")
     try:
-        host = reset_demo()
+        state = reset_demo()
     except OSError as e:  # e.g. a symbolic link planted as the lock file: refused, nothing touched
         print(f"nodeconsole: error: cannot reset the demo host: {e.strerror or e}", file=sys.stderr)
         return 1
@@ -29,8 +29,8 @@ def run(args: argparse.Namespace) -> int:
     # would target devices and configs that no longer exist.
     from nodeconsole.actions.audit import AUDIT_NAME
 
-    log = host.root.parent / AUDIT_NAME
+    log = state / AUDIT_NAME
     if log.exists():
         log.unlink()
-    print(f"demo host regenerated in {host.root.parent} (audit log cleared)")
+    print(f"demo host regenerated in {state} (audit log cleared)")
     return 0

@@ -2,7 +2,6 @@
 cores, MIG instances and H100 vGPU types. The presets (`presets.py`) are written with them."""
 from __future__ import annotations
 
-from nodeconsole.console.demo.mig_profiles import ci_profiles_for, table_for_model
 from nodeconsole.console.demo.spec import (
     NVIDIA,
     CpuSpec,
@@ -15,6 +14,7 @@ from nodeconsole.console.demo.spec import (
     VfSpec,
     VgpuTypeSpec,
 )
+from nodeconsole.console.mig_profiles import ci_profiles_for, table_for_model
 
 H100_DEVICE, H100_AUDIO = 0x2330, 0x22A3
 GPU_CLASS, AUDIO_CLASS, BRIDGE_CLASS = 0x030200, 0x040300, 0x060400

@@ -1,6 +1,7 @@
-"""The write seam: `Kernel` writes kernel attribute files (sysfs/procfs) below a root; `SimulatedKernel`
-does the same on a generated host and then changes the tree the way Linux would (driver links, /dev/vfio
-nodes, mdev devices, SR-IOV VFs), validating every write as the kernel does.
+"""The demo host's kernel writer: `SimulatedKernel` writes kernel attribute files (sysfs/procfs) on a
+generated host and then changes the tree the way Linux would (driver links, /dev/vfio nodes, mdev devices,
+SR-IOV VFs), validating every write as the kernel does. It satisfies the `KernelWriter` protocol
+(actions/host_seams.py) that the real host's `Kernel` (actions/kernel.py) implements.
 
 Failure injection (`fail_on`) lets tests make the k-th matching write fail with any error."""
 from __future__ import annotations
@@ -23,28 +24,6 @@ _HUGEPAGES = re.compile(r"^sys/(devices/system/node/node\d+|kernel/mm)/hugepages
 
 def _err(code: int, detail: str, path: str = "") -> OSError:
     return OSError(code, f"{os.strerror(code)}: {detail}", path or None)
-
-
-class Kernel:
-    """Writes kernel attributes below `root` (default `/`), one write() per call as `echo` does. A
-    missing attribute is FileNotFoundError, never a new file."""
-
-    def __init__(self, root: Root | str | os.PathLike[str] = "/") -> None:
-        self.root = root if isinstance(root, Root) else Root(root)
-
-    def write(self, path: str, text: str) -> None:
-        where = self.root.resolve(path)
-        if where is None:
-            raise PermissionError(errno.EACCES, f"{os.strerror(errno.EACCES)}: leads out of {self.root.path}",
-                                  "/" + path.lstrip("/"))
-        fd = os.open(where, os.O_WRONLY | os.O_TRUNC | os.O_NONBLOCK)
-        try:
-            os.write(fd, text.encode())
-        finally:
-            os.close(fd)
-
-    def read(self, path: str) -> str | None:
-        return self.root.read(path)
 
 
 @dataclass
@@ -71,17 +50,20 @@ class WriteRecord:
     error: str | None = None  # repr of the error raised, None when the write succeeded
 
 
-class SimulatedKernel(Kernel):
+class SimulatedKernel:
     """A kernel over a generated host root. Reacts to: driver_override, drivers/NAME/{bind,unbind,
     new_id,remove_id}, drivers_probe, mdev create/remove, VF nvidia/current_vgpu_type, sriov_numvfs,
     reset and nr_hugepages. Any other existing attribute is read-only (PermissionError, as for a sysfs
     file without a store method)."""
 
     def __init__(self, root: Root | str | os.PathLike[str]) -> None:
-        super().__init__(root)
+        self.root = root if isinstance(root, Root) else Root(root)
         self.base = self.root.path
         self.log: list[WriteRecord] = []
         self.rules: list[FailRule] = []
+
+    def read(self, path: str) -> str | None:
+        return self.root.read(path)
 
     # -- failure injection --
     def fail_on(self, match: Match, error: BaseException | None = None, after: int = 0,

@@ -10,7 +10,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from nodeconsole.console.demo.mig_profiles import CiProfile, GiProfile, GpuMigTable, Placement
+from nodeconsole.console.mig_profiles import CiProfile, GiProfile, GpuMigTable, Placement
 
 # Handle addresses: a kind tag in the top byte, then GPU position (in the state), GI id, CI id.
 KIND_DEVICE, KIND_MIG, KIND_GI, KIND_CI = 0xD0, 0xE0, 0xA0, 0xB0

@@ -18,7 +18,6 @@ from pynvml import (
     NVML_ERROR_NOT_SUPPORTED,
 )
 
-from nodeconsole.console.demo.mig_profiles import CiProfile, Placement
 from nodeconsole.console.demo.nvml_abi import (
     NvmlReturn,
     handle_value,
@@ -30,6 +29,7 @@ from nodeconsole.console.demo.nvml_abi import (
 )
 from nodeconsole.console.demo.nvml_sim_base import KIND_CI, NvmlSimBase, Target
 from nodeconsole.console.demo.nvml_sim_mig import overlaps
+from nodeconsole.console.mig_profiles import CiProfile, Placement
 
 
 class MigComputeSymbols(NvmlSimBase):

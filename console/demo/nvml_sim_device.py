@@ -17,7 +17,6 @@ from pynvml import (
     NVML_ERROR_NOT_SUPPORTED,
 )
 
-from nodeconsole.console.demo.mig_profiles import table_for_model
 from nodeconsole.console.demo.nvml_abi import (
     NvmlReturn,
     fill_array,
@@ -30,6 +29,7 @@ from nodeconsole.console.demo.nvml_abi import (
     write_str,
 )
 from nodeconsole.console.demo.nvml_sim_base import NvmlSimBase
+from nodeconsole.console.mig_profiles import table_for_model
 from nodeconsole.console.pciaddr import parse_pci_address
 
 _NOT_AVAILABLE_U32 = 0xFFFFFFFF

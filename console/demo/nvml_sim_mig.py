@@ -32,16 +32,6 @@ from pynvml import (
     NVML_SUCCESS,
 )
 
-from nodeconsole.console.demo.mig_profiles import (
-    CI_PROFILE_SLICES,
-    CiProfile,
-    GiProfile,
-    GpuMigTable,
-    Placement,
-    ci_profiles_for,
-    table_for_model,
-    table_for_pci_device_id,
-)
 from nodeconsole.console.demo.nvml_abi import (
     NvmlAbiError,
     NvmlReturn,
@@ -53,6 +43,16 @@ from nodeconsole.console.demo.nvml_abi import (
     set_handle,
 )
 from nodeconsole.console.demo.nvml_sim_base import KIND_GI, NvmlSimBase, Target
+from nodeconsole.console.mig_profiles import (
+    CI_PROFILE_SLICES,
+    CiProfile,
+    GiProfile,
+    GpuMigTable,
+    Placement,
+    ci_profiles_for,
+    table_for_model,
+    table_for_pci_device_id,
+)
 
 _HOPPER = ("H100", "H200", "GH100", "GH200")
 

@@ -22,7 +22,7 @@ from typing import Any
 import pynvml
 
 from nodeconsole.console import nvml_mig
-from nodeconsole.console.demo.mig_profiles import table_for_pci_device_id
+from nodeconsole.console.mig_profiles import table_for_pci_device_id
 from nodeconsole.console.model import NA, GpuProcess, Metric, Mig, MigInstance, VgpuInstance, VgpuType
 from nodeconsole.console.pciaddr import parse_pci_address
 from nodeconsole.console.sources.types import NvmlData, NvmlGpu, SourceError

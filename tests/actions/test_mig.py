@@ -18,7 +18,7 @@ from nodeconsole.actions.mig import plan_mig
 from nodeconsole.actions.mig_planner import Profile, format_layout, maximal_layouts
 from nodeconsole.actions.plan import RequestError
 from nodeconsole.actions.runner import DONE, FAILED_RESULT, REFUSED, ActionHost, Runner, plan_undo
-from nodeconsole.console.demo import mig_profiles
+from nodeconsole.console import mig_profiles
 from nodeconsole.console.seams import demo_host
 from tests.actions.test_passthrough import changed, tree_state
 

@@ -11,8 +11,7 @@ from pathlib import Path
 import pynvml
 import pytest
 
-from nodeconsole.console import nvml_mig
-from nodeconsole.console.demo import mig_profiles
+from nodeconsole.console import mig_profiles, nvml_mig
 from nodeconsole.console.demo.nvml_sim import NvmlAbiError, SimulatedNvml, uninstall
 from nodeconsole.console.sources.nvml import NvmlSource
 from tests.console.nvml_states import H100, mig_state

@@ -1,0 +1,18 @@
+"""The demo host's write seams (the `HostWrites` factory of actions/host_seams.py): a simulated kernel
+and a simulated driverctl over the generated root. console/seams.py puts it on the demo's Seams; the
+real host's seams (actions/kernel.py's `Kernel`, actions/commands.py's `Commands`) are the default."""
+from __future__ import annotations
+
+from nodeconsole.console.demo.commands import DemoCommands
+from nodeconsole.console.demo.kernel import SimulatedKernel
+from nodeconsole.console.root import Root
+
+
+class SimulatedWrites:
+    """A fresh simulated kernel (its own write log and failure rules) for every host built on it."""
+
+    def kernel(self, root: Root) -> SimulatedKernel:
+        return SimulatedKernel(root)
+
+    def commands(self, root: Root) -> DemoCommands:
+        return DemoCommands(root)
