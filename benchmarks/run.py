@@ -167,8 +167,8 @@ def first_frame_table(state: Path, runs: int) -> None:
     bare, console = [], []
     for _ in range(runs):
         bare.append(first_frame(f"{py} {bare_file}", ["BARE-READY"]))
-        console.append(first_frame(f"cd {REPO} && NODECONSOLE_STATE_DIR={state / 'demo'} {py} -m nodeconsole.console.cli --demo",
-                                   addrs))
+        launch = f"{py} -m nodeconsole.screens.launch --demo"
+        console.append(first_frame(f"cd {REPO} && NODECONSOLE_STATE_DIR={state / 'demo'} {launch}", addrs))
     b, c = statistics.median(bare), statistics.median(console)
     print(f"\n## First frame in a real terminal (tmux 120x40, median of {runs} launches)")
     print(f"bare Header+DataTable+Footer app  {b * 1000:7.0f} ms")
@@ -196,7 +196,7 @@ def cpu_table(state: Path, window: float) -> None:
     large = generate(large_spec(), tmp / "large")
     runs = {
         "nodeconsole --demo": (f"cd {REPO} && NODECONSOLE_STATE_DIR={state / 'demo'} "
-                               f"{py} -m nodeconsole.console.cli --demo --interval 1"),
+                               f"{py} -m nodeconsole.screens.launch --demo --interval 1"),
         "nodeconsole large host": (f"cd {REPO} && {py} -m benchmarks.large_console {large.dest}"),
         "htop -d 10": "htop -d 10",
     }

@@ -1,4 +1,5 @@
-"""`python -m nodeconsole.console` runs the nodeconsole command."""
+"""`python -m nodeconsole.console` runs the nodeconsole subcommands (the interactive console is
+`python -m nodeconsole.screens.launch`, the installed `nodeconsole` command)."""
 import sys
 
 if __name__ == "__main__":

@@ -149,7 +149,13 @@ def _host_flags_last(argv: list[str]) -> list[str]:
     return rest + host
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+ConsoleRunner = Callable[[argparse.Namespace], int]
+
+
+def main(argv: Sequence[str] | None = None, console: ConsoleRunner | None = None) -> int:
+    """The nodeconsole command. `console` runs the interactive console when no subcommand is given:
+    the UI package plugs it in (screens/launch.py is the installed command), so the core never imports
+    the UI. Without it only the subcommands work."""
     argv = _host_flags_last(list(sys.argv[1:] if argv is None else argv))
     try:
         # Without a subcommand word (and without --help, which lists them) the console starts:
@@ -160,7 +166,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.interval <= 0:
             raise UsageError("--interval must be positive")
         if args.command is None:
-            return _run_console(args)
+            if console is None:
+                raise UsageError("the interactive console is started by the `nodeconsole` command "
+                                 "(python -m nodeconsole.screens.launch); give a subcommand here")
+            validate_host_args(args)  # usage errors before the screen opens
+            return console(args)
         with _visible_output():
             return int(args.func(args) or 0)
     except UsageError as e:
@@ -188,17 +198,8 @@ def _visible_output() -> Iterator[None]:
         sys.stdout, sys.stderr = saved
 
 
-def _run_console(args: argparse.Namespace) -> int:
-    validate_host_args(args)  # usage errors before the screen opens
-    from nodeconsole.screens.app import run_app  # Textual is imported only here
-
-    # Preparing the host (the demo's generation check, opening sources) happens in the first poll,
-    # overlapping Textual's start-up.
-    return run_app(lambda: seams_from_args(args), interval=args.interval, theme=args.theme)
-
-
 if __name__ == "__main__":
-    # `python -m console.cli`: run the registered copy of this module, not __main__'s
+    # `python -m nodeconsole.console.cli`: the subcommands (the console itself: nodeconsole.screens.launch)
     from nodeconsole.console.cli import main as _main
 
     sys.exit(_main())

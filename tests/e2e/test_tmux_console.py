@@ -20,7 +20,7 @@ def term(tmp_path):
     socket = f"nc-test-{uuid.uuid4().hex[:8]}"
     t = Term(tmux, socket)
     env_cmd = (f"cd {REPO} && NODECONSOLE_STATE_DIR={tmp_path / 'demo'} TERM=xterm-256color "
-               f"{sys.executable} -m nodeconsole.console.cli --demo")
+               f"{sys.executable} -m nodeconsole.screens.launch --demo")
     t.run("new-session", "-d", "-x", "80", "-y", "24", env_cmd)
     yield t
     t.run("kill-server")
