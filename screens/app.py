@@ -1,8 +1,9 @@
 """The Textual app (started by `nodeconsole` without a subcommand, through a lazy import in console/cli.py).
 
 Polling: a one-shot timer starts a thread worker that collects one snapshot; when it finishes, the
-UI swaps the snapshot in, renders the visible screen and re-arms the timer. Polls never overlap and
-the UI thread never touches the host.
+UI swaps the snapshot in, posts it to the visible screen (`SnapshotUpdated`) and re-arms the timer.
+Polls never overlap and the UI thread never touches the host. Screens post what is selected
+(`GpuSelected`, `VmSelected`); the actions act on that selection.
 """
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from textual.binding import BindingType
 from textual.notifications import SeverityLevel
 from textual.screen import Screen
 from textual.timer import Timer
+from textual.widget import AwaitMount
 
 from nodeconsole.console.collector import Collector
 from nodeconsole.console.hosttext import LINE_MAX, lines, visible
@@ -25,10 +27,10 @@ from nodeconsole.screens.base import SnapshotScreen
 from nodeconsole.screens.commands import COMMANDS, bindings
 from nodeconsole.screens.gpus import GpusScreen
 from nodeconsole.screens.iommu import IommuScreen
+from nodeconsole.screens.messages import GpuSelected, HostView, SnapshotUpdated, VmSelected
 from nodeconsole.screens.overview import OverviewScreen
 from nodeconsole.screens.topology import TopologyScreen
 from nodeconsole.screens.vms import VmsScreen
-from nodeconsole.screens.widgets.keyed_table import KeyedTable
 from nodeconsole.themes import CSS_PATH, NAMES, THEMES, resolve
 
 if TYPE_CHECKING:  # the actions and the NCCL screen are imported on first use
@@ -63,6 +65,8 @@ class NodeConsoleApp(App):
         self.polls = 0
         self._theme_name = resolve(theme)
         self.action_results: list[RunResult] = []  # outcomes of guided changes made from this console
+        self.selected_gpu: str | None = None  # as the GPUs screen last said (GpuSelected)
+        self.selected_vm: str | None = None  # as the VMs screen last said (VmSelected)
         self._timer: Timer | None = None
 
     def on_mount(self) -> None:
@@ -127,16 +131,27 @@ class NodeConsoleApp(App):
         if not self.paused and self._timer is None:
             self._timer = self.set_timer(self.interval, self.poll_now)
 
+    def host_view(self) -> HostView:
+        history = {name: tuple(values) for name, values in self.vm_history.items()}
+        return HostView(self.snapshot, history, self.paused, self.note, self.seams)
+
     def render_current(self) -> None:
-        screen = self.screen
-        refresh = getattr(screen, "refresh_from_app", None)
-        if refresh is not None:
-            refresh()
-        else:  # a modal is on top: refresh the screen below it
-            for s in reversed(self.screen_stack):
-                if hasattr(s, "refresh_from_app"):
-                    s.refresh_from_app()
-                    break
+        """Post the latest view to the screen the user sees (the one below a modal, if one is on top)."""
+        for s in reversed(self.screen_stack):
+            if isinstance(s, SnapshotScreen):
+                s.post_message(SnapshotUpdated(self.host_view()))
+                break
+
+    def switch_mode(self, mode: str) -> AwaitMount:
+        shown = super().switch_mode(mode)
+        self.render_current()  # a screen shown again has only the view it was last given
+        return shown
+
+    def on_gpu_selected(self, message: GpuSelected) -> None:
+        self.selected_gpu = message.address
+
+    def on_vm_selected(self, message: VmSelected) -> None:
+        self.selected_vm = message.name
 
     # -- actions -----------------------------------------------------------------------------------
     def action_show(self, mode: str) -> None:
@@ -154,9 +169,8 @@ class NodeConsoleApp(App):
         self.notify("refresh paused" if self.paused else "refresh resumed", timeout=2)
 
     def action_filter(self) -> None:
-        opener = getattr(self.screen, "open_filter", None)
-        if opener is not None:
-            opener()
+        if isinstance(self.screen, SnapshotScreen):
+            self.screen.open_filter()
 
     def action_details(self) -> None:
         screen = self.screen
@@ -169,11 +183,9 @@ class NodeConsoleApp(App):
 
     # -- guided changes --------------------------------------------------------------------------
     def _selected_gpu(self) -> str | None:
-        table = self.screen.query("#gpu-table")
-        if not table:
+        if not self.selected_gpu:
             self.notify("select a GPU on the GPUs screen (4) first", severity="warning")
-            return None
-        return table.first(KeyedTable).selected_key()
+        return self.selected_gpu or None
 
     def action_passthrough(self) -> None:
         from nodeconsole.actions.session import Passthrough
@@ -204,11 +216,9 @@ class NodeConsoleApp(App):
         self.push_screen(MigEditor(self.new_session, addr), chosen)
 
     def _selected_vm(self) -> str | None:
-        table = self.screen.query("#vm-table")
-        key = table.first(KeyedTable).selected_key() if table else None
-        if not key:
+        if not self.selected_vm:
             self.notify("select a VM on the VMs screen (5) first", severity="warning")
-        return key or None
+        return self.selected_vm or None
 
     def action_pin(self) -> None:
         from nodeconsole.actions.session import Pin
@@ -278,10 +288,16 @@ class NodeConsoleApp(App):
 
     def action_nccl(self, what: str) -> None:
         """The NCCL screen's run/cancel, reachable from the palette; the screen binds r/c itself."""
-        if self.current_mode != "nccl":
+        from nodeconsole.screens.nccl import NcclScreen
+
+        screen = self.screen
+        if not isinstance(screen, NcclScreen):
             self.notify("open the NCCL screen (6) first", severity="warning")
             return
-        getattr(self.screen, f"action_{what}")()
+        if what == "run_check":
+            screen.action_run_check()
+        else:
+            screen.action_cancel_check()
 
     def action_help(self) -> None:
         from nodeconsole.screens.modals.help import HelpModal

@@ -1,11 +1,14 @@
 """The frame every console screen shares: header, source banner, body, filter line, footer.
 
-Screens never read the host: the app hands them each new snapshot (and the per-VM CPU history) and
-they render it. A hidden screen does nothing; it renders the latest snapshot when it is shown again.
+Screens never read the host, nor the app's state: the app posts the visible screen each new view
+(`SnapshotUpdated`: the snapshot, the per-VM CPU history, the refresh state), and the screen keeps the
+latest it was given and renders only it. A hidden screen does nothing; the app posts it the latest
+view when it is shown again. A screen with a selection (a GPU, a VM) tells the app through a message.
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, ClassVar
 
 from rich.text import Text
 from textual.app import ComposeResult
@@ -13,6 +16,7 @@ from textual.containers import Vertical
 from textual.screen import Screen
 from textual.widgets import Footer, Input, Static
 
+from nodeconsole.screens.messages import HostView, Selected, SnapshotUpdated
 from nodeconsole.screens.widgets.keyed_table import KeyedTable
 from nodeconsole.screens.widgets.text import host_text, plain_text
 
@@ -49,10 +53,23 @@ class SnapshotScreen(Screen):
     """Base for the five live screens."""
 
     TITLE = ""
+    # A screen whose table selects something: the table's id and the message that tells the app.
+    SELECTION_TABLE: ClassVar[str] = ""
+    SELECTION: ClassVar[type[Selected] | None] = None
 
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
         self._static_keys: dict[str, object] = {}  # selector -> the key its Static was last made from
+        self.view = HostView(None)  # the latest view the app posted
+        self._announced: str | None = None  # the selection the app was last told
+
+    @property
+    def snapshot(self) -> HostSnapshot | None:
+        return self.view.snapshot
+
+    @property
+    def history(self) -> Mapping[str, tuple[float | None, ...]]:
+        return self.view.history
 
     def compose(self) -> ComposeResult:
         yield HostLine(id="hostline")
@@ -68,18 +85,40 @@ class SnapshotScreen(Screen):
     def on_mount(self) -> None:
         self.query_one("#filter", Input).display = False
         self.query_one(Banner).display = False
+        if self.SELECTION is not None:  # synchronously, so the app knows before the next key is handled
+            table = self.query_one(f"#{self.SELECTION_TABLE}", KeyedTable)
+            self.watch(table, "cursor_coordinate", self.announce_selection, init=False)
+
+    def on_snapshot_updated(self, message: SnapshotUpdated) -> None:
+        self.view = message.view
+        self.show_view()
 
     def on_screen_resume(self) -> None:
-        self.refresh_from_app()
+        self.show_view()
+        self.announce_selection()
 
-    def refresh_from_app(self) -> None:
-        app = self.app
-        snap = getattr(app, "snapshot", None)
-        self.query_one(Banner).show_state(snap, getattr(app, "paused", False), getattr(app, "note", ""))
+    def on_screen_suspend(self) -> None:
+        self._announce(None)  # actions on the selection belong to the screen that shows it
+
+    def show_view(self) -> None:
+        view = self.view
+        snap = view.snapshot
+        self.query_one(Banner).show_state(snap, view.paused, view.note)
         if snap is not None:
             line = host_line(snap, self.TITLE)
             self.set_static("#hostline", lambda: line, line)
             self.render_snapshot(snap)
+            self.announce_selection()
+
+    def announce_selection(self) -> None:
+        """Tell the app what the selection table's cursor is on, when that changed."""
+        if self.SELECTION is not None and self.app.screen is self:
+            self._announce(self.query_one(f"#{self.SELECTION_TABLE}", KeyedTable).selected_key())
+
+    def _announce(self, key: str | None) -> None:
+        if self.SELECTION is not None and key != self._announced:
+            self._announced = key
+            self.app.post_message(self.SELECTION(key))
 
     def render_snapshot(self, snap: HostSnapshot) -> None:  # pragma: no cover - abstract
         raise NotImplementedError
@@ -115,7 +154,7 @@ class SnapshotScreen(Screen):
             table = self.main_table()
             if table is not None:
                 table.filter_text = event.value
-                self.refresh_from_app()
+                self.show_view()
 
     def on_input_submitted(self, event: Input.Submitted) -> None:
         if event.input.id == "filter":
@@ -132,7 +171,7 @@ class SnapshotScreen(Screen):
             if table is not None:
                 table.filter_text = ""
                 table.focus()
-            self.refresh_from_app()
+            self.show_view()
 
     # -- details ---------------------------------------------------------------------------------
     def details_for(self, table: KeyedTable, key: str) -> tuple[str, str] | None:

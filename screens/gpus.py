@@ -10,8 +10,9 @@ from textual.widgets import DataTable, Static
 from nodeconsole.console.hosttext import show, visible
 from nodeconsole.console.model import HostSnapshot
 from nodeconsole.screens.base import SnapshotScreen
-from nodeconsole.screens.details import gpu_details
-from nodeconsole.screens.overview import link_text, owner_text
+from nodeconsole.screens.messages import GpuSelected
+from nodeconsole.screens.widgets.details import gpu_details
+from nodeconsole.screens.widgets.gpu_text import link_text, owner_text
 from nodeconsole.screens.widgets.keyed_table import KeyedTable
 from nodeconsole.screens.widgets.slice_bar import slice_bar
 from nodeconsole.screens.widgets.text import metric
@@ -70,6 +71,8 @@ def gpu_panel(snap: HostSnapshot, address: str | None):
 
 class GpusScreen(SnapshotScreen):
     TITLE = "GPUs"
+    SELECTION_TABLE = "gpu-table"
+    SELECTION = GpuSelected
 
     def compose_body(self) -> ComposeResult:
         yield KeyedTable(COLS, id="gpu-table")
@@ -84,12 +87,14 @@ class GpusScreen(SnapshotScreen):
         self.set_static("#gpu-panel", lambda: gpu_panel(snap, key), (key, g, snap.group(g.iommu_group) if g else None))
 
     def on_data_table_row_highlighted(self, event: DataTable.RowHighlighted) -> None:
-        snap = self.app.snapshot
+        snap = self.snapshot
         if snap is not None and event.row_key is not None:
             self.forget_static("#gpu-panel")
             self.query_one("#gpu-panel", Static).update(gpu_panel(snap, event.row_key.value))
 
     def details_for(self, table, key):
-        snap = self.app.snapshot
+        snap = self.snapshot
+        if snap is None:
+            return None
         g = snap.gpu(key)
         return (f"GPU {g.index} {key}", gpu_details(snap, g)) if g else None

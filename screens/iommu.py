@@ -9,7 +9,7 @@ from textual.widgets import DataTable, Static
 from nodeconsole.console.hosttext import show
 from nodeconsole.console.model import HostSnapshot
 from nodeconsole.screens.base import SnapshotScreen
-from nodeconsole.screens.details import group_details
+from nodeconsole.screens.widgets.details import group_details
 from nodeconsole.screens.widgets.keyed_table import KeyedTable
 from nodeconsole.screens.widgets.text import plain_text
 
@@ -68,10 +68,12 @@ class IommuScreen(SnapshotScreen):
         self.set_static("#group-panel", lambda: plain_text(text), text)
 
     def on_data_table_row_highlighted(self, event: DataTable.RowHighlighted) -> None:
-        if self.app.snapshot is not None and event.row_key is not None:
-            self._show_group(self.app.snapshot, event.row_key.value)
+        if self.snapshot is not None and event.row_key is not None:
+            self._show_group(self.snapshot, event.row_key.value)
 
     def details_for(self, table, key):
-        snap = self.app.snapshot
+        snap = self.snapshot
+        if snap is None:
+            return None
         grp = snap.group(int(key))
         return (f"IOMMU group {key}", group_details(snap, grp)) if grp else None

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 
 from rich.console import Group
 from rich.text import Text
@@ -27,6 +28,7 @@ from nodeconsole.actions.nccl.run import DEFAULT_TIMEOUT, NcclRun, Progress, Run
 from nodeconsole.actions.nccl.snapshot_topology import LocalPlan, local_check_command, local_plan, snapshot_preflight
 from nodeconsole.console.hosttext import visible
 from nodeconsole.console.model import HostSnapshot
+from nodeconsole.console.seams import Seams
 from nodeconsole.screens.base import SnapshotScreen
 from nodeconsole.screens.widgets.keyed_table import KeyedTable
 from nodeconsole.screens.widgets.text import plain_text, severity_text
@@ -103,6 +105,27 @@ def findings_text(findings: Sequence[Finding]) -> Group:
     return Group(*parts)
 
 
+@dataclass(frozen=True)
+class Preflight:
+    """What the preflight found for a snapshot: plain data for the screen."""
+    plan: LocalPlan
+    findings: list[Finding]
+    command: LocalCommand | None  # the command a run would use (None: `command_error` says why)
+    command_error: str
+
+
+def read_preflight(snap: HostSnapshot, seams: Seams, sweep: Sequence[str], env: Mapping[str, str]) -> Preflight:
+    """The preflight through the core (actions/nccl): reads host files through `seams.root`, so only
+    ever called in a thread worker."""
+    plan = local_plan(snap, None, seams.root)
+    report = snapshot_preflight(snap, seams.root, env, plan)
+    try:
+        cmd, err = local_check_command(plan, None, sweep, preview=True, this_machine=seams.is_this_machine), ""
+    except ValueError as e:
+        cmd, err = None, str(e)
+    return Preflight(plan, report.findings, cmd, err)
+
+
 class NcclScreen(SnapshotScreen):
     TITLE = "NCCL"
     BINDINGS = [Binding("r", "run_check", "Run"), Binding("c", "cancel_check", "Cancel")]
@@ -147,35 +170,29 @@ class NcclScreen(SnapshotScreen):
     def render_snapshot(self, snap: HostSnapshot) -> None:
         # The preflight reads files (libraries, ACS); redo it only when the GPUs' ownership changes.
         key = tuple((g.address, g.driver, g.owner.kind, g.owner.vms) for g in snap.gpus)
-        if key != self._preflight_key:
+        seams = self.view.seams
+        if key != self._preflight_key and seams is not None:
             self._preflight_key = key
-            self._preflight(snap, key)
+            self._preflight(snap, seams, key)
 
     @work(thread=True, exclusive=True, group="nccl-preflight", exit_on_error=False)
-    def _preflight(self, snap: HostSnapshot, key: tuple) -> None:
-        root = self.app.seams.root
+    def _preflight(self, snap: HostSnapshot, seams: Seams, key: tuple) -> None:
         try:
-            plan = local_plan(snap, None, root)
-            report = snapshot_preflight(snap, root, dict(os.environ), plan)
+            found = read_preflight(snap, seams, self.sweep, dict(os.environ))
         except Exception as exc:
             self._to_ui(self._preflight_failed, key, exc)
             return
-        try:
-            cmd, err = local_check_command(plan, None, self.sweep, preview=True,
-                                           this_machine=self.app.seams.is_this_machine), ""
-        except ValueError as e:
-            cmd, err = None, str(e)
-        self._to_ui(self._preflight_done, key, plan, report.findings, cmd, err)
+        self._to_ui(self._preflight_done, key, found)
 
     def _preflight_failed(self, key: tuple, exc: Exception) -> None:
         if key != self._preflight_key:
             return
         self.query_one("#nccl-plan", Static).update(Text(f"preflight failed: {visible(exc)}", style="bold red"))
 
-    def _preflight_done(self, key: tuple, plan: LocalPlan, findings: list[Finding], cmd: LocalCommand | None,
-                        err: str) -> None:
+    def _preflight_done(self, key: tuple, found: Preflight) -> None:
         if key != self._preflight_key:
             return  # a newer snapshot's preflight is on its way
+        plan, findings, cmd, err = found.plan, found.findings, found.command, found.command_error
         self.plan, self.preflight_findings, self.command, self.command_error = plan, findings, cmd, err
         t = plan.topology
         exp = plan.expected
@@ -205,8 +222,8 @@ class NcclScreen(SnapshotScreen):
         if self.running:
             self.notify("a check is already running (c cancels it)", timeout=3)
             return
-        plan = self.plan
-        if plan is None:
+        plan, seams = self.plan, self.view.seams
+        if plan is None or seams is None:
             self.notify("the preflight has not finished yet", timeout=3)
             return
         blocking = [f for f in self.preflight_findings if f.code in BLOCKING]
@@ -223,12 +240,12 @@ class NcclScreen(SnapshotScreen):
         self.query_one("#nccl-verdict").display = False
         self._set_status("starting…")
         self._buttons()
-        self._run_worker(plan, self._stop)
+        self._run_worker(plan, seams, self._stop)
 
     @work(thread=True, exclusive=True, group="nccl-run", exit_on_error=False)
-    def _run_worker(self, plan: LocalPlan, stop: threading.Event) -> None:
+    def _run_worker(self, plan: LocalPlan, seams: Seams, stop: threading.Event) -> None:
         try:
-            cmd = local_check_command(plan, None, self.sweep, this_machine=self.app.seams.is_this_machine)
+            cmd = local_check_command(plan, None, self.sweep, this_machine=seams.is_this_machine)
             run = NcclRun(cmd.argv, cmd.env, timeout=self.timeout, on_progress=self._progress_from_thread,
                           kill_grace=self.kill_grace)
         except ValueError as e:

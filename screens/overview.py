@@ -8,7 +8,8 @@ from nodeconsole.console.checks import vm_alignment
 from nodeconsole.console.hosttext import LINE_MAX, show
 from nodeconsole.console.model import HostSnapshot
 from nodeconsole.screens.base import SnapshotScreen
-from nodeconsole.screens.details import gpu_details, vm_details
+from nodeconsole.screens.widgets.details import gpu_details, vm_details
+from nodeconsole.screens.widgets.gpu_text import link_text, memory_text, owner_text, short_name
 from nodeconsole.screens.widgets.keyed_table import KeyedTable
 from nodeconsole.screens.widgets.text import metric, plain_text, severity_text, spark
 
@@ -16,35 +17,6 @@ GPU_COLS = [("idx", "#"), ("addr", "Address"), ("name", "Model"), ("owner", "Own
             ("mem", "Mem"), ("temp", "Temp"), ("link", "Link")]
 VM_COLS = [("name", "VM"), ("state", "State"), ("vcpus", "vCPU"), ("cpu", "CPU%"), ("hist", "History"),
            ("numa", "NUMA"), ("gpus", "GPUs")]
-
-
-def short_name(name: str, width: int = 12) -> str:
-    """"NVIDIA H100 80GB HBM3" → "H100 80GB HB"; pci.ids "GH100 [H100 SXM5 80GB]" → "H100 SXM5 80"."""
-    if "[" in name and "]" in name:
-        name = name[name.index("[") + 1:name.rindex("]")]
-    return name.replace("NVIDIA ", "").strip()[:width]
-
-
-def owner_text(g) -> str:
-    vms = ",".join(g.owner.vms)
-    return f"{g.owner.kind}→{vms}" if vms else g.owner.kind
-
-
-def memory_text(g) -> str:
-    """Used/total GiB; N/A or '-' when NVML has no value."""
-    used, total = g.memory_used_mib, g.memory_total_mib
-    if isinstance(used, (int, float)) and isinstance(total, (int, float)):
-        return f"{used / 1024:.0f}/{total / 1024:.0f}G"
-    return metric(used)
-
-
-def link_text(g) -> str:
-    if g.link.current_width is None:
-        return "-"
-    state = f"x{g.link.current_width}"
-    if g.link.max_width and g.link.current_width < g.link.max_width:
-        return f"{state}/{g.link.max_width}↓"
-    return state
 
 
 def gpu_rows(snap: HostSnapshot):
@@ -114,11 +86,13 @@ class OverviewScreen(SnapshotScreen):
         self.set_static("#gpus-title", lambda: f"GPUs ({counts[0]})", ("g", counts[0]))
         self.set_static("#vms-title", lambda: f"VMs ({counts[1]})", ("v", counts[1]))
         self.query_one("#gpus", KeyedTable).sync(gpu_rows(snap))
-        self.query_one("#vms", KeyedTable).sync(vm_rows(snap, self.app.vm_history))
+        self.query_one("#vms", KeyedTable).sync(vm_rows(snap, self.history))
         self.set_static("#problems", lambda: problems_view(snap.problems), snap.problems)
 
     def details_for(self, table, key):
-        snap = self.app.snapshot
+        snap = self.snapshot
+        if snap is None:
+            return None
         if table.id == "gpus" and snap.gpu(key):
             return f"GPU {snap.gpu(key).index} {key}", gpu_details(snap, snap.gpu(key))
         if table.id == "vms" and snap.vm(key):

@@ -13,9 +13,10 @@ from nodeconsole.console.cpulist import format_cpulist
 from nodeconsole.console.hosttext import show
 from nodeconsole.console.model import HostSnapshot
 from nodeconsole.screens.base import SnapshotScreen
-from nodeconsole.screens.details import vm_details
+from nodeconsole.screens.messages import VmSelected
 from nodeconsole.screens.pin_view import rebalance_map
 from nodeconsole.screens.widgets.cpu_map import cpu_map
+from nodeconsole.screens.widgets.details import vm_details
 from nodeconsole.screens.widgets.keyed_table import KeyedTable
 from nodeconsole.screens.widgets.text import metric, spark
 
@@ -49,6 +50,8 @@ def vm_panel(snap: HostSnapshot, name: str | None):
 
 class VmsScreen(SnapshotScreen):
     TITLE = "VMs"
+    SELECTION_TABLE = "vm-table"
+    SELECTION = VmSelected
 
     def compose_body(self) -> ComposeResult:
         yield KeyedTable(COLS, id="vm-table")
@@ -58,7 +61,7 @@ class VmsScreen(SnapshotScreen):
 
     def render_snapshot(self, snap: HostSnapshot) -> None:
         table = self.query_one("#vm-table", KeyedTable)
-        table.sync(vm_rows(snap, self.app.vm_history))
+        table.sync(vm_rows(snap, self.history))
         key = table.selected_key()
         # the CPU map depends on every VM's pins, not on their load
         pins = tuple((v.name, v.state, v.pins, v.emulator_pins, v.hostdevs, v.numa_mode) for v in snap.vms)
@@ -66,12 +69,14 @@ class VmsScreen(SnapshotScreen):
         self.set_static("#vm-rebalance", lambda: rebalance_map(snap), pins)
 
     def on_data_table_row_highlighted(self, event: DataTable.RowHighlighted) -> None:
-        snap = self.app.snapshot
+        snap = self.snapshot
         if snap is not None and event.row_key is not None:
             self.forget_static("#vm-panel")
             self.query_one("#vm-panel", Static).update(vm_panel(snap, event.row_key.value))
 
     def details_for(self, table, key):
-        snap = self.app.snapshot
+        snap = self.snapshot
+        if snap is None:
+            return None
         v = snap.vm(key)
         return (f"VM {key}", vm_details(snap, v)) if v else None

@@ -1,0 +1,57 @@
+"""The messages between the app and its screens: the app hands each screen the latest host view
+(`SnapshotUpdated`), a screen tells the app what is selected (`GpuSelected`, `VmSelected`). Screens
+never read the app's state and the app never looks into a screen's widgets."""
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from textual.message import Message
+
+if TYPE_CHECKING:
+    from nodeconsole.console.model import HostSnapshot
+    from nodeconsole.console.seams import Seams
+
+
+@dataclass(frozen=True)
+class HostView:
+    """What a screen renders: the snapshot (None before the first poll), the per-VM CPU % history,
+    the refresh state and the host's seams (None until the first poll has opened the host)."""
+    snapshot: HostSnapshot | None
+    history: Mapping[str, tuple[float | None, ...]] = field(default_factory=dict)
+    paused: bool = False
+    note: str = ""
+    seams: Seams | None = None
+
+
+class SnapshotUpdated(Message, bubble=False):
+    """The app → a screen: render this view (and keep it: it is all the screen knows of the host)."""
+
+    def __init__(self, view: HostView) -> None:
+        super().__init__()
+        self.view = view
+
+
+class Selected(Message):
+    """A screen → the app: the row under the selection table's cursor (None: nothing is selected)."""
+
+    def __init__(self, key: str | None) -> None:
+        super().__init__()
+        self.key = key
+
+
+class GpuSelected(Selected):
+    """The GPU under the cursor, by PCI address."""
+
+    @property
+    def address(self) -> str | None:
+        return self.key
+
+
+class VmSelected(Selected):
+    """The VM under the cursor, by name."""
+
+    @property
+    def name(self) -> str | None:
+        return self.key
