@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterable
 
+from nodeconsole.actions.gpu_holders import HOLDER_DAEMONS, device_users, holder_daemons
 from nodeconsole.actions.mig_planner import (
     CiSpec,
     Fit,
@@ -24,7 +25,7 @@ from nodeconsole.actions.mig_planner import (
     slices_text,
 )
 from nodeconsole.actions.mig_steps import MigState, read_mig_state
-from nodeconsole.actions.passthrough import HOLDER_DAEMONS, _daemons, _device_users, resolve_gpu
+from nodeconsole.actions.passthrough import resolve_gpu
 from nodeconsole.actions.plan import Check, Op, Plan, RequestError, StepError, build_step
 from nodeconsole.actions.runner import ActionHost
 from nodeconsole.actions.vgpu import _vf_held
@@ -58,8 +59,8 @@ def _holders(host: ActionHost, snap: HostSnapshot, g: Gpu, st: MigState) -> list
     out = [f"process {p}" for p in st.processes]
     out += [f"VM {vm} (vGPU)" for vm in st.vgpu_vms]
     out += [f"vGPU {i.uuid} ({i.type_name}{', VM ' + i.vm if i.vm else ''})" for i in g.vgpu.instances]
-    out += [u for u in _device_users(host, [g.address]) if not any(u.startswith(p + " ") for p in st.processes)]
-    out += [f"{HOLDER_DAEMONS[comm][0]} (pid {pid}) keeps every GPU open" for pid, comm in _daemons(host)]
+    out += [u for u in device_users(host, [g.address]) if not any(u.startswith(p + " ") for p in st.processes)]
+    out += [f"{HOLDER_DAEMONS[comm][0]} (pid {pid}) keeps every GPU open" for pid, comm in holder_daemons(host)]
     return out
 
 
@@ -76,19 +77,8 @@ def plan_mig(host: ActionHost, snap: HostSnapshot, gpu_text: str, layout: str | 
     plan.checks += _gpu_checks(snap, g)
     if not plan.ok:
         return plan
-    try:
-        st = mig_state_for(host, snap, g)
-    except StepError as e:
-        plan.checks.append(Check("NVML answers", False, str(e)))
-        return plan
-    if not st.capable:
-        plan.checks.append(Check("the GPU supports MIG", False, f"NVML answers Not Supported for {g.name}"))
-        return plan
-    if not st.profiles:
-        plan.checks.append(Check("MIG profiles are known", False,
-                                 f"MIG mode is off and nodeconsole has no profile table for PCI device "
-                                 f"{st.pci_device_id:#010x}", f"turn MIG mode on first (nvidia-smi -i "
-                                                              f"{g.address} -mig 1), then plan again"))
+    st = _usable_mig_state(plan, host, snap, g)
+    if st is None:
         return plan
     try:
         wanted = [] if off else parse_layout(layout or "", st.profiles)
@@ -119,15 +109,40 @@ def plan_mig(host: ActionHost, snap: HostSnapshot, gpu_text: str, layout: str | 
         return plan
     ops = layout_ops(g.address, st, result, want_mode, mode_change)
     _notes(plan, host, snap, g, st, mode_change, want_mode, bool(ops))
+    _add_steps(plan, host, ops)
+    return plan
+
+
+def _usable_mig_state(plan: Plan, host: ActionHost, snap: HostSnapshot, g: Gpu) -> MigState | None:
+    """The GPU's MIG state, or None with the failed check added to `plan` (NVML does not answer, the
+    GPU has no MIG, or its profiles are unknown)."""
+    try:
+        st = mig_state_for(host, snap, g)
+    except StepError as e:
+        plan.checks.append(Check("NVML answers", False, str(e)))
+        return None
+    if not st.capable:
+        plan.checks.append(Check("the GPU supports MIG", False, f"NVML answers Not Supported for {g.name}"))
+        return None
+    if not st.profiles:
+        plan.checks.append(Check("MIG profiles are known", False,
+                                 f"MIG mode is off and nodeconsole has no profile table for PCI device "
+                                 f"{st.pci_device_id:#010x}", f"turn MIG mode on first (nvidia-smi -i "
+                                                              f"{g.address} -mig 1), then plan again"))
+        return None
+    return st
+
+
+def _add_steps(plan: Plan, host: ActionHost, ops: list[Op]) -> None:
+    """Build the steps of `ops` into `plan`; the first that cannot be built adds a failed check and ends it."""
     for op in ops:
         try:
             step = build_step(host, op)
         except StepError as e:
             plan.checks.append(Check("step can be planned", False, str(e)))
-            return plan
+            return
         if step is not None:
             plan.steps.append(step)
-    return plan
 
 
 def _fit_text(f: Fit) -> str:

@@ -7,9 +7,9 @@ the runner applies. The step kinds they use live in actions/host_steps.py and ac
 """
 from __future__ import annotations
 
-import os
 import re
 
+from nodeconsole.actions.gpu_holders import STUB_DRIVERS, driver_of, holder_checks
 from nodeconsole.actions.host_steps import (
     MODPROBE_FILE,
     driverctl_state,
@@ -34,13 +34,6 @@ from nodeconsole.console.model import Gpu, HostSnapshot, PciDevice
 from nodeconsole.console.pciaddr import parse_pci_address
 
 VFIO = "vfio-pci"
-STUB_DRIVERS = ("vfio-pci", "pci-stub")
-# /proc/PID/comm (15 characters at most) of daemons that hold every GPU open
-HOLDER_DAEMONS = {
-    "nvidia-persiste": ("nvidia-persistenced", "systemctl stop nvidia-persistenced (it keeps every GPU open)"),
-    "nv-fabricmanage": ("nv-fabricmanager", "systemctl stop nvidia-fabricmanager"),
-    "nv-hostengine": ("DCGM nv-hostengine", "systemctl stop nvidia-dcgm (or nv-hostengine --term)"),
-}
 _INDEX_RE = re.compile(r"^[0-9]+$")  # ASCII digits only (\d takes "٤")
 _UUID_RE = re.compile(r"^GPU-[0-9a-fA-F-]{8,}$")
 
@@ -94,11 +87,6 @@ def companions(snap: HostSnapshot, gpu: Gpu) -> list[str]:
     return [a for a in group_members(snap, gpu) if slot_of(a) == slot_of(gpu.address)]
 
 
-def _driver_of(snap: HostSnapshot, address: str) -> str | None:
-    dev = snap.pci(address)
-    return dev.driver if dev else None
-
-
 def _pci_id(dev: PciDevice) -> str:
     return f"{dev.vendor_id:04x}:{dev.device_id:04x}"
 
@@ -135,96 +123,6 @@ def _vms_with(host: ActionHost, snap: HostSnapshot, addresses: set[str],
     return out
 
 
-def _holders(host: ActionHost, snap: HostSnapshot, gpu: Gpu, members: list[str]) -> list[Check]:
-    """Everything that keeps the GPU busy on the host: processes, display, daemons, running VMs."""
-    checks: list[Check] = []
-    busy = []
-    for a in members:
-        g = snap.gpu(a)
-        if g is not None and g.processes:
-            busy += [f"pid {p.pid} {p.name} on {a}" for p in g.processes]
-    on_host = any(_driver_of(snap, a) not in (None, *STUB_DRIVERS) for a in members)
-    if busy:
-        checks.append(Check("no process uses the GPU", False, "; ".join(busy),
-                            "stop those processes (nvidia-smi shows them), then plan again"))
-    elif on_host:
-        reason = "NVML lists no process" if snap.sources.nvml == "ok" else \
-            f"NVML {snap.sources.nvml}: processes could not be listed"
-        checks.append(Check("no process uses the GPU", snap.sources.nvml == "ok" or gpu.driver != "nvidia",
-                            reason, "make NVML work (nvidia-smi) so running processes can be checked"))
-    if on_host:
-        users = _device_users(host, [a for a in members if snap.gpu(a) is not None])
-        if users:
-            checks.append(Check("no process has the GPU open", False, "; ".join(users),
-                                "stop those processes (fuser -v /dev/nvidia*), then plan again"))
-        drm = [a for a in members if host.root.listdir(f"sys/bus/pci/devices/{a}/drm")]
-        if drm and host.root.exists("sys/module/nvidia_drm"):
-            checks.append(Check("no display on the GPU", False,
-                                f"nvidia_drm drives a display device of {', '.join(drm)}",
-                                "stop the display manager and unload nvidia_drm (modprobe -r nvidia_drm)"))
-        for pid, comm in _daemons(host):
-            name, fix = HOLDER_DAEMONS[comm]
-            if gpu.driver == "nvidia":
-                checks.append(Check(f"{name} is not running", False, f"{name} (pid {pid}) holds the GPU open", fix))
-    running = [v.name for v in snap.vms if v.state not in ("shut off", "crashed")
-               and any(h.type == "pci" and h.address in members for h in v.hostdevs)]
-    if running:
-        checks.append(Check("no running VM uses the GPU", False, f"VM {', '.join(running)} is running with it",
-                            f"shut {'it' if len(running) == 1 else 'them'} down first (virsh shutdown NAME)"))
-    for a in members:
-        pf = snap.pci(a)
-        if pf is None or not pf.vfs:
-            continue
-        checks.append(Check("no SR-IOV VFs are enabled", False,
-                            f"{a} has {len(pf.vfs)} VFs enabled",
-                            f"disable them first: echo 0 > /sys/bus/pci/devices/{a}/sriov_numvfs"))
-    if gpu.vgpu.instances:
-        checks.append(Check("no vGPU lives on the GPU", False,
-                            f"{len(gpu.vgpu.instances)} vGPU instance(s) are created on it",
-                            "remove the vGPUs (and their VMs' hostdevs) first"))
-    return checks
-
-
-def _device_users(host: ActionHost, gpus: list[str]) -> list[str]:
-    """Processes holding /dev/nvidiaN of these GPUs open (NVML misses some, e.g. in other PID
-    namespaces). N is the GPU's minor number from /proc/driver/nvidia; unreadable fds are skipped."""
-    nodes = {}
-    for a in gpus:
-        info = host.root.read(f"proc/driver/nvidia/gpus/{a}/information") or ""
-        m = re.search(r"^Device Minor:\s*(\d+)", info, re.M)
-        if m:
-            nodes[f"/dev/nvidia{m.group(1)}"] = a
-    if not nodes:
-        return []
-    out = []
-    own = str(os.getpid())
-    for pid in host.root.listdir("proc"):
-        if not pid.isdigit() or pid == own:  # our own NVML handle is closed before any unbind
-            continue
-        try:
-            fds = host.root.listdir(f"proc/{pid}/fd")
-        except OSError:
-            continue
-        held = {nodes[t] for fd in fds if (t := host.root.readlink(f"proc/{pid}/fd/{fd}")) in nodes}
-        if held:
-            comm = host.root.read(f"proc/{pid}/comm") or "?"
-            out += [f"pid {pid} {comm} has {a} open" for a in sorted(held)]
-    return out
-
-
-def _daemons(host: ActionHost) -> list[tuple[int, str]]:
-    out = []
-    for name in host.root.listdir("proc"):
-        if name.isdigit():
-            try:
-                comm = host.root.read(f"proc/{name}/comm")
-            except OSError:
-                continue
-            if comm in HOLDER_DAEMONS:
-                out.append((int(name), comm))
-    return out
-
-
 def _iommu_check(snap: HostSnapshot, gpu: Gpu) -> Check:
     if not snap.iommu.enabled:
         fix = snap.iommu.how_to_enable or ("add intel_iommu=on iommu=pt (Intel) or amd_iommu=on iommu=pt "
@@ -240,7 +138,7 @@ def _iommu_check(snap: HostSnapshot, gpu: Gpu) -> Check:
 
 def _group_check(snap: HostSnapshot, gpu: Gpu, members: list[str]) -> Check:
     by_addr = {d.address: d for d in snap.pci_devices}
-    listing = ", ".join(f"{a} ({_driver_of(snap, a) or 'no driver'})" for a in members)
+    listing = ", ".join(f"{a} ({driver_of(snap, a) or 'no driver'})" for a in members)
     title = f"IOMMU group {gpu.iommu_group} can be handed over"
     grp = snap.group(gpu.iommu_group)
     blockers = blocker_reasons(grp if grp is not None else members, by_addr, [gpu.address])
@@ -275,7 +173,7 @@ def plan_passthrough(host: ActionHost, snap: HostSnapshot, gpu_text: str, vm: st
         return plan
     members = group_members(snap, gpu)
     plan.checks.append(_group_check(snap, gpu, members))
-    plan.checks += _holders(host, snap, gpu, members)
+    plan.checks += holder_checks(host, snap, gpu, members)
     if vm is not None or gpu.vgpu.instances:  # a VM is named, or VMs may hold its vGPUs
         plan.checks += vms_known_check(snap, f"GPU {gpu.address}")
     if vm is not None and host.domains is None:
@@ -283,7 +181,7 @@ def plan_passthrough(host: ActionHost, snap: HostSnapshot, gpu_text: str, vm: st
                                  "pass --libvirt URI"))
     if not plan.ok:
         return plan
-    to_bind = [a for a in members if _driver_of(snap, a) not in STUB_DRIVERS]
+    to_bind = [a for a in members if driver_of(snap, a) not in STUB_DRIVERS]
     ops: list[Op] = []
     if to_bind and not host.root.exists(f"sys/bus/pci/drivers/{VFIO}"):
         ops.append({"kind": "module", "name": VFIO})
