@@ -25,9 +25,8 @@ from nodeconsole.console import nvml_mig
 from nodeconsole.console.mig_profiles import table_for_pci_device_id
 from nodeconsole.console.model import NA, GpuProcess, Metric, Mig, MigInstance, VgpuInstance, VgpuType
 from nodeconsole.console.pciaddr import parse_pci_address
+from nodeconsole.console.sources.nvml_calls import MIB, GpuLost, nvml_call, nvml_text, watts
 from nodeconsole.console.sources.types import NvmlData, NvmlGpu, SourceError
-
-_MIB = 1024 * 1024
 
 _INIT_ERRORS: dict[int, str] = {
     pynvml.NVML_ERROR_LIBRARY_NOT_FOUND: "NVIDIA driver not loaded (libnvidia-ml.so.1 not found)",
@@ -37,34 +36,6 @@ _INIT_ERRORS: dict[int, str] = {
                                                "(reboot, or reload the nvidia module)",
     pynvml.NVML_ERROR_FUNCTION_NOT_FOUND: "libnvidia-ml is too old (nvmlInitWithFlags missing)",
 }
-
-
-class _Lost(Exception):
-    """The GPU answered GPU_IS_LOST: stop reading it."""
-
-
-def _text(value: object) -> str:
-    return value.decode(errors="replace") if isinstance(value, bytes) else str(value)
-
-
-def _watts(milliwatts: Metric) -> Metric:
-    if not isinstance(milliwatts, int):
-        return milliwatts
-    w = milliwatts / 1000
-    return int(w) if w == int(w) else round(w, 1)
-
-
-def _call(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-    """One NVML read: the value, NA when not supported, None on any other error; GPU_IS_LOST raises."""
-    try:
-        return fn(*args, **kwargs)
-    except pynvml.NVMLError_GpuIsLost:
-        raise _Lost() from None
-    except (pynvml.NVMLError_NotSupported, pynvml.NVMLError_FunctionNotFound,
-            pynvml.NVMLLibraryMismatchError):
-        return NA
-    except pynvml.NVMLError:
-        return None
 
 
 @dataclass
@@ -154,7 +125,7 @@ class NvmlSource:
         self._init_at, self._rescan_soon = self._clock(), False
         self._mem_v2 = self._temp_v = True
         try:
-            self._driver = _text(pynvml.nvmlSystemGetDriverVersion())
+            self._driver = nvml_text(pynvml.nvmlSystemGetDriverVersion())
         except pynvml.NVMLError:
             self._driver = None
 
@@ -185,7 +156,7 @@ class NvmlSource:
             if static is None:
                 static = self._read_static(index, handle)
             return self._read_fast(index, handle, static)
-        except (_Lost, pynvml.NVMLError_GpuIsLost):
+        except (GpuLost, pynvml.NVMLError_GpuIsLost):
             error = "GPU is lost"
         except pynvml.NVMLError as e:  # the handle or the identity could not be read
             error = str(e)
@@ -197,14 +168,14 @@ class NvmlSource:
 
     def _read_static(self, index: int, handle: Any) -> _Static:
         pci = pynvml.nvmlDeviceGetPciInfo_v3(handle)
-        static = _Static(address=parse_pci_address(_text(pci.busId)), name="", uuid=None,
+        static = _Static(address=parse_pci_address(nvml_text(pci.busId)), name="", uuid=None,
                          pci_device_id=int(pci.pciDeviceId))
         self._static[index] = static  # known from here on, even if the GPU gets lost mid-read
-        static.name = _text(_call(pynvml.nvmlDeviceGetName, handle) or "")
-        uuid = _call(pynvml.nvmlDeviceGetUUID, handle)
-        static.uuid = _text(uuid) if isinstance(uuid, (str, bytes)) and uuid != NA else None
-        static.max_gen = _call(pynvml.nvmlDeviceGetMaxPcieLinkGeneration, handle)
-        static.max_width = _call(pynvml.nvmlDeviceGetMaxPcieLinkWidth, handle)
+        static.name = nvml_text(nvml_call(pynvml.nvmlDeviceGetName, handle) or "")
+        uuid = nvml_call(pynvml.nvmlDeviceGetUUID, handle)
+        static.uuid = nvml_text(uuid) if isinstance(uuid, (str, bytes)) and uuid != NA else None
+        static.max_gen = nvml_call(pynvml.nvmlDeviceGetMaxPcieLinkGeneration, handle)
+        static.max_width = nvml_call(pynvml.nvmlDeviceGetMaxPcieLinkWidth, handle)
         return static
 
     def _memory(self, handle: Any) -> tuple[Metric, Metric]:
@@ -215,16 +186,16 @@ class NvmlSource:
             except (pynvml.NVMLError_FunctionNotFound, pynvml.NVMLError_ArgumentVersionMismatch):
                 self._mem_v2 = False  # an older driver: v1 from now on
             except pynvml.NVMLError_GpuIsLost:
-                raise _Lost() from None
+                raise GpuLost() from None
             except pynvml.NVMLError_NotSupported:
                 return NA, NA
             except pynvml.NVMLError:
                 return None, None
         if mem is None:
-            mem = _call(pynvml.nvmlDeviceGetMemoryInfo, handle)
+            mem = nvml_call(pynvml.nvmlDeviceGetMemoryInfo, handle)
             if mem is NA or mem is None:
                 return mem, mem
-        return mem.total // _MIB, mem.used // _MIB
+        return mem.total // MIB, mem.used // MIB
 
     def _temperature(self, handle: Any) -> Metric:
         if self._temp_v:
@@ -233,15 +204,15 @@ class NvmlSource:
             except pynvml.NVMLError_FunctionNotFound:
                 self._temp_v = False
             except pynvml.NVMLError_GpuIsLost:
-                raise _Lost() from None
+                raise GpuLost() from None
             except pynvml.NVMLError_NotSupported:
                 return NA
             except pynvml.NVMLError:
                 return None
-        return _call(pynvml.nvmlDeviceGetTemperature, handle, pynvml.NVML_TEMPERATURE_GPU)
+        return nvml_call(pynvml.nvmlDeviceGetTemperature, handle, pynvml.NVML_TEMPERATURE_GPU)
 
     def _read_fast(self, index: int, handle: Any, static: _Static) -> NvmlGpu:
-        util = _call(pynvml.nvmlDeviceGetUtilizationRates, handle)
+        util = nvml_call(pynvml.nvmlDeviceGetUtilizationRates, handle)
         util_gpu, util_mem = (util.gpu, util.memory) if util not in (NA, None) else (util, util)
         total, used = self._memory(handle)
         slow = self._read_slow(handle, static)
@@ -249,7 +220,7 @@ class NvmlSource:
             address=static.address, nvml_index=index, name=static.name, uuid=static.uuid,
             memory_total_mib=total, memory_used_mib=used, utilization_gpu=util_gpu,
             utilization_memory=util_mem, temperature_c=self._temperature(handle),
-            power_w=_watts(_call(pynvml.nvmlDeviceGetPowerUsage, handle)),
+            power_w=watts(nvml_call(pynvml.nvmlDeviceGetPowerUsage, handle)),
             pcie_max_gen=static.max_gen, pcie_max_width=static.max_width,
             processes=self._processes(handle), **slow)
 
@@ -258,20 +229,20 @@ class NvmlSource:
         hit = self._slow.get(static.address)
         if hit is not None and now - hit[0] < self.slow_s:
             return hit[1]
-        ecc_v = _call(pynvml.nvmlDeviceGetTotalEccErrors, handle, pynvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED,
+        ecc_v = nvml_call(pynvml.nvmlDeviceGetTotalEccErrors, handle, pynvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED,
                       pynvml.NVML_VOLATILE_ECC)
-        ecc_a = _call(pynvml.nvmlDeviceGetTotalEccErrors, handle, pynvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED,
+        ecc_a = nvml_call(pynvml.nvmlDeviceGetTotalEccErrors, handle, pynvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED,
                       pynvml.NVML_AGGREGATE_ECC)
-        rows = _call(pynvml.nvmlDeviceGetRemappedRows, handle)
+        rows = nvml_call(pynvml.nvmlDeviceGetRemappedRows, handle)
         rows_pending, rows_failure = (rows[2], rows[3]) if isinstance(rows, tuple) else (rows, rows)
         vgpu_types, vgpu_instances, gi_vms = self._vgpu(handle, static)
         slow = dict(
-            power_limit_w=_watts(_call(pynvml.nvmlDeviceGetEnforcedPowerLimit, handle)),
+            power_limit_w=watts(nvml_call(pynvml.nvmlDeviceGetEnforcedPowerLimit, handle)),
             ecc_volatile_uncorrected=ecc_v, ecc_aggregate_uncorrected=ecc_a,
             retired_pages=self._retired_pages(handle), remapped_rows_pending=rows_pending,
             remapped_rows_failure=rows_failure,
-            pcie_gen=_call(pynvml.nvmlDeviceGetCurrPcieLinkGeneration, handle),
-            pcie_width=_call(pynvml.nvmlDeviceGetCurrPcieLinkWidth, handle),
+            pcie_gen=nvml_call(pynvml.nvmlDeviceGetCurrPcieLinkGeneration, handle),
+            pcie_width=nvml_call(pynvml.nvmlDeviceGetCurrPcieLinkWidth, handle),
             mig=self._mig(handle, static, gi_vms), vgpu_types=vgpu_types, vgpu_instances=vgpu_instances)
         self._slow[static.address] = (now, slow)
         return slow
@@ -280,7 +251,7 @@ class NvmlSource:
         total = 0
         for cause in (pynvml.NVML_PAGE_RETIREMENT_CAUSE_MULTIPLE_SINGLE_BIT_ECC_ERRORS,
                       pynvml.NVML_PAGE_RETIREMENT_CAUSE_DOUBLE_BIT_ECC_ERROR):
-            pages = _call(pynvml.nvmlDeviceGetRetiredPages, handle, cause)
+            pages = nvml_call(pynvml.nvmlDeviceGetRetiredPages, handle, cause)
             if not isinstance(pages, list):
                 return pages
             total += len(pages)
@@ -289,7 +260,7 @@ class NvmlSource:
     # -- MIG ------------------------------------------------------------------------------------------
     def _mig(self, handle: Any, static: _Static, gi_vms: dict[int, str]) -> Mig:
         """MIG mode and layout; `gi_vms` maps GPU instance ids to the VM of the vGPU running in them."""
-        modes = _call(pynvml.nvmlDeviceGetMigMode, handle)
+        modes = nvml_call(pynvml.nvmlDeviceGetMigMode, handle)
         if not isinstance(modes, list):
             return Mig()  # not MIG capable (NA) or unreadable
         mode, pending = (("enabled" if m == pynvml.NVML_DEVICE_MIG_ENABLE else "disabled") for m in modes)
@@ -300,7 +271,7 @@ class NvmlSource:
         try:
             instances, slices = self._mig_instances(handle, static, gi_vms)
         except pynvml.NVMLError_GpuIsLost:
-            raise _Lost() from None
+            raise GpuLost() from None
         except pynvml.NVMLError:
             instances = ()
         return Mig(mode=mode, pending_mode=pending, instances=instances, memory_slices=slices)
@@ -330,45 +301,45 @@ class NvmlSource:
     # -- vGPU -----------------------------------------------------------------------------------------
     def _vgpu_type(self, type_id: int) -> tuple[str, Metric]:
         if type_id not in self._vgpu_types:
-            name = _call(pynvml.nvmlVgpuTypeGetName, type_id)
-            fb = _call(pynvml.nvmlVgpuTypeGetFramebufferSize, type_id)
-            self._vgpu_types[type_id] = (_text(name) if name not in (NA, None) else str(type_id),
-                                         fb // _MIB if isinstance(fb, int) else fb)
+            name = nvml_call(pynvml.nvmlVgpuTypeGetName, type_id)
+            fb = nvml_call(pynvml.nvmlVgpuTypeGetFramebufferSize, type_id)
+            self._vgpu_types[type_id] = (nvml_text(name) if name not in (NA, None) else str(type_id),
+                                         fb // MIB if isinstance(fb, int) else fb)
         return self._vgpu_types[type_id]
 
     def _vgpu(self, handle: Any, static: _Static) -> tuple[tuple[VgpuType, ...], tuple[VgpuInstance, ...],
                                                             dict[int, str]]:
         """Types offered, instances running, and GPU instance id → VM id for MIG-backed vGPUs."""
-        supported = _call(pynvml.nvmlDeviceGetSupportedVgpus, handle)
+        supported = nvml_call(pynvml.nvmlDeviceGetSupportedVgpus, handle)
         if not isinstance(supported, list):
             return (), (), {}
-        creatable = _call(pynvml.nvmlDeviceGetCreatableVgpus, handle)
+        creatable = nvml_call(pynvml.nvmlDeviceGetCreatableVgpus, handle)
         creatable = set(creatable) if isinstance(creatable, list) else set()
-        active = _call(pynvml.nvmlDeviceGetActiveVgpus, handle)
+        active = nvml_call(pynvml.nvmlDeviceGetActiveVgpus, handle)
         active = active if isinstance(active, list) else []
         instances: list[VgpuInstance] = []
         running: dict[int, int] = {}  # vGPU type id → instances running
         gi_vms: dict[int, str] = {}
         for inst in active:
-            type_id = _call(pynvml.nvmlVgpuInstanceGetType, inst)
+            type_id = nvml_call(pynvml.nvmlVgpuInstanceGetType, inst)
             running[type_id] = running.get(type_id, 0) + 1
-            mdev = _call(pynvml.nvmlVgpuInstanceGetMdevUUID, inst)
-            uuid = mdev if isinstance(mdev, (str, bytes)) and mdev and mdev != NA else _call(
+            mdev = nvml_call(pynvml.nvmlVgpuInstanceGetMdevUUID, inst)
+            uuid = mdev if isinstance(mdev, (str, bytes)) and mdev and mdev != NA else nvml_call(
                 pynvml.nvmlVgpuInstanceGetUUID, inst)
-            vm = _call(pynvml.nvmlVgpuInstanceGetVmID, inst)
-            vm_id = _text(vm[0]) if isinstance(vm, tuple) and vm[0] else None
+            vm = nvml_call(pynvml.nvmlVgpuInstanceGetVmID, inst)
+            vm_id = nvml_text(vm[0]) if isinstance(vm, tuple) and vm[0] else None
             instances.append(VgpuInstance(
-                uuid=_text(uuid) if uuid not in (NA, None) else str(inst),
+                uuid=nvml_text(uuid) if uuid not in (NA, None) else str(inst),
                 type_name=self._vgpu_type(type_id)[0] if isinstance(type_id, int) else "",
                 parent=static.address, vm=vm_id))
-            gi_id = _call(pynvml.nvmlVgpuInstanceGetGpuInstanceId, inst)
+            gi_id = nvml_call(pynvml.nvmlVgpuInstanceGetGpuInstanceId, inst)
             if isinstance(gi_id, int) and gi_id != 0xFFFFFFFF and vm_id:
                 gi_vms[gi_id] = vm_id
         types = []
         for type_id in supported:
             name, fb = self._vgpu_type(type_id)
             if type_id not in static.vgpu_max:
-                static.vgpu_max[type_id] = _call(pynvml.nvmlVgpuTypeGetMaxInstances, handle, type_id)
+                static.vgpu_max[type_id] = nvml_call(pynvml.nvmlVgpuTypeGetMaxInstances, handle, type_id)
             most = static.vgpu_max[type_id]
             available = (most - running.get(type_id, 0) if isinstance(most, int) else None) \
                 if type_id in creatable else 0
@@ -383,15 +354,15 @@ class NvmlSource:
         found: dict[int, GpuProcess] = {}
         for kind, fn in (("compute", pynvml.nvmlDeviceGetComputeRunningProcesses),
                          ("graphics", pynvml.nvmlDeviceGetGraphicsRunningProcesses)):
-            procs = _call(fn, handle)
+            procs = nvml_call(fn, handle)
             for p in procs if isinstance(procs, list) else []:
                 if p.pid in found:
                     old = found[p.pid]
                     found[p.pid] = GpuProcess(old.pid, old.name, old.used_memory_mib, "compute+graphics")
                     continue
-                name = _call(pynvml.nvmlSystemGetProcessName, p.pid)
-                used = NA if p.usedGpuMemory is None else p.usedGpuMemory // _MIB
-                found[p.pid] = GpuProcess(pid=p.pid, name=_text(name) if name not in (NA, None) else "",
+                name = nvml_call(pynvml.nvmlSystemGetProcessName, p.pid)
+                used = NA if p.usedGpuMemory is None else p.usedGpuMemory // MIB
+                found[p.pid] = GpuProcess(pid=p.pid, name=nvml_text(name) if name not in (NA, None) else "",
                                           used_memory_mib=used, kind=kind)
         return tuple(sorted(found.values(), key=lambda p: p.pid))
 
