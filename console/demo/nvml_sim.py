@@ -39,14 +39,12 @@ from nodeconsole.console.demo.nvml_abi import (
     NvmlAbiError,
     NvmlReturn,
     handle_value,
-    in_int,
-    out_ref,
-    write_str,
 )
 from nodeconsole.console.demo.nvml_sim_base import KIND_CI, KIND_DEVICE, KIND_GI, KIND_MIG, Target
 from nodeconsole.console.demo.nvml_sim_ci import MigComputeSymbols
 from nodeconsole.console.demo.nvml_sim_device import DeviceSymbols
 from nodeconsole.console.demo.nvml_sim_mig import MigSymbols
+from nodeconsole.console.demo.nvml_sim_system import SystemSymbols
 from nodeconsole.console.demo.nvml_sim_vgpu import VgpuSymbols
 from nodeconsole.console.pciaddr import parse_pci_address
 from nodeconsole.console.root import Root
@@ -113,7 +111,7 @@ class _CFunction:
         return self._sim._dispatch(self._name, self._impl, args)
 
 
-class SimulatedNvml(DeviceSymbols, MigSymbols, MigComputeSymbols, VgpuSymbols):
+class SimulatedNvml(SystemSymbols, DeviceSymbols, MigSymbols, MigComputeSymbols, VgpuSymbols):
     """The simulated library. `state` is a dict or the path of an nvml.json file (changes to MIG are then
     written back atomically and changes by other processes are picked up). `root`: GPUs are visible only
     while root/sys/bus/pci/devices/ADDR/driver points at `nvidia`. `clock` drives utilization (defaults to
@@ -367,7 +365,7 @@ class SimulatedNvml(DeviceSymbols, MigSymbols, MigComputeSymbols, VgpuSymbols):
                 return next((c for c in gi.get("compute_instances", []) if c["ci_id"] == ci_id), None)
         return None
 
-    # -- library lifetime and system ------------------------------------------------------------------
+    # -- library lifetime (the system queries are in nvml_sim_system) ---------------------------------
     def c_nvmlInitWithFlags(self, flags: Any) -> int:
         if self.init_error is not None:
             return self.init_error
@@ -387,31 +385,3 @@ class SimulatedNvml(DeviceSymbols, MigSymbols, MigComputeSymbols, VgpuSymbols):
     def c_nvmlErrorString(self, code: Any) -> bytes:
         code = int(getattr(code, "value", code))
         return ERROR_STRINGS.get(code, "Unknown Error").encode()
-
-    def _system_string(self, buf: Any, length: Any, text: str, symbol: str) -> None:
-        write_str(buf, text, in_int(length, symbol, 2), symbol)
-
-    def c_nvmlSystemGetDriverVersion(self, buf: Any, length: Any) -> None:
-        self._system_string(buf, length, self.state.get("driver_version", "550.90.07"),
-                            "nvmlSystemGetDriverVersion")
-
-    def c_nvmlSystemGetNVMLVersion(self, buf: Any, length: Any) -> None:
-        cuda = int(self.state.get("cuda_driver_version", 12040))
-        text = f"{cuda // 1000}.{self.state.get('driver_version', '550.90.07')}"
-        self._system_string(buf, length, text, "nvmlSystemGetNVMLVersion")
-
-    def c_nvmlSystemGetCudaDriverVersion(self, out: Any) -> None:
-        obj = out_ref(out, ctypes.c_int, "nvmlSystemGetCudaDriverVersion", 1)
-        if obj is None:
-            raise NvmlReturn(NVML_ERROR_INVALID_ARGUMENT)
-        obj.value = int(self.state.get("cuda_driver_version", 12040))
-
-    def c_nvmlSystemGetCudaDriverVersion_v2(self, out: Any) -> None:
-        self.c_nvmlSystemGetCudaDriverVersion(out)
-
-    def c_nvmlDeviceGetCount_v2(self, out: Any) -> None:
-        obj = out_ref(out, ctypes.c_uint, "nvmlDeviceGetCount_v2", 1)
-        if obj is None:
-            raise NvmlReturn(NVML_ERROR_INVALID_ARGUMENT)
-        obj.value = len(self._enum)
-

@@ -1,5 +1,5 @@
-"""What the symbol mixins of the simulated NVML library (DeviceSymbols, MigSymbols, MigComputeSymbols,
-VgpuSymbols) share: the handle encoding, the `Target` a device handle resolves to, and the declarations of
+"""What the symbol mixins of the simulated NVML library (SystemSymbols, DeviceSymbols, MigSymbols,
+MigComputeSymbols, VgpuSymbols) share: the handle encoding, the `Target` a device handle resolves to, and the declarations of
 the attributes and methods each mixin uses from the class combining them (SimulatedNvml) or from a
 sibling mixin — so every mixin type-checks on its own, and leaving one unimplemented makes SimulatedNvml
 abstract."""
