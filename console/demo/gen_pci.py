@@ -163,39 +163,13 @@ def write_pci(w: TreeWriter, spec: HostSpec, lay: CpuLayout, pci: PciLayout) -> 
     default_drivers: dict[str, str | None] = {}
     for addr, f in pci.funcs.items():
         d = f.path
-        cpus = lay.node_online(f.numa_node) if f.numa_node >= 0 else lay.online
-        for name, value in (("vendor", f"0x{f.vendor:04x}"), ("device", f"0x{f.device:04x}"),
-                            ("subsystem_vendor", f"0x{f.sub_vendor:04x}"),
-                            ("subsystem_device", f"0x{f.sub_device:04x}"), ("class", f"0x{f.class_id:06x}"),
-                            ("numa_node", f.numa_node), ("local_cpus", format_cpumask(cpus, nbits)),
-                            ("local_cpulist", format_cpulist(cpus)),
-                            ("driver_override", f.override or "(null)"), ("enable", 1),
-                            ("modalias", ops.modalias(f.vendor, f.device, f.class_id, f.sub_vendor,
-                                                      f.sub_device))):
-            w.attr(f"{d}/{name}", value)
-        w.raw(f"{d}/remove", "")
+        _write_function_attrs(w, lay, nbits, f)
         w.link(f"{d}/subsystem", "sys/bus/pci")
         w.link(f"{ops.PCI_DEVICES}/{addr}", d)
         ops.write_uevent(w, d, addr, f.vendor, f.device, f.class_id, f.sub_vendor, f.sub_device, f.driver)
         if f.link:
             _write_link(w, d, f.link)
-        dev = f.dev
-        if dev is not None:
-            if dev.reset_method and not dev.is_bridge:
-                w.attr(f"{d}/reset_method", dev.reset_method)
-                w.raw(f"{d}/reset", "")
-            if f.class_id >> 8 == 0x0300:
-                w.attr(f"{d}/boot_vga", 1 if dev.boot_vga else 0)
-            if dev.is_bridge:
-                w.attr(f"{d}/secondary_bus_number", dev.secondary_bus)
-                w.attr(f"{d}/subordinate_bus_number", f.subordinate)
-            if dev.sriov:
-                _write_sriov(w, d, dev.sriov, f)
-        else:  # a VF
-            assert f.physfn is not None  # build_layout gives every VF its physical function
-            w.attr(f"{d}/reset_method", "flr")
-            w.raw(f"{d}/reset", "")
-            w.link(f"{d}/physfn", pci.funcs[f.physfn].path)
+        _write_function_kind(w, pci, f)
         if f.driver:
             ops.bind_links(w, d, addr, f.driver)
         drivers.update(x for x in (f.driver, f.default_driver) if x)
@@ -209,15 +183,59 @@ def write_pci(w: TreeWriter, spec: HostSpec, lay: CpuLayout, pci: PciLayout) -> 
     w.mkdir(ops.GROUPS)
     w.mkdir("sys/class/iommu")
     if spec.iommu:
-        prefix = "dmar" if spec.cpu.vendor_id == "GenuineIntel" else "ivhd"
-        for i in range(len(spec.host_bridges) or 1):
-            w.attr(f"sys/devices/virtual/iommu/{prefix}{i}/uevent", "")
-            w.link(f"sys/class/iommu/{prefix}{i}", f"sys/devices/virtual/iommu/{prefix}{i}")
+        _write_iommu_units(w, spec)
     _write_vgpu(w, pci, group_type)
     ops.save_sim(w.base, "default_drivers.json", default_drivers)
     w.raw("dev/vfio/vfio", "")
     for g in sorted(pci.groups):
         ops.refresh_vfio(w.base, g)
+
+
+def _write_function_attrs(w: TreeWriter, lay: CpuLayout, nbits: int, f: Func) -> None:
+    """A function's identity and NUMA attributes (vendor, device, class, local CPUs, modalias, ...)."""
+    d = f.path
+    cpus = lay.node_online(f.numa_node) if f.numa_node >= 0 else lay.online
+    for name, value in (("vendor", f"0x{f.vendor:04x}"), ("device", f"0x{f.device:04x}"),
+                        ("subsystem_vendor", f"0x{f.sub_vendor:04x}"),
+                        ("subsystem_device", f"0x{f.sub_device:04x}"), ("class", f"0x{f.class_id:06x}"),
+                        ("numa_node", f.numa_node), ("local_cpus", format_cpumask(cpus, nbits)),
+                        ("local_cpulist", format_cpulist(cpus)),
+                        ("driver_override", f.override or "(null)"), ("enable", 1),
+                        ("modalias", ops.modalias(f.vendor, f.device, f.class_id, f.sub_vendor,
+                                                  f.sub_device))):
+        w.attr(f"{d}/{name}", value)
+    w.raw(f"{d}/remove", "")
+
+
+def _write_function_kind(w: TreeWriter, pci: PciLayout, f: Func) -> None:
+    """What depends on the kind of function: reset, boot VGA, bridge bus numbers and SR-IOV for a
+    device from the spec; FLR reset and the physfn link for a VF."""
+    d = f.path
+    dev = f.dev
+    if dev is not None:
+        if dev.reset_method and not dev.is_bridge:
+            w.attr(f"{d}/reset_method", dev.reset_method)
+            w.raw(f"{d}/reset", "")
+        if f.class_id >> 8 == 0x0300:
+            w.attr(f"{d}/boot_vga", 1 if dev.boot_vga else 0)
+        if dev.is_bridge:
+            w.attr(f"{d}/secondary_bus_number", dev.secondary_bus)
+            w.attr(f"{d}/subordinate_bus_number", f.subordinate)
+        if dev.sriov:
+            _write_sriov(w, d, dev.sriov, f)
+    else:  # a VF
+        assert f.physfn is not None  # build_layout gives every VF its physical function
+        w.attr(f"{d}/reset_method", "flr")
+        w.raw(f"{d}/reset", "")
+        w.link(f"{d}/physfn", pci.funcs[f.physfn].path)
+
+
+def _write_iommu_units(w: TreeWriter, spec: HostSpec) -> None:
+    """One IOMMU unit (Intel DMAR or AMD IVHD) per host bridge."""
+    prefix = "dmar" if spec.cpu.vendor_id == "GenuineIntel" else "ivhd"
+    for i in range(len(spec.host_bridges) or 1):
+        w.attr(f"sys/devices/virtual/iommu/{prefix}{i}/uevent", "")
+        w.link(f"sys/class/iommu/{prefix}{i}", f"sys/devices/virtual/iommu/{prefix}{i}")
 
 
 def _write_link(w: TreeWriter, d: str, link: Link) -> None:

@@ -64,14 +64,19 @@ def demo_spec() -> HostSpec:
     """
     cpu = CpuSpec(sockets=2, cores_per_socket=32, threads_per_core=2)
     host = "gpu-node-01"
+    gpus, mdevs = _demo_gpus(host)
+    bridges = _demo_pci_layout(gpus)
+    vms = _demo_vms(cpu, mdevs)
+    return HostSpec(hostname=host, cmdline=DEMO_CMDLINE, cpu=cpu, memory_per_node_mib=524288,
+                    hugepages_1g_per_node=64, iommu=True, host_bridges=bridges, vms=vms)
+
+
+def _demo_gpus(host: str) -> tuple[dict[str, GpuSpec], tuple[MdevSpec, ...]]:
+    """The demo's 8 GPUs by role (see demo_spec), and the time-sliced GPU's 2 mdevs."""
     mdevs = tuple(MdevSpec(stable_uuid(host, "mdev", "0000:3b:00.0", i),
                            vgpu_type(H100_TIME_SLICED, "-10C").type_id) for i in range(2))
     mig = (mig_instance(H100, "3g.40gb", 0, 1), mig_instance(H100, "2g.20gb", 4, 5),
            mig_instance(H100, "1g.10gb", 6, 13))
-    t3, t2 = vgpu_type(H100_MIG_BACKED, "-3-40C"), vgpu_type(H100_MIG_BACKED, "-2-20C")
-    mig_vfs = (VfSpec("nvidia", vgpu_types=H100_MIG_BACKED, vgpu_type=t3.type_id, vgpu_gi_id=1),
-               VfSpec("nvidia", vgpu_types=H100_MIG_BACKED, vgpu_type=t2.type_id, vgpu_gi_id=5),
-               VfSpec("nvidia", vgpu_types=H100_MIG_BACKED), VfSpec("nvidia", vgpu_types=H100_MIG_BACKED))
     gpus = {
         "busy": GpuSpec(processes=(GpuProcessSpec(4242, "python3", 30208),
                                    GpuProcessSpec(4310, "torchrun", 41984)), load=(78, 18, 45)),
@@ -84,6 +89,16 @@ def demo_spec() -> HostSpec:
         "slow": GpuSpec(processes=(GpuProcessSpec(6001, "ollama", 12288),), load=(22, 15, 90),
                         remapped_rows_pending=1, ecc_aggregate_uncorrected=2),
     }
+    return gpus, mdevs
+
+
+def _demo_pci_layout(gpus: dict[str, GpuSpec]) -> tuple[HostBridge, ...]:
+    """The demo's PCI tree: the chipset, 4 PCIe switches holding the GPUs (the MIG GPU with its MIG-backed
+    vGPU VFs) and NICs, and an NVMe root port."""
+    t3, t2 = vgpu_type(H100_MIG_BACKED, "-3-40C"), vgpu_type(H100_MIG_BACKED, "-2-20C")
+    mig_vfs = (VfSpec("nvidia", vgpu_types=H100_MIG_BACKED, vgpu_type=t3.type_id, vgpu_gi_id=1),
+               VfSpec("nvidia", vgpu_types=H100_MIG_BACKED, vgpu_type=t2.type_id, vgpu_gi_id=5),
+               VfSpec("nvidia", vgpu_types=H100_MIG_BACKED), VfSpec("nvidia", vgpu_types=H100_MIG_BACKED))
     vfio = _GpuDrivers(driver="vfio-pci", override="vfio-pci", audio_driver="vfio-pci")
     bridges = (
         chipset(0),
@@ -107,6 +122,11 @@ def demo_spec() -> HostSpec:
             nic_functions(label="nic3"),
             nvme_functions("nvme1")], acs=False, label="sw3"),)),
     )
+    return bridges
+
+
+def _demo_vms(cpu: CpuSpec, mdevs: tuple[MdevSpec, ...]) -> tuple[VmSpec, ...]:
+    """The demo's 13 VMs: GPU passthrough, vGPU, MIG-backed vGPU, NIC passthrough and plain ones."""
     house = core_cpus(cpu, 0, range(0, 2))  # cores the host keeps for itself
     vms = (
         VmSpec("train-a", "running", 16, 131072, pins(cpu, 0, 2, 16), house, ("strict", (0,)), 2,
@@ -133,8 +153,7 @@ def demo_spec() -> HostSpec:
         VmSpec("legacy-app", "paused", 4, 8192, pins(cpu, 0, 22, 2, paired=False) +
                pins(cpu, 1, 14, 2, paired=False), tuple(range(cpu.count)), None, 1),
     )
-    return HostSpec(hostname=host, cmdline=DEMO_CMDLINE, cpu=cpu, memory_per_node_mib=524288,
-                    hugepages_1g_per_node=64, iommu=True, host_bridges=bridges, vms=vms)
+    return vms
 
 
 def small_spec(gpus: int = 2, iommu: bool = True) -> HostSpec:
