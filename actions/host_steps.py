@@ -171,6 +171,13 @@ def pci_driver_step(host: ActionHost, op: Op) -> Step | None:
                 time.sleep(0.05)
         return None
 
+    title, why, cmds = _pci_driver_text(address, want_override, want, driver, group)
+    return Step(title=title, why=why, commands=tuple(cmds), op=dict(op, device=address), inverse=inverse,
+                apply_fn=apply, verify_fn=verify)
+
+def _pci_driver_text(address: str, want_override: str | None, want: str | None, driver: str | None,
+                     group: object) -> tuple[str, str, list[str]]:
+    """The title, the reason and the shell commands of a pci_driver step."""
     dev = f"/sys/bus/pci/devices/{address}"
     cmds = [f"echo {want_override or ''} > {dev}/driver_override".replace("echo  >", "echo >")]
     if driver is not None and not _driver_ok(driver, want):
@@ -186,8 +193,7 @@ def pci_driver_step(host: ActionHost, op: Op) -> Step | None:
     else:
         title, why = (f"Give {address} back to {_want_text(want)}",
                       f"the host uses it again (now {driver or 'no driver'})")
-    return Step(title=title, why=why, commands=tuple(cmds), op=dict(op, device=address), inverse=inverse,
-                apply_fn=apply, verify_fn=verify)
+    return title, why, cmds
 
 
 @step_kind("file")

@@ -274,33 +274,7 @@ def mig_gi_step(host: ActionHost, op: Op) -> Step | None:
 
     def apply() -> None:
         with nvml_session(host):
-            h = handle_of(address)
-            gi = _gi_at(h, pid, start, size)
-            if not present:
-                if gi is not None:
-                    try:
-                        nvml_mig.destroy_gpu_instance(gi.handle)
-                    except pynvml.NVMLError as e:
-                        raise _nvml_error(f"destroying GI {gi.gi_id} ({name}, {where})", e) from None
-                return
-            have: tuple[CiSpec, ...] = ()  # a new GPU instance has no compute instance yet
-            if gi is None:
-                try:
-                    handle = nvml_mig.create_gpu_instance(h, pid, (start, size))
-                except pynvml.NVMLError as e:
-                    raise _nvml_error(f"creating {name} at {where}", e) from None
-            else:
-                handle = gi.handle
-                have = _cis(handle)
-                for ci in nvml_mig.compute_instances(handle, nvml_mig.ci_profiles(handle)):
-                    if (ci.profile_id, ci.start, ci.size) not in want_cis:
-                        pynvml.nvmlComputeInstanceDestroy(ci.handle)
-            for ci_pid, cs, cn in want_cis:
-                if (ci_pid, cs, cn) not in have:
-                    try:
-                        nvml_mig.create_compute_instance(handle, ci_pid, (cs, cn))
-                    except pynvml.NVMLError as e:
-                        raise _nvml_error(f"creating compute instance {ci_pid} in {name} at {where}", e) from None
+            _reach_gi(handle_of(address), pid, start, size, name, present, want_cis)
 
     def verify() -> str | None:
         with nvml_session(host):
@@ -313,6 +287,50 @@ def mig_gi_step(host: ActionHost, op: Op) -> Step | None:
         return None if cis == want_cis else (f"{name} at {where} has compute instances {list(cis)}, "
                                              f"expected {list(want_cis)}")
 
+    title, why, cmds = _gi_step_text(address, pid, start, name, where, present, now, want_cis)
+    step = Step(title, why, cmds, dict(op, gpu=address), inverse, apply, verify)
+    if not present:  # undoing re-creates the instance: same profile and placement, new identity
+        step.undo_note = (f"{name} at {where} on {address} was re-created by the undo with a new GPU "
+                          f"instance id and new MIG device UUIDs: update anything that names the old ones "
+                          f"(CUDA_VISIBLE_DEVICES, vGPU/VM configs)")
+    return step
+
+
+def _reach_gi(h: Any, pid: int, start: int, size: int, name: str, present: bool,
+              want_cis: tuple[tuple[int, ...], ...]) -> None:
+    """Make the GPU instance at (start, size) of GPU `h` exist with exactly `want_cis`, or not exist."""
+    where = slices_text(start, size)
+    gi = _gi_at(h, pid, start, size)
+    if not present:
+        if gi is not None:
+            try:
+                nvml_mig.destroy_gpu_instance(gi.handle)
+            except pynvml.NVMLError as e:
+                raise _nvml_error(f"destroying GI {gi.gi_id} ({name}, {where})", e) from None
+        return
+    have: tuple[CiSpec, ...] = ()  # a new GPU instance has no compute instance yet
+    if gi is None:
+        try:
+            handle = nvml_mig.create_gpu_instance(h, pid, (start, size))
+        except pynvml.NVMLError as e:
+            raise _nvml_error(f"creating {name} at {where}", e) from None
+    else:
+        handle = gi.handle
+        have = _cis(handle)
+        for ci in nvml_mig.compute_instances(handle, nvml_mig.ci_profiles(handle)):
+            if (ci.profile_id, ci.start, ci.size) not in want_cis:
+                pynvml.nvmlComputeInstanceDestroy(ci.handle)
+    for ci_pid, cs, cn in want_cis:
+        if (ci_pid, cs, cn) not in have:
+            try:
+                nvml_mig.create_compute_instance(handle, ci_pid, (cs, cn))
+            except pynvml.NVMLError as e:
+                raise _nvml_error(f"creating compute instance {ci_pid} in {name} at {where}", e) from None
+
+
+def _gi_step_text(address: str, pid: int, start: int, name: str, where: str, present: bool, now: _Gi | None,
+                  want_cis: tuple[tuple[int, ...], ...]) -> tuple[str, str, tuple[str, ...]]:
+    """The title, the reason and the nvidia-smi commands of a GPU-instance step."""
     dev = f"nvidia-smi mig -i {address}"
     if not present:
         assert now is not None
@@ -329,12 +347,7 @@ def mig_gi_step(host: ActionHost, op: Op) -> Step | None:
         title = f"Create the compute instances of GPU instance {now.gi_id} ({name}, {where}) on {address}"
         why = "a GPU instance without compute instances cannot run anything"
         cmds = tuple(f"{dev} -gi {now.gi_id} -cci {c[0]}:{c[1]}" for c in want_cis)
-    step = Step(title, why, cmds, dict(op, gpu=address), inverse, apply, verify)
-    if not present:  # undoing re-creates the instance: same profile and placement, new identity
-        step.undo_note = (f"{name} at {where} on {address} was re-created by the undo with a new GPU "
-                          f"instance id and new MIG device UUIDs: update anything that names the old ones "
-                          f"(CUDA_VISIBLE_DEVICES, vGPU/VM configs)")
-    return step
+    return title, why, cmds
 
 
 def current_layout(host: ActionHost, address: str) -> tuple[int, list[tuple[int, int, int, int]]]:

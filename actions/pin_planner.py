@@ -239,53 +239,12 @@ def propose(topo: Topology, req: PinRequest, reserve: tuple[int, ...],
     warnings: list[str] = []
     notes: list[str] = []
     if req.cpus is not None:
-        chosen = sorted(set(req.cpus))
-        if not chosen:
-            return _with(base, refusal="--cpus names no CPU", fix="name the host CPUs, e.g. --cpus 4-7")
-        inside = sorted(reserved & set(chosen))
-        if inside:
-            return _with(base, refusal=f"CPU {format_cpulist(inside)} is in the host reserve "
-                                       f"({format_cpulist(reserve)}): the host keeps those for itself",
-                         fix="choose CPUs outside the reserve, or set the reserve with --reserve LIST")
-        nodes = tuple(sorted({topo.node_of[c] for c in chosen}))
-        cores = sorted({tuple(x for x in topo.siblings[c] if x in chosen) for c in chosen})
-        placed = _assign(min(req.vcpus, len(chosen)), _threads(req), cores, set(chosen))
-        if req.vcpus > len(chosen):  # asked for: the list is shorter than the VM
-            placed = [placed[i % len(placed)] for i in range(req.vcpus)]
-            notes.append(f"{req.vcpus} vCPUs share {len(chosen)} CPU(s), as --cpus asks")
-        gpu_nodes = {n for n, _ in req.gpu_nodes}
-        if gpu_nodes and not set(nodes) <= gpu_nodes:
-            warnings.append(f"--cpus puts vCPUs on node {format_cpulist(nodes)} but the GPUs are on node "
-                            f"{format_cpulist(gpu_nodes)}: GPU traffic crosses the socket link")
+        got = _place_listed(topo, req, reserve, base, warnings, notes)
     else:
-        if req.gpu_nodes:
-            targets = _split(req) if len(req.gpu_nodes) > 1 else [(req.gpu_nodes[0][0], req.vcpus)]
-            if len(req.gpu_nodes) > 1:
-                warnings.append(f"the GPUs of VM {req.vm} sit on nodes "
-                                f"{format_cpulist(n for n, _ in req.gpu_nodes)}: its vCPUs are split "
-                                "(" + ", ".join(f"{k} on node {n}" for n, k in targets) + "); traffic "
-                                "between the halves crosses the socket link. Give it GPUs of one node")
-        elif req.nic_nodes:
-            targets = [(req.nic_nodes[0], req.vcpus)]
-        else:
-            return _with(base, refusal=f"VM {req.vm} has no GPU or NIC to align its vCPUs with",
-                         fix=f"choose its CPUs: nodeconsole pin {req.vm} --cpus LIST")
-        if -1 in {n for n, _ in targets}:
-            return _with(base, refusal="the NUMA node of the VM's GPU is unknown (numa_node -1)",
-                         fix=f"choose its CPUs: nodeconsole pin {req.vm} --cpus LIST")
-        placed = []
-        for node, k in targets:
-            got, err = _place_on_node(topo, node, k, _threads(req), reserved, busy)
-            if err:
-                return _with(base, refusal=f"VM {req.vm} needs {k} CPUs on node {node}: {err}",
-                             fix=f"give the VM fewer vCPUs, or choose its CPUs: nodeconsole pin {req.vm} "
-                                 "--cpus LIST (a list shorter than its vCPUs shares CPUs)")
-            placed += got
-        nodes = tuple(sorted({n for n, _ in targets}))
-        other_nics = sorted(set(req.nic_nodes) - set(nodes))
-        if other_nics:
-            warnings.append(f"VM {req.vm}'s NIC sits on node {format_cpulist(other_nics)}, away from its "
-                            f"vCPUs on node {format_cpulist(nodes)}: network interrupts cross the link")
+        got = _place_by_devices(topo, req, reserved, busy, base, warnings)
+    if isinstance(got, Proposal):
+        return got  # refused
+    placed, nodes = got
     overlaps = tuple((c, busy[c]) for c in sorted(set(placed)) if c in busy)
     if overlaps:
         vms = sorted({v for _, names in overlaps for v in names})
@@ -298,6 +257,68 @@ def propose(topo: Topology, req: PinRequest, reserve: tuple[int, ...],
     warnings += _size_warnings(topo, req, placed, nodes)
     return Proposal(vm=req.vm, vcpus=tuple(placed), emulator=emulator, memory_nodes=nodes, nodes=nodes,
                     reserve=base.reserve, overlaps=overlaps, warnings=tuple(warnings), notes=tuple(notes))
+
+
+def _place_listed(topo: Topology, req: PinRequest, reserve: tuple[int, ...], base: Proposal,
+                  warnings: list[str], notes: list[str]) -> tuple[list[int], tuple[int, ...]] | Proposal:
+    """--cpus: the vCPUs on the listed CPUs (shared when the list is shorter). The CPUs and their nodes,
+    or a refusal."""
+    assert req.cpus is not None
+    reserved = set(reserve)
+    chosen = sorted(set(req.cpus))
+    if not chosen:
+        return _with(base, refusal="--cpus names no CPU", fix="name the host CPUs, e.g. --cpus 4-7")
+    inside = sorted(reserved & set(chosen))
+    if inside:
+        return _with(base, refusal=f"CPU {format_cpulist(inside)} is in the host reserve "
+                                   f"({format_cpulist(reserve)}): the host keeps those for itself",
+                     fix="choose CPUs outside the reserve, or set the reserve with --reserve LIST")
+    nodes = tuple(sorted({topo.node_of[c] for c in chosen}))
+    cores = sorted({tuple(x for x in topo.siblings[c] if x in chosen) for c in chosen})
+    placed = _assign(min(req.vcpus, len(chosen)), _threads(req), cores, set(chosen))
+    if req.vcpus > len(chosen):  # asked for: the list is shorter than the VM
+        placed = [placed[i % len(placed)] for i in range(req.vcpus)]
+        notes.append(f"{req.vcpus} vCPUs share {len(chosen)} CPU(s), as --cpus asks")
+    gpu_nodes = {n for n, _ in req.gpu_nodes}
+    if gpu_nodes and not set(nodes) <= gpu_nodes:
+        warnings.append(f"--cpus puts vCPUs on node {format_cpulist(nodes)} but the GPUs are on node "
+                        f"{format_cpulist(gpu_nodes)}: GPU traffic crosses the socket link")
+    return placed, nodes
+
+
+def _place_by_devices(topo: Topology, req: PinRequest, reserved: set[int], busy: dict[int, tuple[str, ...]],
+                      base: Proposal, warnings: list[str]) -> tuple[list[int], tuple[int, ...]] | Proposal:
+    """The vCPUs on the nodes of the VM's GPUs (split between them), else of its NIC. The CPUs and their
+    nodes, or a refusal."""
+    if req.gpu_nodes:
+        targets = _split(req) if len(req.gpu_nodes) > 1 else [(req.gpu_nodes[0][0], req.vcpus)]
+        if len(req.gpu_nodes) > 1:
+            warnings.append(f"the GPUs of VM {req.vm} sit on nodes "
+                            f"{format_cpulist(n for n, _ in req.gpu_nodes)}: its vCPUs are split "
+                            "(" + ", ".join(f"{k} on node {n}" for n, k in targets) + "); traffic "
+                            "between the halves crosses the socket link. Give it GPUs of one node")
+    elif req.nic_nodes:
+        targets = [(req.nic_nodes[0], req.vcpus)]
+    else:
+        return _with(base, refusal=f"VM {req.vm} has no GPU or NIC to align its vCPUs with",
+                     fix=f"choose its CPUs: nodeconsole pin {req.vm} --cpus LIST")
+    if -1 in {n for n, _ in targets}:
+        return _with(base, refusal="the NUMA node of the VM's GPU is unknown (numa_node -1)",
+                     fix=f"choose its CPUs: nodeconsole pin {req.vm} --cpus LIST")
+    placed: list[int] = []
+    for node, k in targets:
+        got, err = _place_on_node(topo, node, k, _threads(req), reserved, busy)
+        if err:
+            return _with(base, refusal=f"VM {req.vm} needs {k} CPUs on node {node}: {err}",
+                         fix=f"give the VM fewer vCPUs, or choose its CPUs: nodeconsole pin {req.vm} "
+                             "--cpus LIST (a list shorter than its vCPUs shares CPUs)")
+        placed += got
+    nodes = tuple(sorted({n for n, _ in targets}))
+    other_nics = sorted(set(req.nic_nodes) - set(nodes))
+    if other_nics:
+        warnings.append(f"VM {req.vm}'s NIC sits on node {format_cpulist(other_nics)}, away from its "
+                        f"vCPUs on node {format_cpulist(nodes)}: network interrupts cross the link")
+    return placed, nodes
 
 
 def _threads(req: PinRequest) -> int:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from nodeconsole.console.cpulist import format_cpulist
 from nodeconsole.console.iommu import blocker_reasons, slot_of
-from nodeconsole.console.model import NA, HostSnapshot, Problem, VcpuPin, Vm
+from nodeconsole.console.model import NA, Gpu, HostSnapshot, PciDevice, Problem, VcpuPin, Vm
 
 _RANK = {"error": 0, "warning": 1, "info": 2}
 
@@ -45,6 +45,17 @@ def vm_alignment(snap: HostSnapshot, vm: Vm) -> str:
 
 
 def find_problems(snap: HostSnapshot) -> tuple[Problem, ...]:
+    out = _host_problems(snap)
+    by_addr = {d.address: d for d in snap.pci_devices}
+    for g in snap.gpus:
+        out += _gpu_problems(snap, g, by_addr)
+    out += _vm_problems(snap)
+    out.sort(key=lambda p: _RANK.get(p.severity, 3))
+    return tuple(out)
+
+
+def _host_problems(snap: HostSnapshot) -> list[Problem]:
+    """Sources that do not answer, and the IOMMU's state."""
     out: list[Problem] = []
     for name in ("sysfs", "nvml", "libvirt", "psutil"):
         status = getattr(snap.sources, name)
@@ -57,40 +68,50 @@ def find_problems(snap: HostSnapshot) -> tuple[Problem, ...]:
     if snap.iommu.acs_override:
         out.append(Problem("warning", "iommu", "ACS override is on the kernel command line: IOMMU "
                            "groups do not reflect real isolation", "remove pcie_acs_override"))
-    by_addr = {d.address: d for d in snap.pci_devices}
-    for g in snap.gpus:
-        label = f"GPU {g.index} {g.address}"
-        if g.nvml_error:
-            out.append(Problem("error", g.address, f"{label}: {g.nvml_error}",
-                               "check `dmesg` for Xid errors; the GPU may need a reset or reboot"))
-        for field, what in (("ecc_volatile_uncorrected", "uncorrected ECC errors"),
-                            ("remapped_rows_failure", "row remapping failures")):
-            v = getattr(g, field)
-            if isinstance(v, int) and v > 0:
-                out.append(Problem("error", g.address, f"{label}: {v} {what}",
-                                   "drain the GPU and reset it; replace if it repeats"))
-        if isinstance(g.remapped_rows_pending, int) and g.remapped_rows_pending > 0:
-            out.append(Problem("warning", g.address, f"{label}: row remapping pending",
-                               "reset the GPU when idle to apply the remap"))
-        if g.link.downtrained:
+    return out
+
+
+def _gpu_problems(snap: HostSnapshot, g: Gpu, by_addr: dict[str, PciDevice]) -> list[Problem]:
+    """One GPU's health, link, IOMMU group, MIG mode and vfio ownership."""
+    out: list[Problem] = []
+    label = f"GPU {g.index} {g.address}"
+    if g.nvml_error:
+        out.append(Problem("error", g.address, f"{label}: {g.nvml_error}",
+                           "check `dmesg` for Xid errors; the GPU may need a reset or reboot"))
+    for field, what in (("ecc_volatile_uncorrected", "uncorrected ECC errors"),
+                        ("remapped_rows_failure", "row remapping failures")):
+        v = getattr(g, field)
+        if isinstance(v, int) and v > 0:
+            out.append(Problem("error", g.address, f"{label}: {v} {what}",
+                               "drain the GPU and reset it; replace if it repeats"))
+    if isinstance(g.remapped_rows_pending, int) and g.remapped_rows_pending > 0:
+        out.append(Problem("warning", g.address, f"{label}: row remapping pending",
+                           "reset the GPU when idle to apply the remap"))
+    if g.link.downtrained:
+        out.append(Problem("warning", g.address,
+                           f"{label}: PCIe link x{g.link.current_width} of x{g.link.max_width}",
+                           "reseat the card or check the riser/slot; the link trained below its width"))
+    grp = snap.group(g.iommu_group)
+    if grp is not None and g.owner.kind != "vfio":
+        # Judge the group from this GPU's side: its own card's functions never block it.
+        blockers = blocker_reasons(grp, by_addr, [slot_of(g.address)])
+        if blockers:
             out.append(Problem("warning", g.address,
-                               f"{label}: PCIe link x{g.link.current_width} of x{g.link.max_width}",
-                               "reseat the card or check the riser/slot; the link trained below its width"))
-        grp = snap.group(g.iommu_group)
-        if grp is not None and g.owner.kind != "vfio":
-            # Judge the group from this GPU's side: its own card's functions never block it.
-            blockers = blocker_reasons(grp, by_addr, [slot_of(g.address)])
-            if blockers:
-                out.append(Problem("warning", g.address,
-                                   f"{label}: cannot be passed through: {'; '.join(blockers)}",
-                                   "move the card to a slot with its own IOMMU group, or enable ACS "
-                                   "on the switch above it"))
-        if g.mig.mode != NA and g.mig.pending_mode != NA and g.mig.mode != g.mig.pending_mode:
-            out.append(Problem("info", g.address, f"{label}: MIG mode {g.mig.pending_mode} is pending",
-                               "reset the GPU (stops everything on it) or reboot to apply"))
-        if g.owner.kind == "vfio" and not g.owner.vms:
-            out.append(Problem("info", g.address, f"{label}: on vfio-pci but no VM uses it",
-                               f"`nodeconsole release {g.address}` gives it back to the host"))
+                               f"{label}: cannot be passed through: {'; '.join(blockers)}",
+                               "move the card to a slot with its own IOMMU group, or enable ACS "
+                               "on the switch above it"))
+    if g.mig.mode != NA and g.mig.pending_mode != NA and g.mig.mode != g.mig.pending_mode:
+        out.append(Problem("info", g.address, f"{label}: MIG mode {g.mig.pending_mode} is pending",
+                           "reset the GPU (stops everything on it) or reboot to apply"))
+    if g.owner.kind == "vfio" and not g.owner.vms:
+        out.append(Problem("info", g.address, f"{label}: on vfio-pci but no VM uses it",
+                           f"`nodeconsole release {g.address}` gives it back to the host"))
+    return out
+
+
+def _vm_problems(snap: HostSnapshot) -> list[Problem]:
+    """VMs whose vCPUs are not on their GPU's NUMA node, or not pinned at all."""
+    out: list[Problem] = []
     for vm in snap.vms:
         align = vm_alignment(snap, vm)
         if align == "cross-numa":
@@ -103,8 +124,7 @@ def find_problems(snap: HostSnapshot) -> tuple[Problem, ...]:
         elif align == "unpinned" and vm.state == "running":
             out.append(Problem("info", vm.name, f"VM {vm.name}: GPU VM with unpinned vCPUs",
                                f"`nodeconsole pin {vm.name}`"))
-    out.sort(key=lambda p: _RANK.get(p.severity, 3))
-    return tuple(out)
+    return out
 
 
 def _source_fix(name: str) -> str:

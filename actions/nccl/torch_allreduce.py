@@ -18,6 +18,7 @@ import socket
 import sys
 import time
 from collections.abc import Sequence
+from typing import Any
 
 _INFO_BYTES = 512
 _UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
@@ -94,24 +95,77 @@ def _args(argv: Sequence[str] | None) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    a = _args(argv)
-    # torch is optional: only this worker needs it, on a machine that has it (not where mypy runs)
-    import torch  # type: ignore[import-not-found]
-    import torch.distributed as dist  # type: ignore[import-not-found]
+class _Bench:
+    """One rank's side of the sweep: times an all-reduce like nccl-tests (warm-up, barrier, mean over
+    ranks) and, with --check, counts wrong elements. `torch` and `dist` are the modules main() imported."""
 
-    rank, world = int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1"))
-    local = int(os.environ.get("LOCAL_RANK", "0"))
-    cuda = a.device == "cuda"
-    if cuda:
-        torch.cuda.set_device(local)
-    dist.init_process_group(backend=a.backend)
-    dev = torch.device("cuda", local) if cuda else torch.device("cpu")
+    def __init__(self, a: argparse.Namespace, torch: Any, dist: Any, dev: Any, rank: int, world: int,
+                 cuda: bool) -> None:
+        self.a, self.torch, self.dist, self.dev = a, torch, dist, dev
+        self.rank, self.world, self.cuda = rank, world, cuda
 
-    def sync() -> None:
-        if cuda:
-            torch.cuda.synchronize()
+    def sync(self) -> None:
+        if self.cuda:
+            self.torch.cuda.synchronize()
 
+    def timed(self, op, buf) -> float:
+        a, dist = self.a, self.dist
+        for _ in range(a.warmup_iters):
+            op(buf)
+        self.sync()
+        dist.barrier()
+        t0 = time.perf_counter()
+        for _ in range(a.iters):
+            op(buf)
+        self.sync()
+        elapsed = self.torch.tensor([(time.perf_counter() - t0) / max(a.iters, 1)], dtype=self.torch.float64,
+                                    device=self.dev)
+        dist.all_reduce(elapsed)  # nccl-tests reports the mean over ranks
+        return float(elapsed.item()) / self.world * 1e6
+
+    def wrong_after(self, op, buf) -> int | None:
+        if not self.a.check:
+            return None
+        world = self.world
+        buf.fill_(self.rank + 1)
+        op(buf)
+        self.sync()
+        bad = (buf != world * (world + 1) / 2).sum().to(self.torch.float64).reshape(1)
+        self.dist.all_reduce(bad)
+        return int(bad.item())
+
+    def run_sweep(self) -> tuple[list[float], int]:
+        """Every size, out-of-place then in-place; rank 0 prints the rows. The bus bandwidths and the
+        number of wrong elements."""
+        a, torch, dist, dev, world = self.a, self.torch, self.dist, self.dev, self.world
+        busbws: list[float] = []
+        wrong_total = 0
+        for size in sweep(a.minbytes, a.maxbytes, a.stepfactor):
+            count = max(size // 4, 1)
+            nbytes = count * 4
+            send = torch.zeros(count, dtype=torch.float32, device=dev)
+            recv = torch.zeros_like(send)
+            halves = []
+
+            def out_of_place(b, dst=recv):
+                dst.copy_(b)
+                dist.all_reduce(dst)
+
+            for op, buf in ((out_of_place, send), (dist.all_reduce, recv)):
+                us = self.timed(op, buf)
+                wrong = self.wrong_after(dist.all_reduce, torch.zeros_like(send))
+                algbw = nbytes / (us / 1e6) / 1e9 if us > 0 else 0.0
+                halves.append((us, algbw, algbw * bus_factor(world), wrong))
+                busbws.append(algbw * bus_factor(world))
+                wrong_total += wrong or 0
+            if self.rank == 0:
+                print(format_row(nbytes, count, "float", "sum", -1, halves[0], halves[1]), flush=True)
+        return busbws, wrong_total
+
+
+def _gather_devices(torch: Any, dist: Any, dev: Any, rank: int, world: int, local: int,
+                    cuda: bool) -> list[tuple[Any, ...]]:
+    """Every rank's (rank, host, pid, local rank, PCI bus id, device name), in rank order."""
     if cuda:
         props = torch.cuda.get_device_properties(local)
         bus = "{:04x}:{:02x}:{:02x}".format(int(getattr(props, "pci_domain_id", 0)),
@@ -126,7 +180,23 @@ def main(argv: Sequence[str] | None = None) -> int:
     buf[:len(mine)] = torch.tensor(list(mine), dtype=torch.uint8)
     parts = [torch.zeros_like(buf) for _ in range(world)]
     dist.all_gather(parts, buf)
-    devices = [tuple(json.loads(bytes(p.cpu().tolist()).rstrip(b"\0"))) for p in parts]
+    return [tuple(json.loads(bytes(p.cpu().tolist()).rstrip(b"\0"))) for p in parts]
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    a = _args(argv)
+    # torch is optional: only this worker needs it, on a machine that has it (not where mypy runs)
+    import torch  # type: ignore[import-not-found]
+    import torch.distributed as dist  # type: ignore[import-not-found]
+
+    rank, world = int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1"))
+    local = int(os.environ.get("LOCAL_RANK", "0"))
+    cuda = a.device == "cuda"
+    if cuda:
+        torch.cuda.set_device(local)
+    dist.init_process_group(backend=a.backend)
+    dev = torch.device("cuda", local) if cuda else torch.device("cpu")
+    devices = _gather_devices(torch, dist, dev, rank, world, local, cuda)
     nccl_code = None
     if cuda and a.backend == "nccl":
         major, minor, patch = torch.cuda.nccl.version()[:3]
@@ -135,58 +205,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         for line in header_lines(world, a.minbytes, a.maxbytes, a.stepfactor, a.warmup_iters, a.iters,
                                  bool(a.check), devices, f"torch-{torch.__version__}", nccl_code):
             print(line, flush=True)
-
-    def timed(op, buf) -> float:
-        for _ in range(a.warmup_iters):
-            op(buf)
-        sync()
-        dist.barrier()
-        t0 = time.perf_counter()
-        for _ in range(a.iters):
-            op(buf)
-        sync()
-        elapsed = torch.tensor([(time.perf_counter() - t0) / max(a.iters, 1)], dtype=torch.float64, device=dev)
-        dist.all_reduce(elapsed)  # nccl-tests reports the mean over ranks
-        return float(elapsed.item()) / world * 1e6
-
-    def wrong_after(op, buf) -> int | None:
-        if not a.check:
-            return None
-        buf.fill_(rank + 1)
-        op(buf)
-        sync()
-        bad = (buf != world * (world + 1) / 2).sum().to(torch.float64).reshape(1)
-        dist.all_reduce(bad)
-        return int(bad.item())
-
-    busbws: list[float] = []
-    wrong_total = 0
-    for size in sweep(a.minbytes, a.maxbytes, a.stepfactor):
-        count = max(size // 4, 1)
-        nbytes = count * 4
-        send = torch.zeros(count, dtype=torch.float32, device=dev)
-        recv = torch.zeros_like(send)
-        halves = []
-
-        def out_of_place(b, dst=recv):
-            dst.copy_(b)
-            dist.all_reduce(dst)
-
-        for op, buf in ((out_of_place, send), (dist.all_reduce, recv)):
-            us = timed(op, buf)
-            wrong = wrong_after(dist.all_reduce, torch.zeros_like(send))
-            algbw = nbytes / (us / 1e6) / 1e9 if us > 0 else 0.0
-            halves.append((us, algbw, algbw * bus_factor(world), wrong))
-            busbws.append(algbw * bus_factor(world))
-            wrong_total += wrong or 0
-        if rank == 0:
-            print(format_row(nbytes, count, "float", "sum", -1, halves[0], halves[1]), flush=True)
+    busbws, wrong_total = _Bench(a, torch, dist, dev, rank, world, cuda).run_sweep()
     if rank == 0:
         for line in footer_lines(busbws, wrong_total):
             print(line, flush=True)
     dist.destroy_process_group()
     return 1 if wrong_total else 0
-
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -218,8 +218,6 @@ def _progress_line(p: Progress) -> str:
 
 
 def run_check(args: argparse.Namespace) -> int:
-    from nodeconsole.actions.nccl.commands import format_command
-    from nodeconsole.actions.nccl.run import NcclRun
     from nodeconsole.actions.nccl.snapshot_topology import (
         local_check_command,
         local_plan,
@@ -251,12 +249,7 @@ def run_check(args: argparse.Namespace) -> int:
         cmd_error = ""
     except ValueError as e:
         cmd, cmd_error = None, str(e)
-    out: dict[str, object] = {**plan.to_dict(), "preflight": [_finding_dict(f) for f in report.findings],
-                              "libraries": [dataclasses.asdict(lib) for lib in report.libraries],
-                              "command": None if cmd is None else {
-                                  "argv": cmd.argv, "env": cmd.env, "kind": cmd.kind,
-                                  "shell": format_command(cmd.argv, cmd.env)},
-                              "command_error": cmd_error or None}
+    out = _plan_dict(plan, report, cmd, cmd_error)
     if not args.json:
         _print_plan(plan, report, cmd, cmd_error, will_run=args.run)
     if not args.run:
@@ -273,6 +266,27 @@ def run_check(args: argparse.Namespace) -> int:
             raise UsageError(f"--binary: {cmd_error}")
         print(f"nodeconsole: cannot run the check: {cmd_error}", file=sys.stderr)
         return 1
+    return _run_check(args, plan, cmd, out)
+
+
+def _plan_dict(plan: LocalPlan, report: PreflightReport, cmd: LocalCommand | None,
+               cmd_error: str) -> dict[str, object]:
+    """The check's plan, preflight and command as --json prints them."""
+    from nodeconsole.actions.nccl.commands import format_command
+
+    out: dict[str, object] = {**plan.to_dict(), "preflight": [_finding_dict(f) for f in report.findings],
+                              "libraries": [dataclasses.asdict(lib) for lib in report.libraries],
+                              "command": None if cmd is None else {
+                                  "argv": cmd.argv, "env": cmd.env, "kind": cmd.kind,
+                                  "shell": format_command(cmd.argv, cmd.env)},
+                              "command_error": cmd_error or None}
+    return out
+
+
+def _run_check(args: argparse.Namespace, plan: LocalPlan, cmd: LocalCommand, out: dict[str, object]) -> int:
+    """--run: run the check, printing progress, then its result (added to `out` with --json) and verdict."""
+    from nodeconsole.actions.nccl.run import NcclRun
+
     progress_out = sys.stderr if args.json else sys.stdout
     run = NcclRun(cmd.argv, cmd.env, timeout=args.timeout,
                   on_progress=lambda p: print(_progress_line(p), file=progress_out, flush=True))
