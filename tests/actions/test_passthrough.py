@@ -32,20 +32,22 @@ AUDIT = "audit.jsonl"
 
 def tree_state(path: Path, skip: tuple[str, ...] = (AUDIT,)) -> dict[str, str]:
     """Digest of every file and link target below `path` (directories included, so an empty leftover
-    directory counts as a change)."""
-    out = {}
-    for dirpath, dirs, files in os.walk(path):
-        rel_dir = os.path.relpath(dirpath, path)
-        for name in dirs:
-            p = os.path.join(dirpath, name)
-            out[os.path.join(rel_dir, name)] = "link:" + os.readlink(p) if os.path.islink(p) else "dir"
-        for name in files:
-            rel = os.path.normpath(os.path.join(rel_dir, name))
-            if rel in skip:
-                continue
-            p = os.path.join(dirpath, name)
-            out[rel] = ("link:" + os.readlink(p) if os.path.islink(p)
-                        else hashlib.sha256(Path(p).read_bytes()).hexdigest())
+    directory counts as a change). One scandir per directory: no extra stat per entry."""
+    out: dict[str, str] = {}
+    pending = [("", str(path))]
+    while pending:
+        rel_dir, real = pending.pop()
+        with os.scandir(real) as entries:
+            for e in entries:
+                rel = f"{rel_dir}/{e.name}" if rel_dir else e.name
+                if e.is_symlink():
+                    out[rel] = "link:" + os.readlink(e.path)
+                elif e.is_dir():
+                    out[rel] = "dir"
+                    pending.append((rel, e.path))
+                elif rel not in skip:
+                    with open(e.path, "rb") as f:
+                        out[rel] = hashlib.sha256(f.read()).hexdigest()
     return out
 
 
