@@ -19,7 +19,14 @@ from typing import Any
 from nodeconsole.actions.host_seams import DomainStore
 from nodeconsole.actions.plan import Op, Step, StepError, step_kind
 from nodeconsole.actions.runner import ActionHost
-from nodeconsole.console.domain_edits import add_pci_hostdev, hostdev_place, remove_pci_hostdev
+from nodeconsole.console.domain_edits import (
+    Taken,
+    add_pci_hostdev,
+    hostdev_place,
+    put_hostdev,
+    remove_pci_hostdev,
+    take_hostdev,
+)
 from nodeconsole.console.libvirt_xml import parse_domain
 from nodeconsole.console.pciaddr import parse_pci_address
 from nodeconsole.console.seams import Seams
@@ -221,6 +228,43 @@ def domain_config_for(seams: Seams) -> DomainStore | None:
 
 # -- step kind ----------------------------------------------------------------------------------------
 
+def _taken(cfg: DomainStore, vm: str, address: str) -> Taken | None:
+    """The hostdev of `address` as the store edits the definition (the text `edit` hands over, whose
+    indentation can differ from `xml()`'s), read through an edit that changes nothing."""
+    seen: list[Taken] = []
+
+    def look(text: str) -> str:
+        found = take_hostdev(text, "pci", address)
+        if found is not None:
+            seen.append(found)
+        return text  # unchanged: nothing is written
+
+    cfg.edit(vm, look)
+    return seen[0] if seen else None
+
+
+def _exact_element(op: Op, address: str) -> str | None:
+    """The exact <hostdev> text an undo puts back (recorded when it was removed), checked: the audit
+    log is a file anyone with access could have edited, so it must be one <hostdev> of `address`."""
+    element = op.get("element")
+    if element is None:
+        return None
+    child = op.get("child")
+    if not isinstance(element, str) or len(element) > 65536 or not (child is None or isinstance(child, int)):
+        raise StepError("malformed vm_hostdev operation: 'element' must be a <hostdev> of at most 64 KiB")
+    text = element.strip()
+    if not (text.startswith("<hostdev") and text.endswith(">")):
+        raise StepError("malformed vm_hostdev operation: 'element' is not a <hostdev> element")
+    probe = "<domain><devices>" + text + "</devices></domain>"
+    try:
+        hostdevs = parse_domain(probe).hostdevs
+    except ValueError as e:
+        raise StepError(f"malformed vm_hostdev operation: {e}") from None
+    if [(h.type, h.address) for h in hostdevs] != [("pci", address)]:
+        raise StepError(f"malformed vm_hostdev operation: 'element' is not the hostdev of {address}")
+    return text
+
+
 @step_kind("vm_hostdev")
 def vm_hostdev_step(host: ActionHost, op: Op) -> Step | None:
     """`{"kind": "vm_hostdev", "vm": NAME, "address": PCI, "present": bool, "managed": bool}`: the VM's
@@ -241,9 +285,15 @@ def vm_hostdev_step(host: ActionHost, op: Op) -> Step | None:
         place = cfg.hostdev_place(vm, address)
         if place is not None:  # put it back where it was, as it was
             inverse.update(index=place[0], managed=place[1])
+        taken = _taken(cfg, vm, address)
+        if taken is not None:  # and exactly as it was: its guest <address>, <rom>, boot order…
+            inverse.update(element=taken.text, child=taken.child)
+    element = _exact_element(op, address)
 
     def apply() -> None:
-        if present:
+        if present and element is not None:
+            cfg.edit(vm, lambda x: put_hostdev(x, element, child=op.get("child")))
+        elif present:
             cfg.add_hostdev(vm, address, managed=managed, index=op.get("index"))
         else:
             cfg.remove_hostdev(vm, address)
