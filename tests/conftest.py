@@ -62,6 +62,14 @@ def pytest_configure(config: pytest.Config) -> None:
     os.environ.clear()
     os.environ.update(env)
     time.tzset()
+    # Property tests keep no example database between runs: what an earlier run on this machine found
+    # must not change what this run tests.
+    from hypothesis import settings
+    from hypothesis.configuration import set_hypothesis_home_dir
+
+    set_hypothesis_home_dir(str(_HERMETIC_HOME / ".hypothesis"))  # its caches too: not in the checkout
+    settings.register_profile("hermetic", database=None)
+    settings.load_profile("hermetic")
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
