@@ -10,8 +10,7 @@ from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Sequence
 
 from rich.console import Group
 from rich.text import Text
@@ -25,7 +24,7 @@ from nodeconsole.actions.nccl.commands import LocalCommand, format_command, swee
 from nodeconsole.actions.nccl.finding import Finding
 from nodeconsole.actions.nccl.parse import Cell, Row
 from nodeconsole.actions.nccl.run import DEFAULT_TIMEOUT, NcclRun, Progress, RunResult
-from nodeconsole.actions.nccl.snapshot_topology import LocalPlan, local_check_command, local_plan, snapshot_preflight
+from nodeconsole.actions.nccl.snapshot_topology import LocalPlan, Preflight, local_check_command, read_preflight
 from nodeconsole.console.hosttext import visible
 from nodeconsole.console.model import HostSnapshot
 from nodeconsole.console.seams import Seams
@@ -103,27 +102,6 @@ def findings_text(findings: Sequence[Finding]) -> Group:
             t.append(f"\n    fix: {visible(f.fix)}", style="dim")
         parts.append(t)
     return Group(*parts)
-
-
-@dataclass(frozen=True)
-class Preflight:
-    """What the preflight found for a snapshot: plain data for the screen."""
-    plan: LocalPlan
-    findings: list[Finding]
-    command: LocalCommand | None  # the command a run would use (None: `command_error` says why)
-    command_error: str
-
-
-def read_preflight(snap: HostSnapshot, seams: Seams, sweep: Sequence[str], env: Mapping[str, str]) -> Preflight:
-    """The preflight through the core (actions/nccl): reads host files through `seams.root`, so only
-    ever called in a thread worker."""
-    plan = local_plan(snap, None, seams.root)
-    report = snapshot_preflight(snap, seams.root, env, plan)
-    try:
-        cmd, err = local_check_command(plan, None, sweep, preview=True, this_machine=seams.is_this_machine), ""
-    except ValueError as e:
-        cmd, err = None, str(e)
-    return Preflight(plan, report.findings, cmd, err)
 
 
 class NcclScreen(SnapshotScreen):

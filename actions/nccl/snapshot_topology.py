@@ -24,6 +24,7 @@ from nodeconsole.actions.nccl.finding import Finding, by_severity
 from nodeconsole.actions.nccl.preflight import PreflightOptions, PreflightReport, preflight
 from nodeconsole.console.model import Gpu, HostSnapshot
 from nodeconsole.console.root import Root
+from nodeconsole.console.seams import Seams
 from nodeconsole.console.topology import is_nic, relation
 
 # An all_reduce_perf to use instead of the one on PATH (console and CLI alike).
@@ -259,3 +260,24 @@ def local_check_command(plan: LocalPlan, binary: str | None = None, sweep: Seque
     if preview:
         kwargs.setdefault("torch_probe", _torch_installed)
     return local_command(cuda_ids(plan.gpus), chosen, sweep, **kwargs)
+
+
+@dataclass(frozen=True)
+class Preflight:
+    """What the preflight found for a snapshot: plain data for the console's NCCL screen."""
+    plan: LocalPlan
+    findings: list[Finding]
+    command: LocalCommand | None  # the command a run would use (None: `command_error` says why)
+    command_error: str
+
+
+def read_preflight(snap: HostSnapshot, seams: Seams, sweep: Sequence[str], env: Mapping[str, str]) -> Preflight:
+    """Plan, preflight and the command a run would use, for the check on every usable GPU. Reads host
+    files through `seams.root`: the console calls it only from a thread worker."""
+    plan = local_plan(snap, None, seams.root)
+    report = snapshot_preflight(snap, seams.root, env, plan)
+    try:
+        cmd, err = local_check_command(plan, None, sweep, preview=True, this_machine=seams.is_this_machine), ""
+    except ValueError as e:
+        cmd, err = None, str(e)
+    return Preflight(plan, report.findings, cmd, err)
