@@ -57,7 +57,7 @@ def subcommand(name: str, help: str) -> Callable[[Configure], Configure]:
 # Names of the subcommands the modules below register. Only used to skip importing them all when
 # the command line names none (starting the console), which saves ~50 ms before the first frame.
 KNOWN_COMMANDS = frozenset({"snapshot", "demo", "passthrough", "release", "log", "undo", "nccl", "pin",
-                            "mig", "vgpu"})
+                            "mig", "vgpu", "doctor", "events"})
 
 
 def build_parser(load: bool = True) -> argparse.ArgumentParser:
@@ -84,7 +84,8 @@ def _load_subcommands() -> None:
     import nodeconsole.console.commands.snapshot  # noqa: F401
     for optional in ("nodeconsole.console.commands.actions", "nodeconsole.console.commands.nccl",
                      "nodeconsole.console.commands.pin",
-                     "nodeconsole.console.commands.mig", "nodeconsole.console.commands.vgpu"):
+                     "nodeconsole.console.commands.mig", "nodeconsole.console.commands.vgpu",
+                     "nodeconsole.console.commands.doctor", "nodeconsole.console.commands.events"):
         try:
             __import__(optional)
         except ModuleNotFoundError as e:
