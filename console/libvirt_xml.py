@@ -22,6 +22,7 @@ class DomainXml:
     hostdevs: tuple[Hostdev, ...] = ()
     threads_per_core: int = 1
     vcpus: int | None = None  # <vcpu> (the maximum), None when absent
+    hugepages_kib: int | None = None  # <memoryBacking><hugepages>: page size, 0 = host default, None = none
 
 
 def parse_libvirt_set(text: str) -> tuple[int, ...]:
@@ -65,7 +66,35 @@ def parse_domain(xml: str) -> DomainXml:
         hostdevs=tuple(_hostdevs(root)),
         threads_per_core=int(topo.get("threads", "1")) if topo is not None else 1,
         vcpus=int(vcpus_text) if vcpus_text.isdigit() else None,
+        hugepages_kib=_hugepages(root),
     )
+
+
+# libvirt's memory units (domain XML "unit" attribute): powers of 1024, and of 1000 for KB/MB/...
+_UNITS = {"b": 1, "bytes": 1, "k": 1024, "kib": 1024, "kb": 1000, "m": 1024 ** 2, "mib": 1024 ** 2,
+          "mb": 1000 ** 2, "g": 1024 ** 3, "gib": 1024 ** 3, "gb": 1000 ** 3, "t": 1024 ** 4,
+          "tib": 1024 ** 4, "tb": 1000 ** 4}
+
+
+def _hugepages(root: ET.Element) -> int | None:
+    """The huge page size in KiB of <memoryBacking><hugepages>: the first <page> that names no guest
+    nodeset (else the first <page>), 0 when there is no <page> (the host's default size), None without
+    <hugepages> or when the size cannot be read."""
+    huge = root.find("./memoryBacking/hugepages")
+    if huge is None:
+        return None
+    pages = huge.findall("./page")
+    if not pages:
+        return 0
+    page = next((p for p in pages if p.get("nodeset") is None), pages[0])
+    factor = _UNITS.get((page.get("unit") or "KiB").strip().lower())
+    try:
+        size = int((page.get("size") or "").strip())
+    except ValueError:
+        return None
+    if factor is None or size <= 0:
+        return None
+    return size * factor // 1024
 
 
 def _pci_from_address(addr: ET.Element | None) -> str | None:

@@ -197,6 +197,7 @@ class GpuMetrics:
     pcie_width: Metric = None
     pcie_max_gen: Metric = None
     pcie_max_width: Metric = None
+    persistence_mode: Metric = None  # "enabled" / "disabled"; NA when the GPU does not support it
 
 
 def metric_names() -> tuple[str, ...]:
@@ -261,6 +262,9 @@ class Vm:
     numa_mode: str | None = None  # numatune memory mode ("strict", "preferred", "interleave")
     numa_nodeset: tuple[int, ...] = ()
     threads_per_core: int = 1  # guest CPU topology
+    # Huge page size (KiB) the VM's memory is backed with (<memoryBacking><hugepages>); 0 = the host's
+    # default huge page size (<hugepages/> without <page>); None = not backed by huge pages.
+    hugepages_kib: int | None = None
 
 
 @dataclass(frozen=True)

@@ -211,7 +211,8 @@ class LibvirtSource:
         return Vm(name=dom.name(), state=state, vcpus=int(vcpus), pins=parsed.pins,
                   emulator_pins=parsed.emulator_pins, memory_kib=int(memory_kib), hostdevs=parsed.hostdevs,
                   cpu_percent=percent, uuid=uuid, numa_mode=parsed.numa_mode,
-                  numa_nodeset=parsed.numa_nodeset, threads_per_core=parsed.threads_per_core)
+                  numa_nodeset=parsed.numa_nodeset, threads_per_core=parsed.threads_per_core,
+                  hugepages_kib=parsed.hugepages_kib)
 
     def _domain_xml(self, dom: Any, uuid: str, state: str) -> DomainXml:
         now = self._clock()

@@ -243,6 +243,7 @@ class NvmlSource:
             remapped_rows_failure=rows_failure,
             pcie_gen=nvml_call(pynvml.nvmlDeviceGetCurrPcieLinkGeneration, handle),
             pcie_width=nvml_call(pynvml.nvmlDeviceGetCurrPcieLinkWidth, handle),
+            persistence_mode=_persistence(nvml_call(pynvml.nvmlDeviceGetPersistenceMode, handle)),
             mig=self._mig(handle, static, gi_vms), vgpu_types=vgpu_types, vgpu_instances=vgpu_instances)
         self._slow[static.address] = (now, slow)
         return slow
@@ -365,6 +366,13 @@ class NvmlSource:
                 found[p.pid] = GpuProcess(pid=p.pid, name=nvml_text(name) if name not in (NA, None) else "",
                                           used_memory_mib=used, kind=kind)
         return tuple(sorted(found.values(), key=lambda p: p.pid))
+
+
+def _persistence(mode: Metric) -> Metric:
+    """nvmlDeviceGetPersistenceMode's answer as "enabled"/"disabled" (NA and None pass through)."""
+    if isinstance(mode, int):
+        return "enabled" if mode == pynvml.NVML_FEATURE_ENABLED else "disabled"
+    return mode if mode == NA else None
 
 
 def read_nvml(lib: object | None = None) -> NvmlData:
