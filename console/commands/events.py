@@ -1,0 +1,109 @@
+"""`nodeconsole events`: GPU events from the kernel log (Xids, fallen off the bus, PCIe AER), each with
+the VM holding its GPU.
+
+With --kernel-log FILE the file is read (any of the text forms, mixed; `-` reads stdin) and VMs are
+named only when a host is given too (--demo/--root/--libvirt): a pasted log is another machine's
+unless you say which. Without it the host's own log is read (/dev/kmsg on this machine; a tree's
+var/log/kern.log and the demo's .sim/kmsg) and a snapshot of that host names the VMs."""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+
+from nodeconsole.console.cli import UsageError, seams_from_args, subcommand
+from nodeconsole.console.events import XID, KernelEvent, parse_duration, tie_to_vms, within
+from nodeconsole.console.hosttext import LINE_MAX, show
+from nodeconsole.console.sources.kernel_log import SIM_KMSG, KernelLog, LogDenied, host_sources, read_host
+
+EXIT_DENIED = 1
+
+
+def duration(text: str) -> int:
+    try:
+        return parse_duration(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
+@subcommand("events", "GPU events from the kernel log (Xid, fallen off the bus, PCIe AER) and the VM holding each GPU")
+def configure(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--kernel-log", metavar="FILE",
+                   help="read this log instead of the host's: dmesg, dmesg -T, journalctl -k or /dev/kmsg records "
+                        "(mixed is fine; - reads stdin)")
+    p.add_argument("--since", metavar="DURATION", type=duration,
+                   help="only events in the DURATION before the log's newest entry (30s, 10m, 2h, 1d)")
+    p.add_argument("--json", action="store_true",
+                   help="print a list of {time,gpu,xid,pid,process,text,severity,action,vm,kind,port,vms}")
+    p.set_defaults(func=run)
+
+
+def _note(text: str) -> None:
+    print(f"nodeconsole: {text}", file=sys.stderr)
+
+
+def _read_file(path: str, log: KernelLog) -> list[KernelEvent]:
+    if path == "-":
+        return list(log.events(sys.stdin.buffer))
+    try:
+        with open(path, "rb", buffering=0) as f:
+            return list(log.events(f))
+    except PermissionError as e:
+        raise LogDenied(e.errno, e.strerror, path) from None
+    except (FileNotFoundError, IsADirectoryError, NotADirectoryError) as e:
+        raise UsageError(f"--kernel-log {path}: {e.strerror.lower() if e.strerror else e}") from None
+
+
+def run(args: argparse.Namespace) -> int:
+    log = KernelLog()
+    host_given = any(getattr(args, k, None) for k in ("demo", "root", "libvirt"))
+    seams = seams_from_args(args) if host_given or args.kernel_log is None else None
+    try:
+        if args.kernel_log is not None:
+            events = _read_file(args.kernel_log, log)
+        else:
+            assert seams is not None
+            live = seams.is_this_machine
+            if not host_sources(seams.root, live):
+                _note("no kernel log on this host (" + ("/dev/kmsg, /var/log/kern.log" if live else
+                                                          f"var/log/kern.log, {SIM_KMSG} below the root") + ")")
+            events = list(read_host(seams.root, live, log))
+    except LogDenied as e:
+        _note(f"error: reading {e.filename} needs root ({e.strerror}); run as root or pass --kernel-log FILE")
+        return EXIT_DENIED
+    except OSError as e:  # a read that fails half way (EIO, a vanished mount): one line, not a traceback
+        _note(f"error: reading the kernel log failed: {e.strerror or e}")
+        return EXIT_DENIED
+    if seams is not None and events:
+        from nodeconsole.console.collector import Collector
+
+        collector = Collector(seams)
+        try:
+            events = tie_to_vms(events, collector.collect())
+        finally:
+            collector.close()
+    if args.since is not None:
+        events, untimed = within(events, args.since, log.newest)
+        if untimed:
+            _note(f"{untimed} event(s) have no time in the log: kept, --since cannot judge them")
+    if args.json:
+        print(json.dumps([ev.to_dict() for ev in events], indent=2))
+    else:
+        print("\n".join(plain(events)) if events else "no GPU events in the kernel log")
+    return 0
+
+
+def plain(events: Sequence[KernelEvent]) -> list[str]:
+    """One line per event, in log order (newest last): time, GPU, what, severity, VM, text, action."""
+    width = max((len(show(ev.time or "-", 40)) for ev in events), default=1)
+    lines = []
+    for ev in events:
+        what = f"Xid {ev.xid}" if ev.kind == XID else "AER"
+        who = ""
+        if ev.pid is not None or ev.process:
+            who = f" (pid {ev.pid if ev.pid is not None else '?'}{' ' + show(ev.process) if ev.process else ''})"
+        vm = show(ev.vm, 64) if ev.vm else "-"
+        lines.append(f"{show(ev.time or '-', 40):{width}}  {ev.gpu}  {what:8} {ev.severity:9}  vm {vm}  "
+                     f"{show(ev.text, LINE_MAX)}{who}  → {ev.action}")
+    return lines
