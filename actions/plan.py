@@ -25,7 +25,8 @@ Op = dict[str, Any]  # JSON-able: it is stored in the audit log
 # Modules that define step kinds; imported before an undo plan is rebuilt from the audit log.
 KIND_MODULES = ("nodeconsole.actions.host_steps", "nodeconsole.actions.libvirt_edit", "nodeconsole.actions.mig_steps",
                 "nodeconsole.actions.mig_persist",
-                "nodeconsole.actions.vgpu", "nodeconsole.actions.pin_steps")
+                "nodeconsole.actions.vgpu", "nodeconsole.actions.pin_steps", "nodeconsole.actions.boot_steps",
+                "nodeconsole.actions.live_steps")
 
 
 class RequestError(ValueError):
@@ -80,6 +81,9 @@ class Step:
     detail: str = ""  # extra text shown with the step, e.g. the content of a file it writes
     host: ActionHost | None = None  # the host the step was built for (set by build_step)
     undo_note: str = ""  # what undoing this step cannot restore exactly (said in the audit and result)
+    needs_reboot: bool = False  # takes effect only at the next boot (kernel command line, initramfs)
+    outcome: str = ""  # set by apply/verify: what the change reached short of its aim (e.g. fewer
+    # hugepages than asked while a boot-time reservation follows); the runner reports it
 
     def apply(self) -> None:
         self.apply_fn()
@@ -101,8 +105,11 @@ class Step:
         return back.verify()
 
     def to_dict(self) -> dict[str, Any]:
-        return {"title": self.title, "why": self.why, "commands": list(self.commands),
-                "detail": self.detail, "op": self.op, "inverse": self.inverse}
+        out: dict[str, Any] = {"title": self.title, "why": self.why, "commands": list(self.commands),
+                               "detail": self.detail, "op": self.op, "inverse": self.inverse}
+        if self.needs_reboot:
+            out["needs_reboot"] = True
+        return out
 
 
 @dataclass(eq=False)
@@ -132,6 +139,11 @@ class Plan:
         """Why the plan cannot run: the failed checks, one per line ('' when it can)."""
         return "\n".join(f"{c.title}: {c.reason}" for c in self.checks if not c.ok)
 
+    @property
+    def needs_reboot(self) -> bool:
+        """Some step takes effect only at the next boot."""
+        return any(s.needs_reboot for s in self.steps)
+
     def ops(self) -> list[Op]:
         return [s.op for s in self.steps]
 
@@ -156,6 +168,8 @@ class Plan:
                 out.append(f"     why: {s.why}")
                 out += [f"     $ {c}" for c in s.commands]
                 out += [f"     | {line}" for line in s.detail.splitlines()]
+                if s.needs_reboot:
+                    out.append("     takes effect at the next boot")
         if self.notes:
             out.append("Notes:")
             out += [f"  - {n}" for n in self.notes]
@@ -164,7 +178,8 @@ class Plan:
     def to_dict(self) -> dict[str, Any]:
         return {"action": self.action, "title": self.title, "request": self.request,
                 "checks": [c.__dict__ for c in self.checks], "steps": [s.to_dict() for s in self.steps],
-                "notes": self.notes, "confirm_text": self.confirm_text, "undoes": self.undoes}
+                "notes": self.notes, "confirm_text": self.confirm_text, "undoes": self.undoes,
+                "needs_reboot": self.needs_reboot}
 
 
 def needs_typed_confirmation(plan: Plan) -> str | None:
