@@ -4,6 +4,10 @@ A change writes a record when it starts (result "in-progress") and again when it
 same id are merged, later lines winning, so a crash still leaves the plan and its undo data behind.
 Each record carries the inverse operations of its steps (`undo`, in the order to apply them): enough to
 rebuild the undo plan without the snapshot the change was planned from.
+
+A change with steps that take effect only at the next boot also carries `needs_reboot: true` and the
+`boot_id` (/proc/sys/kernel/random/boot_id) of the boot it was applied in; a doctor fix carries the check
+ids it fixes (`fixes`). While the host's boot_id is still that one, the change is pending a reboot.
 """
 from __future__ import annotations
 
@@ -65,9 +69,10 @@ def who() -> dict[str, Any]:
 
 # The fields a record may have and their JSON types; a field of another type is dropped (and reported),
 # so a damaged or hand-edited log never reaches the code that reads it with a wrong shape.
-_STR_FIELDS = ("when", "action", "title", "host", "undo_command", "result", "finished")
+_STR_FIELDS = ("when", "action", "title", "host", "undo_command", "result", "finished", "boot_id")
 _DICT_FIELDS = ("who", "request", "failed", "interrupted")
-_LIST_FIELDS = {"steps": dict, "undo": dict, "undone": str, "undo_failed": str, "notes": str}
+_LIST_FIELDS = {"steps": dict, "undo": dict, "undone": str, "undo_failed": str, "notes": str, "fixes": str}
+_BOOL_FIELDS = ("needs_reboot",)
 
 
 def _clean(obj: dict[str, Any], where: str, problems: list[str]) -> dict[str, Any]:
@@ -81,6 +86,10 @@ def _clean(obj: dict[str, Any], where: str, problems: list[str]) -> dict[str, An
     if "undoes" in out and not (out["undoes"] is None or isinstance(out["undoes"], str)):
         problems.append(f"{where}: field 'undoes' is not a string; ignored")
         del out["undoes"]
+    for key in _BOOL_FIELDS:
+        if key in out and not isinstance(out[key], bool):
+            problems.append(f"{where}: field {key!r} is not true or false; ignored")
+            del out[key]
     for key in _DICT_FIELDS:
         if key in out and not (out[key] is None or isinstance(out[key], dict)):
             problems.append(f"{where}: field {key!r} is not an object; ignored")

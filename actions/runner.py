@@ -9,7 +9,7 @@ import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from nodeconsole.actions.audit import (
     APPLIED,
@@ -36,8 +36,9 @@ from nodeconsole.actions.interrupt import (
     take_pending,
 )
 from nodeconsole.actions.lock import LOCK_NAME, HostLock, LockHeld
-from nodeconsole.actions.plan import Plan, StepError
+from nodeconsole.actions.plan import Plan, Step, StepError
 from nodeconsole.actions.safe_files import AUDIT_DIR_MODE, STATE_DIR_MODE
+from nodeconsole.console.doctor.facts import BOOT_ID
 from nodeconsole.console.root import Root
 from nodeconsole.console.seams import Seams
 
@@ -262,12 +263,12 @@ class Runner:
         base = {
             "id": rid, "who": who(), "when": now_iso(), "action": plan.action, "title": plan.title,
             "request": plan.request, "host": self.host.hostname(),
-            "steps": [{"title": s.title, "why": s.why, "commands": list(s.commands), "op": s.op,
-                       "inverse": s.inverse} for s in plan.steps],
+            "steps": [_step_record(s) for s in plan.steps],
             "undo": [s.inverse for s in reversed(plan.steps) if s.inverse is not None],
             "undo_command": f"nodeconsole undo {rid} --apply",
             "undoes": plan.undoes, "result": IN_PROGRESS,
         }
+        base.update(self._boot_fields(plan))
         with interruptible():
             with shielded():  # a signal now waits until the record is written, then stops the run
                 try:
@@ -279,10 +280,36 @@ class Runner:
             done, failure, signame = self._steps(plan, emit, fault)
             with shielded():  # from here on a signal must not cut the record or the rollback short
                 if failure is None:
-                    audit.append({"id": rid, "result": APPLIED, "finished": now_iso()})
-                    return RunResult(DONE, f"applied {len(plan.steps)} step(s); undo with "
-                                           f"`nodeconsole undo {rid}`", record_id=rid)
+                    return self._applied(plan, rid)
                 return self._rollback(plan, rid, done, failure, signame, emit)
+
+    def _boot_fields(self, plan: Plan) -> dict[str, Any]:
+        """What a change that takes effect at the next boot adds to its record: `needs_reboot`, the
+        `boot_id` of the boot it was applied in (a later read that differs means the host rebooted since)
+        and the doctor checks it fixes (`fixes`, from the request), so the doctor can say "pending reboot"
+        and, after the reboot, whether it took effect."""
+        out: dict[str, Any] = {}
+        fixes = plan.request.get("fixes") if isinstance(plan.request, dict) else None
+        if isinstance(fixes, list) and all(isinstance(f, str) for f in fixes):
+            out["fixes"] = list(fixes)
+        if plan.needs_reboot:
+            out["needs_reboot"] = True
+            out["boot_id"] = self.host.root.read(BOOT_ID) or ""
+        return out
+
+    def _applied(self, plan: Plan, rid: str) -> RunResult:
+        """Record a run whose every step applied and verified; say what waits for a reboot and what a
+        step reached short of its aim (its `outcome`)."""
+        outcomes = [s.outcome for s in plan.steps if s.outcome]
+        record: dict[str, Any] = {"id": rid, "result": APPLIED, "finished": now_iso()}
+        if outcomes:
+            record["notes"] = outcomes
+        self.host.audit.append(record)
+        msg = f"applied {len(plan.steps)} step(s)"
+        if plan.needs_reboot:
+            which = ", ".join(str(i) for i, s in enumerate(plan.steps, 1) if s.needs_reboot)
+            msg += f"; reboot once for step(s) {which} to take effect (pending reboot)"
+        return RunResult(DONE, f"{msg}; undo with `nodeconsole undo {rid}`", record_id=rid, warnings=outcomes)
 
     def _steps(self, plan: Plan, emit: Callable[[Progress], None],
                fault: FaultSwitch) -> tuple[list[int], tuple[int, str] | None, str | None]:
@@ -368,6 +395,14 @@ class Runner:
             msg += " Note: " + " ".join(notes)
         return RunResult(FAILED_RESULT, msg, record_id=rid, failed_step=plan.steps[k].title, error=err,
                          undone=undone, undo_failed=undo_failed, interrupted=signame)
+
+
+def _step_record(step: Step) -> dict[str, Any]:
+    out: dict[str, Any] = {"title": step.title, "why": step.why, "commands": list(step.commands), "op": step.op,
+                           "inverse": step.inverse}
+    if step.needs_reboot:
+        out["needs_reboot"] = True
+    return out
 
 
 def stale_lock_message(info: dict) -> str:
