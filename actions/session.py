@@ -5,8 +5,9 @@
     result = session.apply(plan, confirm, progress)       # refusal, confirm, lock, apply + verify,
                                                           # audit, roll back on failure: actions/runner.py
 
-The CLI (console/commands/change.py), the console (screens/app.py) and the MIG editor (which hands back a
-`MigLayout` request) all go through it; they only differ in how they show a plan, ask and report progress.
+The CLI (console/commands/change.py), the console (screens/app.py), the MIG editor (which hands back a
+`MigLayout` request) and the doctor's fixes (`DoctorFix`, actions/doctor_fixes.py) all go through it; they
+only differ in how they show a plan, ask and report progress.
 `plan` re-reads the host (a fresh snapshot) every time; nothing here imports a UI.
 """
 from __future__ import annotations
@@ -23,7 +24,7 @@ if TYPE_CHECKING:
     from nodeconsole.console.model import HostSnapshot
     from nodeconsole.console.seams import Seams
 
-__all__ = ["ActionSession", "MigLayout", "MigRestore", "MigSave", "NothingToDo", "Passthrough", "Pin",
+__all__ = ["ActionSession", "DoctorFix", "MigLayout", "MigRestore", "MigSave", "NothingToDo", "Passthrough", "Pin",
            "PinAll", "Redo", "Release", "Request", "RequestError", "StepError", "Undo", "VgpuCreate",
            "VgpuRemove"]
 
@@ -97,6 +98,15 @@ class VgpuRemove:
 
 
 @dataclass(frozen=True)
+class DoctorFix:
+    """The fixes of doctor checks (ids as `nodeconsole doctor` names them), batched into one plan: one
+    boot-loader edit, one initramfs rebuild. A check only fixable by hand refuses the request."""
+    label: ClassVar[str] = "doctor fix"
+    ids: tuple[str, ...]
+    role: str = "mixed"  # passthrough | mig | vgpu | mixed
+
+
+@dataclass(frozen=True)
 class Undo:
     """Roll a recorded change back; the latest undoable one when `record_id` is None."""
     label: ClassVar[str] = "undo"
@@ -111,7 +121,7 @@ class Redo:
 
 
 Request = (Passthrough | Release | Pin | PinAll | MigLayout | MigSave | MigRestore | VgpuCreate | VgpuRemove
-           | Undo | Redo)
+           | DoctorFix | Undo | Redo)
 
 
 class ActionSession:
@@ -135,6 +145,10 @@ class ActionSession:
             return self._plan_undo(request)
         if isinstance(request, MigLayout):
             _check_mig_layout(request)
+        if isinstance(request, DoctorFix):
+            from nodeconsole.actions.doctor_fixes import check_request
+
+            check_request(request.ids, request.role)  # bad ids are refused before the host is read
         snap = host.snapshot()
         return _builder(request)(host, snap)
 
@@ -239,4 +253,8 @@ def _builder(r: Request) -> Builder:
         if isinstance(r, VgpuRemove):
             return lambda h, s: plan_vgpu_remove(h, s, r.vgpu)
         return lambda h, s: plan_vgpu_create(h, s, r.gpu, r.type, vm=r.vm, uuid=r.uuid)
+    if isinstance(r, DoctorFix):
+        from nodeconsole.actions.doctor_fixes import plan_doctor_fix
+
+        return lambda h, s: plan_doctor_fix(h, s, r.ids, r.role)
     raise RequestError(f"unknown request {r!r}")
