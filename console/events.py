@@ -21,7 +21,10 @@ XID, AER = "xid", "aer"
 # How an event's time compares: seconds since boot (dmesg `[ 12.3]`, kmsg), a date with a year
 # (dmesg -T, ISO stamps), a syslog date without a year (journalctl -k, kern.log).
 BOOT, DATE, SYSLOG = "boot", "date", "syslog"
-_YEAR = 365 * 86400  # a syslog stamp later than the log's newest is from the year before
+# A syslog stamp later than the log's newest is from the year before. Stamps without a year are counted
+# in a leap year (console/sources/kernel_log.py): a whole leap year back keeps Dec 31 before Jan 1 (at
+# most a day off, never after the newest).
+_YEAR = 366 * 86400
 
 # The keys of `events --json`, an interface: add keys, never rename them.
 JSON_KEYS = ("time", "gpu", "xid", "pid", "process", "text", "severity", "action", "vm", "kind", "port", "vms")

@@ -48,19 +48,22 @@ _H = "[0-9a-fA-F]"
 _ADDR = rf"(?:{_H}{{4,8}}:)?{_H}{{2}}:{_H}{{2}}(?:\.[0-7])?"  # Xid lines omit the function
 _ADDR_F = rf"{_H}{{4,8}}:{_H}{{2}}:{_H}{{2}}\.[0-7]"
 
-_PREFIX = re.compile(r"""
-    (?:<[0-9]{1,3}>)?                                    # a priority (dmesg -r)
-    (?:[a-z]{2,8}\s{0,8}:[a-z]{2,8}\s{0,8}:\s)?           # dmesg -x: facility and level
-    (?:
-        [0-9]{1,3},[0-9]{1,20},(?P<usec>[0-9]{1,20}),[^;\s]{0,16};
-      | \[\s{0,12}(?P<mono>[0-9]{1,12}\.[0-9]{1,9})\]
-      | \[(?P<ctime>[A-Z][a-z]{2}\ [A-Z][a-z]{2}\ {1,2}[0-9]{1,2}\ [0-9]{2}:[0-9]{2}:[0-9]{2}\ [0-9]{4})\]
-      | (?P<iso>[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(?:[.,][0-9]{1,9})?(?:Z|[+-][0-9]{2}:?[0-9]{2})?)
-      | (?P<sys>[A-Z][a-z]{2}\ {1,2}[0-9]{1,2}\ [0-9]{2}:[0-9]{2}:[0-9]{2}(?:\.[0-9]{1,9})?)
-    )
-    (?:\ {1,4}[^\s\[]{1,255}\ {1,4}kernel:)?              # journalctl / syslog: host and tag
-    (?:\ {0,4}\[\s{0,12}[0-9]{1,12}\.[0-9]{1,9}\])?        # kern.log keeps the kernel's own stamp too
-    \ ?""", re.X | re.A)
+# The stamps each form starts its lines with (one source for the str and the bytes patterns).
+_LEAD = r"(?:<[0-9]{1,3}>)?(?:[a-z]{2,8}\s{0,8}:[a-z]{2,8}\s{0,8}:\s)?"  # a priority (dmesg -r); dmesg -x
+_KMSG = r"[0-9]{1,3},[0-9]{1,20},(?P<usec>[0-9]{1,20}),[^;\s]{0,16};"
+_MONO = r"\[\s{0,12}(?P<mono>[0-9]{1,12}\.[0-9]{1,9})\]"
+_CTIME = r"\[(?P<ctime>[A-Z][a-z]{2}\ [A-Z][a-z]{2}\ {1,2}[0-9]{1,2}\ [0-9]{2}:[0-9]{2}:[0-9]{2}\ [0-9]{4})\]"
+_ISO = r"(?P<iso>[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(?:[.,][0-9]{1,9})?(?:Z|[+-][0-9]{2}:?[0-9]{2})?)"
+_SYS = r"(?P<sys>[A-Z][a-z]{2}\ {1,2}[0-9]{1,2}\ [0-9]{2}:[0-9]{2}:[0-9]{2}(?:\.[0-9]{1,9})?)"
+_PREFIX = re.compile(
+    _LEAD + f"(?:{_KMSG}|{_MONO}|{_CTIME}|{_ISO}|{_SYS})"
+    + r"(?:\ {1,4}[^\s\[]{1,255}\ {1,4}kernel:)?"  # journalctl / syslog: host and tag
+    + r"(?:\ {0,4}\[\s{0,12}[0-9]{1,12}\.[0-9]{1,9}\])?"  # kern.log keeps the kernel's own stamp too
+    + r"\ ?", re.A)
+# The last line of each clock in a block gives the log's newest stamps (lines without events included)
+_BLOCK_STAMPS = tuple(re.compile((r"\n" + _LEAD + alternatives).encode(), re.A) for alternatives in (
+    f"(?:{_KMSG}|{_MONO})", f"(?:{_CTIME}|{_ISO})", _SYS))
+_GROUPS = (("usec", "mono"), ("ctime", "iso"), ("sys",))
 
 _XID = re.compile(rf"NVRM: Xid \((?:PCI:)?(?P<addr>{_ADDR})\): ?(?P<code>[0-9]{{1,6}})\b,?\s*(?P<rest>.*)",
                   re.A | re.S)
@@ -96,27 +99,28 @@ def normalise(addr: str) -> str:
     return format_pci_address(int(parts[0], 16), int(parts[1], 16), int(parts[2], 16), int(fn or 0))
 
 
-def _stamp(m: re.Match[str]) -> tuple[str | None, str | None, float | None]:
-    """(time as written, clock, seconds) of a matched prefix."""
-    if (usec := m.group("usec")) is not None:
+def _stamp(m: re.Match[str] | dict[str, str | None]) -> tuple[str | None, str | None, float | None]:
+    """(time as written, clock, seconds) of a matched prefix (or of its groups)."""
+    g = m if isinstance(m, dict) else m.groupdict()
+    if (usec := g.get("usec")) is not None:
         n = int(usec)
         return f"{n // 1_000_000}.{n % 1_000_000:06d}", BOOT, n / 1e6
-    if (mono := m.group("mono")) is not None:
+    if (mono := g.get("mono")) is not None:
         return mono, BOOT, float(mono)
-    if (ctime := m.group("ctime")) is not None:  # Sun Feb 23 16:24:18 2025 (no locale: English names)
+    if (ctime := g.get("ctime")) is not None:  # Sun Feb 23 16:24:18 2025 (no locale: English names)
         _, mon, day, hms, year = ctime.split()
         month = _MONTHS.get(mon)
         h, mi, s = hms.split(":")
         return ctime, (DATE if month else None), (
             calendar.timegm((int(year), month, int(day), int(h), int(mi), int(s))) if month else None)
-    if (iso := m.group("iso")) is not None:
+    if (iso := g.get("iso")) is not None:
         try:
             when = dt.datetime.fromisoformat(iso.replace(",", ".").replace("Z", "+00:00"))
         except ValueError:
             return iso, None, None
         secs = when.timestamp() if when.tzinfo else calendar.timegm(when.timetuple()) + when.microsecond / 1e6
         return iso, DATE, secs
-    text = m.group("sys")
+    text = g.get("sys") or ""
     mon, day, hms = text.split()
     month = _MONTHS.get(mon)
     if not month:
@@ -184,12 +188,15 @@ class _FileParser:
         if clock == SYSLOG or stamp > self.newest.get(clock, float("-inf")):
             self.newest[clock] = stamp  # syslog stamps have no year: the last one is the newest
 
-    def sample(self, raw: bytes) -> None:
-        """The time of a line that holds no event (the last of each block): the log's newest stamp."""
-        m = _PREFIX.match(raw[:200].decode("utf-8", "replace").lstrip())
-        if m:
-            _, clock, stamp = _stamp(m)
-            self.note(clock, stamp)
+    def sample(self, block: bytes) -> None:
+        """The stamps of the last line of each clock in a block (whether it holds an event or not)."""
+        data = b"\n" + block
+        for pattern, names in zip(_BLOCK_STAMPS, _GROUPS):
+            found = pattern.findall(data)
+            if found:
+                last = found[-1] if isinstance(found[-1], tuple) else (found[-1],)
+                _, clock, stamp = _stamp({n: v.decode() if v else None for n, v in zip(names, last)})
+                self.note(clock, stamp)
 
     def line(self, lineno: int, raw: bytes) -> list[KernelEvent] | None:
         """Take one candidate line; returns the events now ready (held WINDOW lines), if any."""
@@ -365,7 +372,7 @@ class KernelLog:
                     yield from ready
                 pos = end + 1
             base = line + block.count(b"\n", counted)
-            parser.sample(block[block.rfind(b"\n", 0, len(block) - 1) + 1:])
+            parser.sample(block)
         self.lines += base
         yield from parser.finish()
 
