@@ -9,7 +9,8 @@ kmsg continuation lines); kmsg's escaped newlines (`\\x0a`) split a record the s
 
 Streaming: the file is read in 1 MiB blocks and only the lines holding "NVRM", "AER" or "PCIe Bus
 Error" (found by a search over the block) are decoded and matched; memory stays flat for any size
-(a line longer than MAX_LINE is cut there). The pieces of one event may span a few lines (the
+(a line longer than MAX_LINE is cut there). The last stamp of each clock in every block is noted as
+well, so that --since measures from the log's newest line, event or not. The pieces of one event may span a few lines (the
 three-line fallen-off-the-bus message, an AER summary and the device's own line, an Xid 79 with its
 "GPU has fallen off the bus" line): events are held for WINDOW lines so those become one event.
 
