@@ -3,28 +3,30 @@ host's `Commands` (actions/commands.py) implements, and each does to the demo tr
 does to a host where that is visible:
 
 - driverctl set-override / unset-override: the saved override under etc/driverctl.d/pci-ADDR;
-- update-grub, grub-mkconfig -o CFG, grub2-mkconfig -o CFG: the `linux` lines of grub.cfg get the
-  command line of /etc/default/grub (GRUB_CMDLINE_LINUX, then GRUB_CMDLINE_LINUX_DEFAULT except on
-  recovery entries), the kernel image and root= words kept;
+- update-grub, grub-mkconfig -o CFG, grub2-mkconfig -o CFG: grub.cfg written afresh from /etc/default/grub
+  (GRUB_CMDLINE_LINUX, GRUB_CMDLINE_LINUX_DEFAULT) for the running kernel;
 - grubby --update-kernel=ALL --args=… / --remove-args=…: the `options` line of every BLS entry;
 - proxmox-boot-tool refresh: checks /etc/kernel/cmdline and proxmox-boot-uuids (it copies to the ESPs,
   which are not mounted: nothing visible changes);
-- update-initramfs -u, dracut -f: rewrite the running kernel's initramfs image under /boot (a small text
-  saying which modules it forces in and which it keeps out);
-- systemctl enable|disable nvidia-persistenced: the multi-user.target.wants link; daemon-reload and
-  daemon-reexec succeed;
+- update-initramfs -u|-c, dracut -f: the running kernel's initramfs image under /boot (a small text saying
+  which modules it forces in and which it keeps out); -u only updates an image that exists;
+- systemctl enable|disable [--now] nvidia-persistenced (the multi-user.target.wants link; --now also sets
+  every GPU's persistence mode, as the daemon starting or stopping does), is-enabled, daemon-reload,
+  daemon-reexec;
 - sysctl -w KEY=VALUE, -p [FILE], --system: the /proc/sys values.
 
-Programs that a host has only when installed (the boot and initramfs tools) exist when the tree has them
-under /usr/sbin, /sbin, /usr/bin or /bin (for the initramfs tools also their /etc directory). Nothing of
-the machine's own is run: running the machine's programs would change the real host.
+driverctl is always there; the others exist where the tree has them under /usr/sbin, /sbin, /usr/bin or
+/bin (the generator writes placeholders). Nothing of the machine's own is run: running the machine's
+programs would change the real host.
 """
 from __future__ import annotations
 
+import json
 import os
 import shlex
 import tempfile
 
+from nodeconsole.console.demo.gen_etc import GRUB_CFG, PERSISTENCED_UNIT, PERSISTENCED_WANTS, grub_cfg, split_cmdline
 from nodeconsole.console.doctor import bootloader as bl
 from nodeconsole.console.doctor import facts
 from nodeconsole.console.pciaddr import parse_pci_address
@@ -32,11 +34,9 @@ from nodeconsole.console.root import Root
 
 BIN_DIRS = ("usr/sbin", "sbin", "usr/bin", "bin")
 ENTRY_DIRS = ("boot/loader/entries", "efi/loader/entries", "boot/efi/loader/entries")
-ALWAYS = ("driverctl", "systemctl", "sysctl")
-INSTALLED = {"update-grub": (), "grub-mkconfig": (), "grub2-mkconfig": (), "grubby": (), "proxmox-boot-tool": (),
-             "update-initramfs": ("etc/initramfs-tools",), "dracut": ("etc/dracut.conf.d",)}
-UNIT_FILES = {"nvidia-persistenced": facts.PERSISTENCED_WANTS}
-_UNIT_DIRS = ("usr/lib/systemd/system", "lib/systemd/system")
+INSTALLED = ("update-grub", "grub-mkconfig", "grub2-mkconfig", "grubby", "proxmox-boot-tool", "update-initramfs",
+             "dracut", "systemctl", "sysctl")
+_PERSISTENCED = ("nvidia-persistenced", "nvidia-persistenced.service")
 
 
 class DemoCommands:
@@ -46,43 +46,27 @@ class DemoCommands:
         self.root = root
 
     def which(self, name: str) -> str | None:
-        if name in ALWAYS:
-            return f"{name} (demo)"
+        if name == "driverctl":
+            return "driverctl (demo)"
         if name not in INSTALLED:
             return None
-        for d in BIN_DIRS:
-            if self.root.exists(f"{d}/{name}"):
-                return f"/{d}/{name} (demo)"
-        return f"{name} (demo)" if any(self.root.isdir(c) for c in INSTALLED[name]) else None
+        return next((f"/{d}/{name} (demo)" for d in BIN_DIRS if self.root.exists(f"{d}/{name}")), None)
 
     def run(self, argv: list[str]) -> tuple[int, str]:
         if not argv or not self.which(argv[0]):
-            return 127, f"{argv[0] if argv else '?'}: not available on the demo host"
-        handler = getattr(self, "_" + argv[0].replace("-", "_"), None)
-        if handler is None:
-            return 127, f"{argv[0]}: not available on the demo host"
+            return 127, f"{argv[0] if argv else ''}: not available on the demo host"
         try:
-            return handler(argv[1:])
+            return getattr(self, "_" + argv[0].replace("-", "_"))(argv[1:])
         except OSError as e:
             return 1, f"{argv[0]}: {e.strerror or e} ({e.filename})"
 
-    # -- files --
-    def _write(self, rel: str, text: str) -> None:
-        path = self.root.p(rel)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-
     def _release(self) -> str:
-        return self.root.read("proc/sys/kernel/osrelease") or "demo"
+        return self.root.read("proc/sys/kernel/osrelease") or ""
 
     # -- driverctl --
     def _driverctl(self, args: list[str]) -> tuple[int, str]:
         if len(args) < 2 or args[0] not in ("set-override", "unset-override"):
-            return 2, "driverctl: usage: driverctl set-override|unset-override DEVICE [DRIVER]"
+            return 127, "driverctl: the demo's driverctl takes set-override|unset-override DEVICE [DRIVER]"
         try:
             address = parse_pci_address(args[1])
         except ValueError as e:
@@ -106,7 +90,9 @@ class DemoCommands:
 
     # -- GRUB --
     def _update_grub(self, args: list[str]) -> tuple[int, str]:
-        return self._mkconfig("update-grub", "boot/grub/grub.cfg")
+        if args:
+            return 1, "update-grub: takes no arguments"
+        return self._mkconfig("update-grub", GRUB_CFG)
 
     def _grub_mkconfig(self, args: list[str], name: str = "grub-mkconfig") -> tuple[int, str]:
         if len(args) != 2 or args[0] != "-o":
@@ -117,25 +103,16 @@ class DemoCommands:
         return self._grub_mkconfig(args, "grub2-mkconfig")
 
     def _mkconfig(self, name: str, out: str) -> tuple[int, str]:
-        defaults = self.root.read(bl.GRUB_DEFAULT)
-        if defaults is None:
-            return 1, f"{name}: /{bl.GRUB_DEFAULT}: No such file or directory"
-        linux = (bl.grub_value(defaults, "GRUB_CMDLINE_LINUX") or "").split()
-        default = (bl.grub_value(defaults) or "").split()
-        cfg = self.root.read_bytes(out)
-        text = cfg.decode("utf-8", "replace") if cfg is not None else _minimal_cfg(self._release())
-        lines = text.splitlines(keepends=True)
-        for i, line in enumerate(lines):
-            words = line.split()
-            if not words or words[0] not in ("linux", "linuxefi", "linux16") or len(words) < 2:
-                continue
-            keep = [w for w in words[2:] if w.startswith("root=") or w in ("ro", "rw")]
-            recovery = "single" in words[2:]
-            new = words[:2] + keep + (["single"] if recovery else []) + linux + ([] if recovery else default)
-            indent = line[:len(line) - len(line.lstrip())]
-            lines[i] = indent + " ".join(new) + line[len(line.rstrip("\r\n")):]
-        self._write(out, "".join(lines))
-        return 0, f"Generating grub configuration file ...\ndone ({name}, demo)"
+        text = self.root.read(bl.GRUB_DEFAULT)
+        if text is None:
+            return 1, f"{name}: /{bl.GRUB_DEFAULT} is missing"
+        prefix, _ = split_cmdline(self.root.read(facts.CMDLINE) or "")
+        release = self._release()
+        cfg = grub_cfg(prefix, bl.grub_value(text, "GRUB_CMDLINE_LINUX") or "", bl.grub_value(text) or "", release)
+        if not _write(self.root, out, cfg):
+            return 1, f"{name}: /{out} leads out of the demo root"
+        return 0, (f"Sourcing file `/{bl.GRUB_DEFAULT}'\nGenerating grub configuration file ...\n"
+                   f"Found linux image: /boot/vmlinuz-{release}\ndone")
 
     def _grubby(self, args: list[str]) -> tuple[int, str]:
         if "--update-kernel=ALL" not in args:
@@ -145,12 +122,13 @@ class DemoCommands:
         done = 0
         for d in ENTRY_DIRS:
             for n in self.root.listdir(d):
-                text = self.root.read_bytes(f"{d}/{n}") if n.endswith(".conf") else None
-                if text is None:
+                data = self.root.read_bytes(f"{d}/{n}") if n.endswith(".conf") else None
+                if data is None:
                     continue
-                old = text.decode("utf-8", "replace")
+                old = data.decode("utf-8", "replace")
                 words = bl.edit_words((bl.entry_options(old) or "").split(), add, remove)
-                self._write(f"{d}/{n}", bl.set_entry_options(old, " ".join(words)))
+                if not _write(self.root, f"{d}/{n}", bl.set_entry_options(old, " ".join(words))):
+                    return 1, f"grubby: /{d}/{n} leads out of the demo root"
                 done += 1
         return (0, "") if done else (1, "grubby: no boot entries found")
 
@@ -173,19 +151,20 @@ class DemoCommands:
         return out
 
     def _update_initramfs(self, args: list[str]) -> tuple[int, str]:
-        if args != ["-u"]:
-            return 2, "update-initramfs: the demo's update-initramfs only takes -u"
-        mods = [w for line in (self.root.read(facts.INITRAMFS_MODULES) or "").splitlines()
-                for w in line.split("#", 1)[0].split()[:1]]
+        if "-u" not in args and "-c" not in args:
+            return 1, "update-initramfs: give -u (update) or -c (create)"
         image = f"boot/initrd.img-{self._release()}"
-        self._write(image, f"simulated initramfs (update-initramfs -u)\nmodules: {' '.join(mods)}\n"
-                           f"blacklist: {' '.join(self._blacklisted())}\n")
+        if "-c" in args or self.root.exists(image):
+            mods = [w for line in (self.root.read(facts.INITRAMFS_MODULES) or "").splitlines()
+                    for w in line.split("#", 1)[0].split()[:1]]
+            _write(self.root, image, f"simulated initramfs (update-initramfs)\nmodules: {' '.join(mods)}\n"
+                                     f"blacklist: {' '.join(self._blacklisted())}\n")
         return 0, f"update-initramfs: Generating /{image}"
 
     def _dracut(self, args: list[str]) -> tuple[int, str]:
         if args != ["-f"]:
             return 2, "dracut: the demo's dracut only takes -f"
-        forced = []
+        forced: list[str] = []
         for n in self.root.listdir(facts.DRACUT_CONF_D):
             for line in (self.root.read(f"{facts.DRACUT_CONF_D}/{n}") or "").splitlines():
                 key, _, value = line.partition("+=")
@@ -194,32 +173,50 @@ class DemoCommands:
                         if word not in forced:
                             forced.append(word)
         image = f"boot/initramfs-{self._release()}.img"
-        self._write(image, f"simulated initramfs (dracut -f)\nforce_drivers: {' '.join(forced)}\n"
-                           f"blacklist: {' '.join(self._blacklisted())}\n")
+        _write(self.root, image, f"simulated initramfs (dracut -f)\nforce_drivers: {' '.join(forced)}\n"
+                                 f"blacklist: {' '.join(self._blacklisted())}\n")
         return 0, ""
 
     # -- systemd --
     def _systemctl(self, args: list[str]) -> tuple[int, str]:
         if args in (["daemon-reload"], ["daemon-reexec"]):
             return 0, ""
-        if len(args) != 2 or args[0] not in ("enable", "disable"):
-            return 2, "systemctl: the demo's systemctl takes enable|disable UNIT, daemon-reload, daemon-reexec"
-        unit = args[1].removesuffix(".service")
-        if unit not in UNIT_FILES:
-            return 1, f"Failed to {args[0]} unit: Unit file {unit}.service does not exist."
-        link = self.root.p(UNIT_FILES[unit])
-        if args[0] == "enable":
-            if not os.path.lexists(link):
-                target = next((f"/{d}/{unit}.service" for d in _UNIT_DIRS
-                               if self.root.exists(f"{d}/{unit}.service")), f"/{_UNIT_DIRS[0]}/{unit}.service")
-                link.parent.mkdir(parents=True, exist_ok=True)
-                os.symlink(target, link)
-                return 0, f"Created symlink /{UNIT_FILES[unit]} → {target}."
-            return 0, ""
-        if os.path.lexists(link):
-            os.unlink(link)
-            return 0, f"Removed /{UNIT_FILES[unit]}."
-        return 0, ""
+        now = "--now" in args
+        words = [a for a in args if a != "--now"]
+        if len(words) != 2 or words[0] not in ("enable", "disable", "is-enabled") or words[1] not in _PERSISTENCED:
+            return 1, "systemctl: the demo host manages only nvidia-persistenced (enable|disable [--now])"
+        wants = self.root.p(PERSISTENCED_WANTS)
+        if self.root.resolve_parent(PERSISTENCED_WANTS) is None:
+            return 1, f"systemctl: /{PERSISTENCED_WANTS} leads out of the demo root"
+        if words[0] == "is-enabled":
+            return (0, "enabled") if self.root.exists(PERSISTENCED_WANTS) else (1, "disabled")
+        if words[0] == "enable" and not os.path.lexists(wants):
+            wants.parent.mkdir(parents=True, exist_ok=True)
+            os.symlink(os.path.relpath(self.root.p(PERSISTENCED_UNIT), wants.parent), wants)
+            out = f"Created symlink /{PERSISTENCED_WANTS} → /{PERSISTENCED_UNIT}."
+        elif words[0] == "disable" and os.path.lexists(wants):
+            wants.unlink()
+            out = f"Removed \"/{PERSISTENCED_WANTS}\"."
+        else:
+            out = ""
+        if now:
+            self._set_persistence(words[0] == "enable")
+        return 0, out
+
+    def _set_persistence(self, on: bool) -> None:
+        """The daemon starting (stopping) sets (clears) every GPU's persistence mode."""
+        state_file = self.root.path.parent / "nvml.json"
+        try:
+            state = json.loads(state_file.read_text())
+        except (OSError, ValueError):
+            return
+        for gpu in state.get("gpus", []):
+            gpu["persistence_mode"] = int(on)
+        fd, tmp = tempfile.mkstemp(prefix=".nvml-", suffix=".json", dir=state_file.parent)
+        with os.fdopen(fd, "w") as f:
+            json.dump(state, f, indent=2)
+            f.write("\n")
+        os.replace(tmp, state_file)
 
     # -- sysctl --
     def _sysctl(self, args: list[str]) -> tuple[int, str]:
@@ -242,9 +239,10 @@ class DemoCommands:
             key, sep, value = a.partition("=")
             key, value = key.strip(), value.strip()
             rel = "proc/sys/" + key.replace(".", "/")
-            if not sep or ".." in key.split(".") or not self.root.exists(rel):
+            if not sep or "" in key.split(".") or ".." in key or not self.root.exists(rel):
                 return 255, f"sysctl: cannot stat /{rel}: No such file or directory"
-            self.root.p(rel).write_text(value + "\n")
+            if not _write(self.root, rel, value + "\n"):
+                return 255, f"sysctl: /{rel} leads out of the demo root"
             out.append(f"{key} = {value}")
         return 0, "\n".join(out)
 
@@ -254,7 +252,16 @@ def _sysctl_lines(text: str) -> list[str]:
             if line.strip() and not line.lstrip().startswith(("#", ";")) and "=" in line]
 
 
-def _minimal_cfg(release: str) -> str:
-    """The grub.cfg grub-mkconfig writes for one kernel (when there is none yet)."""
-    return (f"menuentry 'Linux {release}' {{\n\tlinux /boot/vmlinuz-{release} root=/dev/sda1 ro\n"
-            f"\tinitrd /boot/initrd.img-{release}\n}}\n")
+def _write(root: Root, rel: str, text: str) -> bool:
+    """Replace a file of the demo's disk (mode 0644, atomically); False (nothing written) when its
+    directory leads out of the root."""
+    if root.resolve_parent(rel) is None:
+        return False
+    path = root.p(rel)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        f.write(text)
+    os.chmod(tmp, 0o644)
+    os.replace(tmp, path)
+    return True
