@@ -24,6 +24,7 @@ from nodeconsole.actions.runner import ActionHost
 from nodeconsole.console.doctor import bootloader as bl
 from nodeconsole.console.doctor import facts
 from nodeconsole.console.doctor.model import CHECK_IDS, ROLES
+from nodeconsole.console.doctor.run import ROLE_ONLY
 from nodeconsole.console.model import HostSnapshot
 from nodeconsole.console.root import Root
 
@@ -144,6 +145,8 @@ def plan_doctor_fix(host: ActionHost, snap: HostSnapshot, ids: tuple[str, ...] |
     parts = _Parts()
     for i in fixes:
         FIXERS[i](ctx, parts)
+        if role not in ROLE_ONLY.get(i, ROLES):
+            parts.notes.append(f"{i} is not needed for role {role} (planned because it was asked for)")
     plan.checks += parts.checks
     plan.notes += parts.notes
     if parts.add or parts.remove:

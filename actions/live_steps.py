@@ -129,10 +129,10 @@ def nvml_persistence_step(host: ActionHost, op: Op) -> Step | None:
             now = _persistence(address)
         return None if now == want else f"persistence mode of {address} is {now}, expected {want}"
 
-    why = ("the driver stays initialised between users: no multi-second start for each CUDA program or "
-           "nvidia-smi, and the GPU's state (clocks, ECC, MIG) is not torn down in between" if want
+    why = ("the driver stays initialised between users: no start-up delay for each CUDA program or "
+           "nvidia-smi, and the GPU's clocks, ECC and MIG state are kept in between" if want
            else "it was off before")
-    return Step(f"Persistence mode {word} on {address}", why, (f"nvidia-smi -i {address} -pm {want}",),
+    return Step(f"Turn persistence mode {word} for {address}", why, (f"nvidia-smi -i {address} -pm {want}",),
                 dict(op, gpu=address, mode=want), {"kind": "nvml_persistence", "gpu": address, "mode": current},
                 apply, verify)
 

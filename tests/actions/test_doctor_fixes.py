@@ -420,3 +420,9 @@ def test_failure_in_the_last_step_rolls_every_file_back(tree, monkeypatch):
     assert result.status == FAILED_RESULT and not result.undo_failed
     assert host.audit.find(result.record_id)["result"] == FAILED
     assert tree_bytes(tree) == before
+
+
+def test_a_fix_the_role_does_not_need_is_planned_with_a_note(tree):
+    plan = ActionSession(make_host(tree)).plan(DoctorFix(("nouveau",), role="vgpu"))
+    assert plan.ok and plan.steps and plan.request["role"] == "vgpu"
+    assert "nouveau is not needed for role vgpu (planned because it was asked for)" in plan.notes
