@@ -348,8 +348,33 @@ def _fix_hugepages(ctx: _Ctx, parts: _Parts) -> None:
         if count > needs.current.get(node, 0):
             parts.ops.append({"kind": "hugepages", "node": node, "size_kib": size, "count": count, "boot": True})
     unit = "1G" if size == 1048576 else f"{size // 1024}M"
-    parts.cmdline("hugepages", [f"default_hugepagesz={unit}", f"hugepagesz={unit}", f"hugepages={needs.boot_total}"])
+    have = _current_words(ctx)
+    if boot_covers(have, unit, needs.per_node):
+        parts.notes.append(f"hugepages: the boot loader's configuration already reserves enough at boot "
+                           f"({' '.join(w for w in have if w.startswith(('hugepagesz=', 'hugepages=')))})")
+        return
+    words = ([] if needs.mixed else [f"default_hugepagesz={unit}"]) + [f"hugepagesz={unit}",
+                                                                       f"hugepages={needs.boot_total}"]
+    parts.cmdline("hugepages", words)
     parts.notes.append(f"hugepages: {needs.advice} ({page_text(size)} pages)")
+
+
+def boot_covers(words: list[str], unit: str, per_node: dict[int, int]) -> bool:
+    """Whether command-line words already reserve at least `per_node` pages of size `unit` on every node
+    at boot (`hugepages=N` is spread evenly, the first nodes taking the remainder; `hugepages=0:A,1:B`
+    is per node)."""
+    sizes = [w.split("=", 1)[1] for w in words if w.startswith("hugepagesz=")]
+    counts = [w.split("=", 1)[1] for w in words if w.startswith("hugepages=")]
+    if not sizes or sizes[-1].upper() != unit.upper() or not counts:
+        return False
+    value = counts[-1]
+    try:
+        if ":" in value:
+            given = {int(n): int(c) for n, c in (pair.split(":", 1) for pair in value.split(","))}
+            return all(given.get(n, 0) >= c for n, c in per_node.items())
+        return int(value) // max(1, len(per_node)) >= max(per_node.values())
+    except ValueError:
+        return False
 
 
 def _fix_host_cores(ctx: _Ctx, parts: _Parts) -> None:

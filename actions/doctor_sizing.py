@@ -23,6 +23,7 @@ class HugepageNeeds:
     per_node: dict[int, int] = field(default_factory=dict)  # pages each node should have reserved
     current: dict[int, int] = field(default_factory=dict)  # pages each node has reserved now
     boot_total: int = 0  # hugepages=N on the command line (the kernel spreads N evenly over the nodes)
+    mixed: bool = False  # VMs ask for pages of different sizes (only the largest is planned)
     advice: str = ""
     checks: list[Check] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
@@ -82,7 +83,8 @@ def hugepage_needs(snap: HostSnapshot, root: Root) -> HugepageNeeds:
         return out
     sizes = {s for _, s in asking}
     out.size_kib = max(sizes)
-    if len(sizes) > 1:
+    out.mixed = len(sizes) > 1
+    if out.mixed:
         out.notes.append(f"hugepages: some VMs ask for {page_text(min(sizes))} pages: only the "
                          f"{page_text(out.size_kib)} pages are planned; reserve the others by hand")
     need: dict[int, float] = defaultdict(float)

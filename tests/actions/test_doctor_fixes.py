@@ -426,3 +426,27 @@ def test_a_fix_the_role_does_not_need_is_planned_with_a_note(tree):
     plan = ActionSession(make_host(tree)).plan(DoctorFix(("nouveau",), role="vgpu"))
     assert plan.ok and plan.steps and plan.request["role"] == "vgpu"
     assert "nouveau is not needed for role vgpu (planned because it was asked for)" in plan.notes
+
+
+def test_a_boot_reservation_that_covers_the_vms_is_kept_not_shrunk(tree):
+    grub = tree / bl.GRUB_DEFAULT
+    grub.write_bytes(GRUB.replace(b'splash ', b'splash hugepagesz=1G hugepages=100 '))
+    _numa_tree(tree)
+    host = make_host(tree)
+    _with_vms(host, [HugeVm("train", "shut off", 8, memory_kib=40 << 20, hugepages_kib=1048576,
+                            numa_mode="strict", numa_nodeset=(0,))])
+    plan = ActionSession(host).plan(DoctorFix(("hugepages",)))
+    assert [op["kind"] for op in plan.ops()] == ["hugepages"]  # live only: 100 at boot covers 2 x 40
+    assert any("already reserves enough at boot (hugepagesz=1G hugepages=100)" in n for n in plan.notes)
+
+
+def test_boot_covers_reads_both_forms_of_hugepages():
+    from nodeconsole.actions.doctor_fixes import boot_covers
+
+    need = {0: 40, 1: 8}
+    assert boot_covers(["hugepagesz=1G", "hugepages=80"], "1G", need)
+    assert not boot_covers(["hugepagesz=1G", "hugepages=79"], "1G", need)
+    assert not boot_covers(["hugepagesz=2M", "hugepages=80"], "1G", need)
+    assert boot_covers(["hugepagesz=1G", "hugepages=0:40,1:8"], "1G", need)
+    assert not boot_covers(["hugepagesz=1G", "hugepages=0:40"], "1G", need)
+    assert not boot_covers(["hugepagesz=1G", "hugepages=0:x"], "1G", need)
