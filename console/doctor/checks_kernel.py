@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 
 from nodeconsole.console.doctor import facts
 from nodeconsole.console.doctor.checks_common import Context, Verdict, cmdline_has, iommu_state
@@ -143,7 +144,9 @@ def check_interrupt_remapping(ctx: Context) -> CheckResult:
         v.read(facts.CMDLINE, " ".join(off) or "no intremap=off / nointremap")
         if off:
             v.warns.append(f"{' '.join(off)} on the kernel command line turns interrupt remapping off")
-            v.fix = ctx.cmdline_fix(f"remove {' '.join(off)} from the kernel command line", [], off)
+            # the doctor's fix plans leave interrupt remapping to the admin (firmware and the IOMMU first)
+            v.fix = replace(ctx.cmdline_fix(f"remove {' '.join(off)} from the kernel command line", [], off),
+                            plannable=False)
     if on is None:
         v.missing.append(unknown)
     table = ACPI_TABLE.get(ctx.vendor)

@@ -130,27 +130,32 @@ def check_nouveau(ctx: Context) -> CheckResult:
     f = ctx.files
     blacklist_cmds = (f"printf 'blacklist nouveau\\noptions nouveau modeset=0\\n' > /{facts.NOUVEAU_BLACKLIST_FILE}",
                       "update-initramfs -u" if f.isdir("etc/initramfs-tools") else "dracut -f")
-    loaded = None
-    if f.has_tree(facts.MODULES):
-        loaded = f.loaded("nouveau")
-        v.read(facts.module_loaded_path("nouveau"), "loaded" if loaded else "absent")
-        if loaded:
-            users = [ctx.label(g) for g in ctx.snap.gpus if g.driver == "nouveau"]
-            v.fails.append("nouveau is loaded" + (f" and drives {names(users)}" if users else ""))
-            v.fix = Fix("blacklist nouveau, rebuild the initramfs and reboot", blacklist_cmds, True, True)
-    else:
-        v.missing.append(f.missing(facts.MODULES))
+    where: list[str] | None = None
     if f.has_tree("etc"):
         where = nouveau_blacklist(ctx)
         v.evidence += [_ev(w.split(":", 1)[0], w.split(": ", 1)[1]) for w in where[:3]]
         if not where:
             v.read(facts.MODPROBE_D, "no `blacklist nouveau`")
-            if not loaded:
-                v.warns.append("nouveau is not blacklisted: it may take a GPU at the next boot")
-                v.fix = Fix("blacklist nouveau (a modprobe.d file) and rebuild the initramfs", blacklist_cmds,
-                            False, True)
     else:
         v.missing.append(f.missing(facts.MODPROBE_D))
+    loaded = None
+    if f.has_tree(facts.MODULES):
+        loaded = f.loaded("nouveau")
+        v.read(facts.module_loaded_path("nouveau"), "loaded" if loaded else "absent")
+    else:
+        v.missing.append(f.missing(facts.MODULES))
+    if loaded:
+        users = [ctx.label(g) for g in ctx.snap.gpus if g.driver == "nouveau"]
+        drives = f" and drives {names(users)}" if users else ""
+        if where:
+            v.fails.append(f"nouveau is loaded{drives} (it is blacklisted: gone after a reboot)")
+            v.fix = Fix("reboot: nouveau is already blacklisted", (), True, False)
+        else:
+            v.fails.append(f"nouveau is loaded{drives}")
+            v.fix = Fix("blacklist nouveau, rebuild the initramfs and reboot", blacklist_cmds, True, True)
+    elif where == []:
+        v.warns.append("nouveau is not blacklisted: it may take a GPU at the next boot")
+        v.fix = Fix("blacklist nouveau (a modprobe.d file) and rebuild the initramfs", blacklist_cmds, False, True)
     return v.result("nouveau is not loaded and is blacklisted")
 
 

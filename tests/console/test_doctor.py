@@ -390,6 +390,10 @@ def test_nouveau(t):
     t.mkdir("sys/module/nouveau")
     c = doctor(t).check("nouveau")
     assert c.status == "fail" and c.fix.needs_reboot and c.fix.plannable
+    t.write("etc/modprobe.d/blacklist-nouveau.conf", "blacklist nouveau\n")  # loaded, but not after a reboot
+    c = doctor(t).check("nouveau")
+    assert c.status == "fail" and "gone after a reboot" in c.finding
+    assert c.fix.summary == "reboot: nouveau is already blacklisted" and not c.fix.plannable
     t.rm("sys/module/nouveau")
     t.write("proc/cmdline", CMDLINE + " modprobe.blacklist=nouveau\n")
     assert status(doctor(t), "nouveau")[0] == "pass"
