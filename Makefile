@@ -1,8 +1,11 @@
 # Shortcuts for the README's two commands.
-.PHONY: demo test bench
+.PHONY: demo test bench bench-doctor
 demo:
 	bash scripts/demo.sh
 test:
 	bash scripts/test.sh
 bench:
 	bash scripts/setup.sh --test && .venv/bin/python benchmarks/run.py
+# doctor on the large host (16 GPUs, 256 CPUs, 500 VMs): target under 200 ms
+bench-doctor:
+	bash scripts/setup.sh --test && .venv/bin/python benchmarks/bench_doctor.py
