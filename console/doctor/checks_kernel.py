@@ -6,7 +6,7 @@ from dataclasses import replace
 
 from nodeconsole.console.doctor import facts
 from nodeconsole.console.doctor.checks_common import Context, Verdict, cmdline_has, iommu_state
-from nodeconsole.console.doctor.files import evidence
+from nodeconsole.console.doctor.files import MODPROBE_DIRS, evidence, modprobe_lines
 from nodeconsole.console.doctor.model import CheckResult, Fix
 from nodeconsole.console.iommu import has_acs_override
 
@@ -183,9 +183,11 @@ def _unsafe_interrupts(ctx: Context, v: Verdict) -> None:
     if not f.has_tree("etc"):
         v.missing.append(f.missing(facts.MODPROBE_D))
         return
-    from nodeconsole.console.doctor.files import MODPROBE_DIRS, modprobe_lines
-
-    for path, text in f.conf_files(MODPROBE_DIRS):
+    files = f.conf_files(MODPROBE_DIRS)
+    denied = f.denied_under(*MODPROBE_DIRS)
+    if denied:
+        v.missing.append(denied)
+    for path, text in files:
         for words in modprobe_lines(text):
             if len(words) > 2 and words[0] == "options" and words[1].replace("-", "_") == "vfio_iommu_type1":
                 for w in words[2:]:

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import math
+import shlex
 
 from nodeconsole.console.cpulist import format_cpulist
 from nodeconsole.console.doctor import facts
@@ -157,6 +158,8 @@ def host_cpus(ctx: Context, v: Verdict) -> tuple[set[int] | None, str]:
             affinity = cpu_set(setting[1])
             v.read(setting[0], f"CPUAffinity={setting[1]}")
             how = f"CPUAffinity={setting[1]} (/{setting[0]})"
+        elif denied := f.denied_under(facts.SYSTEMD_CONF, *SYSTEMD_CONF_DIRS):
+            v.missing.append(denied)
         else:
             v.read(facts.SYSTEMD_CONF_D, "no CPUAffinity=")
     elif not isolated:  # isolcpus=/nohz_full= already say which CPUs the host keeps
@@ -197,13 +200,11 @@ def check_host_cores(ctx: Context) -> CheckResult:
         for vm in snap.vms:
             hit = sorted({c for p in ctx.pins[vm.name] for c in p.cpus} & kept)
             if hit:
-                onto.append(f"{vm.name} on CPU {format_cpulist(hit)}")
+                onto.append((vm.name, format_cpulist(hit)))
         if onto:
-            v.fails.append(f"VMs pinned onto the host's CPUs: {names(onto, 4)}")
-            first = onto[0].split(" on ", 1)[0]
+            v.fails.append("VMs pinned onto the host's CPUs: " + names([f"{n} on CPU {c}" for n, c in onto], 4))
             v.fix = Fix(f"re-pin those VMs off the host's CPUs ({format_cpulist(sorted(kept))})",
-                        tuple(f"nodeconsole pin {o.split(' on ', 1)[0]}" for o in onto[:4]) or
-                        (f"nodeconsole pin {first}",), False, False)
+                        tuple(f"nodeconsole pin {shlex.quote(n)}" for n, _ in onto[:4]), False, False)
     per_node = "; ".join(f"node {n.id}: {format_cpulist(sorted(kept & set(n.cpus))) or '-'}" for n in nodes)
     return v.result(f"kept for the host by {how}: {per_node}; no VM pinned onto them")
 
@@ -262,7 +263,7 @@ def check_vcpu_commit(ctx: Context) -> CheckResult:
                        f"{format_cpulist(sorted(cpus))} = {100 * vcpus / len(cpus):.0f} %")
     if overlaps:
         v.fix = Fix("re-pin the VMs so no two running vCPUs share a CPU (nodeconsole pin VM), or stop one",
-                    tuple(f"nodeconsole pin {n}" for n in overlaps[0][0][:3]), False, False)
+                    tuple(f"nodeconsole pin {shlex.quote(n)}" for n in overlaps[0][0][:3]), False, False)
     elif v.warns:
         v.fix = Fix(f"give VMs fewer vCPUs or move some to another host: keep them at most "
                     f"{100 * limit:.0f} % of the host's {threads} threads ({int(threads * limit)} vCPUs)",
@@ -333,6 +334,10 @@ def check_numa_balancing(ctx: Context) -> CheckResult:
     if conf is not None:
         files.append(("etc/sysctl.conf", conf))
     boot = sysctl_value(files, "kernel.numa_balancing")
+    denied = f.denied_under(*SYSCTL_DIRS, "etc/sysctl.conf")
+    if (boot is None or boot[1] != "0") and denied:
+        v.missing.append(denied)
+        return v.result("")
     v.read(boot[0] if boot else facts.SYSCTL_D, f"kernel.numa_balancing = {boot[1]}" if boot else "not set")
     if boot is None or boot[1] != "0":
         v.warns.append("numa_balancing is 0 now but nothing sets it at boot: it is back on after a reboot")

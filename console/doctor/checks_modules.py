@@ -75,6 +75,11 @@ def check_vfio_modules(ctx: Context) -> CheckResult:
         v.missing.append(f.missing(facts.MODULES_LOAD_D))
     # vfio_pci pulls vfio (a dependency) and vfio_iommu_type1 (vfio's soft dependency) in with it
     at_boot = None if boot is None else "vfio_pci" in boot
+    denied = f.denied_under(*MODULES_LOAD_DIRS, *MODPROBE_DIRS, facts.DRACUT_CONF_D, DEBIAN_MODULES,
+                            facts.INITRAMFS_MODULES)
+    if at_boot is False and denied:
+        at_boot = None
+        v.missing.append(denied)
     now = None if loaded is None else len(loaded) == len(mods)
     if now is False and at_boot is False:
         v.fails.append("the vfio modules are neither loaded nor configured to load at boot")
@@ -134,7 +139,11 @@ def check_nouveau(ctx: Context) -> CheckResult:
     if f.has_tree("etc"):
         where = nouveau_blacklist(ctx)
         v.evidence += [_ev(w.split(":", 1)[0], w.split(": ", 1)[1]) for w in where[:3]]
-        if not where:
+        denied = f.denied_under(*MODPROBE_DIRS)
+        if not where and denied:
+            where = None
+            v.missing.append(denied)
+        elif not where:
             v.read(facts.MODPROBE_D, "no `blacklist nouveau`")
     else:
         v.missing.append(f.missing(facts.MODPROBE_D))

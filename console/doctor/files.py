@@ -118,6 +118,12 @@ class HostFiles:
                 out.append((chosen[name], text))
         return out
 
+    def denied_under(self, *places: str) -> str | None:
+        """"permission denied reading /a, /b" when a read of a path in `places` (files or folders) was
+        refused, else None: what such a file says is unknown, so a check must not conclude it is not set."""
+        hits = sorted(p for p in self.denied if any(p == d or p.startswith(d + "/") for d in places))
+        return f"permission denied reading {', '.join('/' + p for p in hits[:3])}" if hits else None
+
     def cmdline(self) -> list[str] | None:
         """The running kernel's command line words; None when /proc/cmdline cannot be read."""
         text = self.read("proc/cmdline")

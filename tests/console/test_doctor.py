@@ -465,6 +465,7 @@ def test_host_cores(t):
     onto = with_vm(ready_snap(), "train", pins=(VcpuPin(0, (2,)), VcpuPin(1, (7,))))
     c = doctor(t, onto).check("host-cores")
     assert c.status == "fail" and "train on CPU 2" in c.finding and not c.fix.plannable
+    assert c.fix.commands == ("nodeconsole pin train",)
     t.write("etc/systemd/system.conf.d/host-cores.conf", "[Manager]\nCPUAffinity=0,4\n")
     s, finding = status(doctor(t), "host-cores")
     assert s == "warn" and "node(s) 1" in finding
@@ -656,3 +657,31 @@ def test_missing_names_the_highest_absent_folder(tmp_path):
     f = HostFiles(Root(tmp_path))
     assert f.missing("etc/modprobe.d") == "the tree has no /etc"
     assert f.missing("proc/cmdline") == "/proc/cmdline is absent"
+
+
+def test_a_config_file_that_cannot_be_read_is_unknown_not_absent(t, monkeypatch):
+    real = Root.read_bytes
+
+    def refusing(self, rel, limit=1 << 22):
+        if rel.startswith("etc/modprobe.d/") or rel.startswith("etc/modules-load.d/") or rel.startswith(
+                "etc/initramfs-tools/") or rel.startswith("etc/systemd/") or rel.startswith("etc/sysctl.d/"):
+            raise PermissionError(13, "Permission denied", rel)
+        return real(self, rel, limit)
+
+    monkeypatch.setattr(Root, "read_bytes", refusing)
+    r = doctor(t)
+    for cid in ("nouveau", "host-cores", "numa-balancing", "vfio-modules"):
+        s, finding = status(r, cid)
+        assert s == "skip" and "permission denied reading /etc/" in finding, (cid, s, finding)
+
+
+def test_a_broken_check_is_skipped_and_noted(t, monkeypatch):
+    from nodeconsole.console.doctor import run
+
+    def broken(ctx):
+        raise KeyError("surprise")
+
+    monkeypatch.setitem(run.CHECKS, "pcie-link", broken)
+    r = doctor(t)
+    assert status(r, "pcie-link") == ("skip", "the check could not run: KeyError: 'surprise'")
+    assert r.notes == ("pcie-link: KeyError: 'surprise'",) and status(r, "acs")[0] == "pass"

@@ -58,6 +58,7 @@ def test_default_demo(capsys, demo):
     rc, d = _doctor(capsys, "--demo")
     assert rc == 0 and d["summary"]["fail"] == 0
     assert d["schema"] == 1 and d["role"] == "mixed" and d["boot_id"]
+    assert d["notes"] == []  # every source answered, no check broke
     got = _statuses(d)
     assert got.pop("hugepages") in ("pass", "warn")
     assert got == DEFAULT_DEMO
@@ -152,4 +153,5 @@ def test_real_captured_hosts(capsys, hosts, name):  # noqa: F811 - the fixture
     for c in d["checks"]:
         if c["status"] == "skip":
             assert c["finding"] and c["fix"] is None
+    assert all(n.startswith(("nvml: ", "libvirt: ")) for n in d["notes"]), d["notes"]  # no check broke
     assert any("libvirt" in c["finding"] for c in d["checks"] if c["id"] == "vm-memory")
