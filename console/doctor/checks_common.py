@@ -118,7 +118,7 @@ class Verdict:
             status, text = "skip", ["cannot check: " + "; ".join(dict.fromkeys(self.missing))]
         else:
             status, text = "pass", [passed]
-        finding = "; ".join(text + ([n for n in self.notes] if status != "skip" else []))
+        finding = "; ".join(text + (self.notes if status != "skip" else []))
         fix = self.fix if status in ("warn", "fail") else None
         return CheckResult(self.check_id, status, clip(finding, 400), tuple(self.evidence[:24]), fix,
                            TITLES.get(self.check_id, ""), WHY.get(self.check_id, ""))

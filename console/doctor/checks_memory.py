@@ -60,48 +60,57 @@ def check_hugepages(ctx: Context) -> CheckResult:
     if down:
         v.missing.append(down)
         return v.result("")
-    need_all: dict[tuple[int, int], float] = {}
-    need_on: dict[tuple[int, int], float] = {}
-    who: dict[tuple[int, int], list[str]] = {}
-    huge_vms = [vm for vm in snap.vms if vm.hugepages_kib is not None]
-    for vm in huge_vms:
-        size = vm.hugepages_kib or default
-        where = vm_memory_nodes(ctx, vm)
-        for node in where:
-            key = (node, size)
-            share = vm.memory_kib / len(where)
-            need_all[key] = need_all.get(key, 0) + share
-            who.setdefault(key, []).append(vm.name)
-            if active(vm):
-                need_on[key] = need_on.get(key, 0) + share
+    need = _Needs(ctx, default)
     short: dict[tuple[int, int], int] = {}
-    for key, need in sorted(need_all.items()):
+    for key, total in sorted(need.all.items()):
         node, size = key
         have = reserve.get(key, 0)
-        running = need_on.get(key, 0)
-        text = (f"node {node}: {gib(running if running > have else need)} of {_size_name(size)} pages needed "
-                f"({names(who[key], 4)}), {gib(have)} reserved")
+        running = need.running.get(key, 0)
+        text = (f"node {node}: {gib(running if running > have else total)} of {_size_name(size)} pages needed "
+                f"({names(need.who[key], 4)}), {gib(have)} reserved")
         if running > have:
             v.fails.append(text + " — running VMs exceed the reserve")
-        elif need > have:
+        elif total > have:
             v.warns.append(text + " — the shut-off VMs cannot all start")
-        if need > have:
-            short[key] = math.ceil(need / size)
+        if total > have:
+            short[key] = math.ceil(total / size)
     pinned_gpu = [vm for vm in ctx.gpu_vms if ctx.pins[vm.name]]
-    if not huge_vms and not any(reserve.values()) and pinned_gpu:
-        v.warns.append(f"no huge pages are reserved on a host with pinned GPU VMs ({names([vm.name for vm in pinned_gpu], 4)})")
-        for vm in pinned_gpu:
+    if not need.vms and not any(reserve.values()) and pinned_gpu:
+        v.warns.append("no huge pages are reserved on a host with pinned GPU VMs "
+                       f"({names([vm.name for vm in pinned_gpu], 4)})")
+        for vm in pinned_gpu:  # what 1 GiB pages for them would take
             where = vm_memory_nodes(ctx, vm)
             for node in where:
                 key = (node, 1048576)
                 short[key] = short.get(key, 0) + math.ceil(vm.memory_kib / len(where) / 1048576)
     if short:
         v.fix = _hugepages_fix(ctx, short, reserve)
-    if not huge_vms:
+    if not need.vms:
         return v.result("no VM asks for huge pages")
-    return v.result("; ".join(f"node {node}: {gib(need)} of {_size_name(size)} pages needed, "
+    return v.result("; ".join(f"node {node}: {gib(total)} of {_size_name(size)} pages needed, "
                               f"{gib(reserve.get((node, size), 0))} reserved"
-                              for (node, size), need in sorted(need_all.items())))
+                              for (node, size), total in sorted(need.all.items())))
+
+
+class _Needs:
+    """The huge page memory (KiB) the VMs that ask for huge pages need, per (node, page size): all of
+    them (`all`), the running or paused ones (`running`), and who (`who`)."""
+
+    def __init__(self, ctx: Context, default_kib: int) -> None:
+        self.vms = [vm for vm in ctx.snap.vms if vm.hugepages_kib is not None]
+        self.all: dict[tuple[int, int], float] = {}
+        self.running: dict[tuple[int, int], float] = {}
+        self.who: dict[tuple[int, int], list[str]] = {}
+        for vm in self.vms:
+            size = vm.hugepages_kib or default_kib
+            where = vm_memory_nodes(ctx, vm)
+            for node in where:
+                key = (node, size)
+                share = vm.memory_kib / len(where)
+                self.all[key] = self.all.get(key, 0) + share
+                self.who.setdefault(key, []).append(vm.name)
+                if active(vm):
+                    self.running[key] = self.running.get(key, 0) + share
 
 
 def _hugepages_fix(ctx: Context, short: dict[tuple[int, int], int], reserve: dict[tuple[int, int], int]) -> Fix:
