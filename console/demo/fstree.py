@@ -37,11 +37,15 @@ class TreeWriter:
 
     def raw(self, rel: str, content: str) -> None:
         """A file with exactly `content` (write-only sysfs attributes such as `unbind` are empty)."""
-        self.mkdir(os.path.dirname(rel))
         # os.open/os.write: thousands of small files, the text-file layer would double the time.
+        self.raw_bytes(rel, content.encode())
+
+    def raw_bytes(self, rel: str, data: bytes) -> None:
+        """A binary file (PCI config space, an ACPI table)."""
+        self.mkdir(os.path.dirname(rel))
         fd = os.open(f"{self._base}/{rel}", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
         try:
-            os.write(fd, content.encode())
+            os.write(fd, data)
         finally:
             os.close(fd)
 

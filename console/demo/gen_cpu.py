@@ -104,9 +104,33 @@ def node_distance(spec: HostSpec, a: int, b: int) -> int:
     return 12 if a // nps == b // nps else 21
 
 
-def hugepages(spec: HostSpec) -> dict[int, int]:
-    """Pages per node by page size (KiB)."""
-    return {2048: spec.hugepages_2m_per_node, 1048576: spec.hugepages_1g_per_node}
+def hugepages(spec: HostSpec, node: int) -> dict[int, int]:
+    """Pages reserved on `node` by page size (KiB)."""
+    out = {2048: spec.hugepages_2m_per_node, 1048576: spec.hugepages_1g_per_node}
+    for n, size, nr in spec.hugepages_node_pages:
+        if n == node and size in out:
+            out[size] = nr
+    return out
+
+
+LIVE_VM = ("running", "paused")  # a VM holds its hugepages while its QEMU process exists
+
+
+def hugepages_in_use(spec: HostSpec, nodes: list[int]) -> dict[tuple[int, int], int]:
+    """(node, page size KiB) → pages held by the live VMs backed by hugepages: a VM's pages come from
+    its numatune nodeset (split evenly), else from every node; never more than the node has."""
+    used: dict[tuple[int, int], int] = {}
+    for vm in spec.vms:
+        size = vm.hugepages_kib
+        if vm.state not in LIVE_VM or size not in (2048, 1048576):
+            continue
+        where = [n for n in (vm.numatune[1] if vm.numatune else nodes) if n in nodes] or nodes
+        pages = -(-vm.memory_mib * 1024 // size)
+        for i, node in enumerate(where):
+            share = pages // len(where) + (1 if i < pages % len(where) else 0)
+            key = (node, size)
+            used[key] = min(hugepages(spec, node)[size], used.get(key, 0) + share)
+    return used
 
 
 def write_nodes(w: TreeWriter, spec: HostSpec, lay: CpuLayout) -> None:
@@ -115,8 +139,9 @@ def write_nodes(w: TreeWriter, spec: HostSpec, lay: CpuLayout) -> None:
     for name in ("online", "possible", "has_memory", "has_normal_memory"):
         w.attr(f"{NODE}/{name}", all_nodes)
     w.attr(f"{NODE}/has_cpu", format_cpulist(n for n in nodes if lay.node_online(n)))
-    huge = hugepages(spec)
+    in_use = hugepages_in_use(spec, nodes)
     for node in nodes:
+        huge = hugepages(spec, node)
         d = f"{NODE}/node{node}"
         cpus = lay.node_online(node)
         w.attr(f"{d}/cpulist", format_cpulist(cpus))
@@ -127,7 +152,7 @@ def write_nodes(w: TreeWriter, spec: HostSpec, lay: CpuLayout) -> None:
         for size, nr in huge.items():
             h = f"{d}/hugepages/hugepages-{size}kB"
             w.attr(f"{h}/nr_hugepages", nr)
-            w.attr(f"{h}/free_hugepages", nr)
+            w.attr(f"{h}/free_hugepages", nr - in_use.get((node, size), 0))
             w.attr(f"{h}/surplus_hugepages", 0)
         total = spec.memory_per_node_mib * 1024
         huge_kib = sum(size * nr for size, nr in huge.items())
@@ -135,14 +160,15 @@ def write_nodes(w: TreeWriter, spec: HostSpec, lay: CpuLayout) -> None:
         default = default_hugepage_kib(spec)
         lines = [("MemTotal", total), ("MemFree", total - used), ("MemUsed", used),
                  ("FilePages", total // 50), ("AnonPages", total // 100), ("HugePages_Total", huge[default]),
-                 ("HugePages_Free", huge[default]), ("HugePages_Surp", 0)]
+                 ("HugePages_Free", huge[default] - in_use.get((node, default), 0)), ("HugePages_Surp", 0)]
         w.raw(f"{d}/meminfo", "".join(
             f"Node {node} {k + ':':<15} {v:>8}" + ("\n" if k.startswith("HugePages_") else " kB\n")
             for k, v in lines))
-    for size in huge:
-        nr = huge[size] * len(nodes)
+    for size in HUGE_SIZES_KIB:
+        nr = sum(hugepages(spec, n)[size] for n in nodes)
+        free = nr - sum(in_use.get((n, size), 0) for n in nodes)
         w.attr(f"sys/kernel/mm/hugepages/hugepages-{size}kB/nr_hugepages", nr)
-        w.attr(f"sys/kernel/mm/hugepages/hugepages-{size}kB/free_hugepages", nr)
+        w.attr(f"sys/kernel/mm/hugepages/hugepages-{size}kB/free_hugepages", free)
 
 
 def default_hugepage_kib(spec: HostSpec) -> int:
@@ -158,10 +184,10 @@ def write_proc(w: TreeWriter, spec: HostSpec, lay: CpuLayout) -> None:
                            f"(gcc (GCC) 13.2.0) #1 SMP PREEMPT_DYNAMIC")
     online = set(lay.online)
     per_pkg = {s: sum(1 for x in lay.cpus if x[1] == s and x[0] in online) for s in range(c.sockets)}
-    virt = "vmx" if c.vendor_id == "GenuineIntel" else "svm"
+    virt = ("vmx " if c.vendor_id == "GenuineIntel" else "svm ") if c.virtualization else ""
     flags = ("fpu vme de pse tsc msr pae mce cx8 apic sep mtrr pge mca cmov pat pse36 clflush mmx fxsr "
              f"sse sse2 {'ht ' if c.threads_per_core > 1 else ''}syscall nx pdpe1gb rdtscp lm "
-             f"constant_tsc nopl xtopology pni pclmulqdq {virt} ssse3 fma cx16 pcid sse4_1 sse4_2 "
+             f"constant_tsc nopl xtopology pni pclmulqdq {virt}ssse3 fma cx16 pcid sse4_1 sse4_2 "
              "x2apic movbe popcnt aes xsave avx f16c rdrand lahf_lm abm avx2 bmi1 bmi2 avx512f")
     blocks = []
     shift = max(1, (c.threads_per_core - 1).bit_length())
@@ -182,16 +208,17 @@ def write_proc(w: TreeWriter, spec: HostSpec, lay: CpuLayout) -> None:
     # its own tree, never from the machine running the console
     w.raw("proc/stat", "".join(f"cpu{cid} 0 0 0 0 0 0 0 0 0 0\n" for cid, *_ in lay.cpus if cid in online))
     w.raw("proc/loadavg", "0.00 0.00 0.00 1/1 1\n")
-    nodes = len(lay.node_cpus)
-    total = spec.memory_per_node_mib * 1024 * nodes
-    huge = hugepages(spec)
-    huge_kib = sum(size * nr * nodes for size, nr in huge.items())
+    nodes = sorted(lay.node_cpus)
+    total = spec.memory_per_node_mib * 1024 * len(nodes)
+    huge = {size: sum(hugepages(spec, n)[size] for n in nodes) for size in HUGE_SIZES_KIB}
+    huge_kib = sum(size * nr for size, nr in huge.items())
     free = total - total // 25 - huge_kib
     default = default_hugepage_kib(spec)
+    in_use = sum(v for (_n, size), v in hugepages_in_use(spec, nodes).items() if size == default)
     rows = [("MemTotal", total), ("MemFree", free), ("MemAvailable", free + total // 50),
             ("Buffers", total // 400), ("Cached", total // 50), ("SwapCached", 0),
             ("SwapTotal", 0), ("SwapFree", 0), ("AnonPages", total // 100),
-            ("HugePages_Total", huge[default] * nodes), ("HugePages_Free", huge[default] * nodes),
+            ("HugePages_Total", huge[default]), ("HugePages_Free", huge[default] - in_use),
             ("HugePages_Rsvd", 0), ("HugePages_Surp", 0), ("Hugepagesize", default), ("Hugetlb", huge_kib)]
     w.raw("proc/meminfo", "".join(
         f"{k + ':':<16}{v:>8}\n" if k.startswith("HugePages_") else f"{k + ':':<16}{v:>8} kB\n"

@@ -51,6 +51,7 @@ def nvml_state(spec: HostSpec, pci: PciLayout) -> dict:
             "remapped_rows": {"pending": gpu.remapped_rows_pending, "failure": gpu.remapped_rows_failure},
             "not_supported": list(gpu.not_supported),
             "lost": gpu.lost,
+            "persistence_mode": int(spec.persistence_mode),
             "load": {"base": gpu.load[0], "amplitude": gpu.load[1], "period_s": gpu.load[2]},
         }
         gpus.append(entry)

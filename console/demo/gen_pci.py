@@ -154,12 +154,23 @@ def _assign_groups(spec: HostSpec, funcs: dict[str, Func], mdevs: dict[str, Mdev
         groups.setdefault(g, []).append(u)
 
 
+def pci_drivers(spec: HostSpec, pci: PciLayout) -> set[str]:
+    """The PCI drivers registered under sys/bus/pci/drivers: the ones loaded without a device (vfio-pci
+    only while its module is loaded, nouveau while loaded), the drivers of every function and the
+    drivers a probe would pick."""
+    drivers = set(spec.drivers_loaded) - {"vfio-pci"}
+    drivers.update(name for name, on in (("vfio-pci", spec.vfio_loaded), ("nouveau", spec.nouveau_loaded)) if on)
+    for f in pci.funcs.values():
+        drivers.update(x for x in (f.driver, f.default_driver) if x)
+    return drivers
+
+
 def write_pci(w: TreeWriter, spec: HostSpec, lay: CpuLayout, pci: PciLayout) -> None:
     nbits = lay.nr_possible
     group_type = "identity" if "iommu=pt" in spec.cmdline.split() else "DMA"
     for hb in spec.host_bridges:
         w.attr(f"sys/devices/pci{hb.domain:04x}:{hb.bus:02x}/uevent", "")
-    drivers = set(spec.drivers_loaded)
+    drivers = pci_drivers(spec, pci)
     default_drivers: dict[str, str | None] = {}
     for addr, f in pci.funcs.items():
         d = f.path
@@ -172,7 +183,6 @@ def write_pci(w: TreeWriter, spec: HostSpec, lay: CpuLayout, pci: PciLayout) -> 
         _write_function_kind(w, pci, f)
         if f.driver:
             ops.bind_links(w, d, addr, f.driver)
-        drivers.update(x for x in (f.driver, f.default_driver) if x)
         default_drivers[addr] = f.default_driver
         if f.group is not None:
             ops.join_group(w, d, addr, f.group, group_type)
@@ -181,12 +191,8 @@ def write_pci(w: TreeWriter, spec: HostSpec, lay: CpuLayout, pci: PciLayout) -> 
     w.raw("sys/bus/pci/drivers_probe", "")
     w.attr("sys/bus/pci/drivers_autoprobe", 1)
     w.mkdir(ops.GROUPS)
-    w.mkdir("sys/class/iommu")
-    if spec.iommu:
-        _write_iommu_units(w, spec)
     _write_vgpu(w, pci, group_type)
     ops.save_sim(w.base, "default_drivers.json", default_drivers)
-    w.raw("dev/vfio/vfio", "")
     for g in sorted(pci.groups):
         ops.refresh_vfio(w.base, g)
 
@@ -228,14 +234,6 @@ def _write_function_kind(w: TreeWriter, pci: PciLayout, f: Func) -> None:
         w.attr(f"{d}/reset_method", "flr")
         w.raw(f"{d}/reset", "")
         w.link(f"{d}/physfn", pci.funcs[f.physfn].path)
-
-
-def _write_iommu_units(w: TreeWriter, spec: HostSpec) -> None:
-    """One IOMMU unit (Intel DMAR or AMD IVHD) per host bridge."""
-    prefix = "dmar" if spec.cpu.vendor_id == "GenuineIntel" else "ivhd"
-    for i in range(len(spec.host_bridges) or 1):
-        w.attr(f"sys/devices/virtual/iommu/{prefix}{i}/uevent", "")
-        w.link(f"sys/class/iommu/{prefix}{i}", f"sys/devices/virtual/iommu/{prefix}{i}")
 
 
 def _write_link(w: TreeWriter, d: str, link: Link) -> None:

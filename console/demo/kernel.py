@@ -19,6 +19,14 @@ from nodeconsole.console.root import Root
 
 Match = str | Callable[[str, str], bool]
 _DRIVER_FILE = re.compile(r"^sys/bus/pci/drivers/([^/]+)/(bind|unbind|new_id|remove_id)$")
+_MODULES = "sys/module"
+# What loading a module loads first (modprobe follows depends and softdeps)
+_DEPENDS: dict[str, tuple[str, ...]] = {"vfio_pci": ("vfio", "vfio_iommu_type1", "vfio_pci_core"),
+                                        "vfio_pci_core": ("vfio", "vfio_iommu_type1"),
+                                        "vfio_iommu_type1": ("vfio",), "vfio": ("vfio_iommu_type1",)}
+_PARAMETERS = {"vfio_iommu_type1": {"allow_unsafe_interrupts": "N", "dma_entry_limit": "65535"}}
+_DRIVERS = {"vfio_pci": "vfio-pci", "pci_stub": "pci-stub"}  # module → the PCI driver it registers
+_NOT_PCI = {"vfio", "vfio_iommu_type1", "vfio_pci_core", "kvm", "kvm_intel", "kvm_amd"}  # no PCI driver
 _HUGEPAGES = re.compile(r"^sys/(devices/system/node/node\d+|kernel/mm)/hugepages/hugepages-\d+kB/nr_hugepages$")
 
 
@@ -53,7 +61,8 @@ class WriteRecord:
 class SimulatedKernel:
     """A kernel over a generated host root. Reacts to: driver_override, drivers/NAME/{bind,unbind,
     new_id,remove_id}, drivers_probe, mdev create/remove, VF nvidia/current_vgpu_type, sriov_numvfs,
-    reset and nr_hugepages. Any other existing attribute is read-only (PermissionError, as for a sysfs
+    reset, nr_hugepages and /proc/sys/kernel/numa_balancing; `load_module` / `unload_module` stand for
+    modprobe / modprobe -r. Any other existing attribute is read-only (PermissionError, as for a sysfs
     file without a store method)."""
 
     def __init__(self, root: Root | str | os.PathLike[str]) -> None:
@@ -148,6 +157,10 @@ class SimulatedKernel:
             self._reset(parent, value)
         elif _HUGEPAGES.match(rel):
             self._hugepages(rel, value)
+        elif rel == "proc/sys/kernel/numa_balancing":
+            if value not in ("0", "1", "2", "3"):  # bits: 1 normal balancing, 2 memory tiering
+                raise _err(errno.EINVAL, f"numa_balancing takes 0-3, not {value!r}")
+            (self.base / rel).write_text(value + "\n")
         else:
             raise PermissionError(errno.EACCES, f"{os.strerror(errno.EACCES)}: read-only attribute", shown)
 
@@ -235,16 +248,49 @@ class SimulatedKernel:
         self._refresh_group(dev_dir)
 
     def load_module(self, name: str) -> None:
-        """`modprobe NAME`: the driver appears under bus/pci/drivers and, as its registration runs
-        driver_attach, takes every unbound device it matches (by override or default driver)."""
+        """`modprobe NAME`: the module and what it depends on appear under /sys/module, its driver under
+        bus/pci/drivers and, as its registration runs driver_attach, takes every unbound device it
+        matches (by override or default driver)."""
         if not re.fullmatch(r"[A-Za-z0-9_-]+", name):
             raise _err(errno.EINVAL, f"{name!r} is not a module name")
+        mod = name.replace("-", "_")
+        self._contained(f"{_MODULES}/{mod}")
+        w = TreeWriter(self.base)
+        for dep in _DEPENDS.get(mod, ()) + (mod,):
+            if not (self.base / _MODULES / dep).is_dir():
+                w.attr(f"{_MODULES}/{dep}/initstate", "live")
+                for param, value in _PARAMETERS.get(dep, {}).items():
+                    w.attr(f"{_MODULES}/{dep}/parameters/{param}", value)
+        if (self.base / _MODULES / "vfio").is_dir() and not os.path.lexists(self.base / "dev/vfio/vfio"):
+            w.raw("dev/vfio/vfio", "")
+        if mod in _NOT_PCI:
+            return
+        name = _DRIVERS.get(mod, name)
         if self._driver_exists(name):
             return
-        ops.write_driver_dir(TreeWriter(self.base), name)
+        ops.write_driver_dir(w, name)
         for addr in sorted(os.listdir(self.base / ops.PCI_DEVICES)):
             if self.driver_of(addr) is None and self._matches(name, addr):
                 self.attach(addr, name, quiet=True)
+
+    def unload_module(self, name: str) -> None:
+        """`modprobe -r NAME`: refused (EBUSY) while a device is bound to its driver or another loaded
+        module needs it; otherwise its driver and /sys/module entry go."""
+        mod = name.replace("-", "_")
+        self._contained(f"{_MODULES}/{mod}")
+        if not (self.base / _MODULES / mod).is_dir():
+            raise _err(errno.ENOENT, f"module {mod} is not loaded")
+        users = [m for m, deps in _DEPENDS.items() if mod in deps and (self.base / _MODULES / m).is_dir()]
+        if users:
+            raise _err(errno.EBUSY, f"module {mod} is in use by {', '.join(sorted(users))}")
+        driver = _DRIVERS.get(mod, mod)
+        d = self.base / ops.PCI_DRIVERS / driver
+        if d.is_dir() and any(os.path.islink(d / n) for n in os.listdir(d)):
+            raise _err(errno.EBUSY, f"module {mod} is in use: devices are bound to {driver}")
+        ops.remove_tree(d)
+        ops.remove_tree(self.base / _MODULES / mod)
+        if mod == "vfio":
+            ops.remove_tree(self.base / "dev/vfio/vfio")
 
     def _refresh_group(self, dev_dir: str) -> None:
         group = ops.link_name(self.base, f"{dev_dir}/iommu_group")

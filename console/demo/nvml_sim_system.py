@@ -1,4 +1,5 @@
-"""System symbols of the simulated NVML library: driver, NVML and CUDA versions, and the device count."""
+"""System symbols of the simulated NVML library: driver, NVML and CUDA versions, the device count, and the
+driver's persistence mode per GPU (nvml.json `persistence_mode`)."""
 from __future__ import annotations
 
 import ctypes
@@ -39,3 +40,23 @@ class SystemSymbols(NvmlSimBase):
         if obj is None:
             raise NvmlReturn(NVML_ERROR_INVALID_ARGUMENT)
         obj.value = len(self._enum)
+
+    def c_nvmlDeviceGetPersistenceMode(self, handle: Any, mode: Any) -> None:
+        sym = "nvmlDeviceGetPersistenceMode"
+        t = self._target(handle, sym)
+        obj = out_ref(mode, ctypes.c_uint, sym, 2)
+        if obj is None:
+            raise NvmlReturn(NVML_ERROR_INVALID_ARGUMENT)
+        obj.value = 1 if t.gpu.get("persistence_mode") else 0
+
+    def c_nvmlDeviceSetPersistenceMode(self, handle: Any, mode: Any) -> None:
+        """Root only (NO_PERMISSION otherwise), 0 or 1; kept in the state file like other changes."""
+        sym = "nvmlDeviceSetPersistenceMode"
+        self.reload_if_changed()  # another process may have changed the state: write over the latest
+        t = self._target(handle, sym)
+        want = in_int(mode, sym, 2)
+        if want not in (0, 1):
+            raise NvmlReturn(NVML_ERROR_INVALID_ARGUMENT)
+        self._require_privilege()
+        t.gpu["persistence_mode"] = want
+        self.save()

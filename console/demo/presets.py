@@ -32,8 +32,11 @@ from nodeconsole.console.demo.spec import (
     stable_uuid,
 )
 
-DEMO_CMDLINE = ("BOOT_IMAGE=/boot/vmlinuz-6.8.0-45-generic root=/dev/mapper/vg0-root ro "
-                "intel_iommu=on iommu=pt default_hugepagesz=1G hugepagesz=1G hugepages=128")
+BOOT_WORDS = "BOOT_IMAGE=/boot/vmlinuz-6.8.0-45-generic root=/dev/mapper/vg0-root ro"
+DEMO_HUGEPAGES_1G = 144  # per node: train-a's 128 GiB (node 0) and db-1's 64 GiB (node 1) fit
+DEMO_CMDLINE = (f"{BOOT_WORDS} intel_iommu=on iommu=pt default_hugepagesz=1G hugepagesz=1G "
+                f"hugepages={2 * DEMO_HUGEPAGES_1G}")
+LARGE_CMDLINE = f"{BOOT_WORDS} intel_iommu=on iommu=pt default_hugepagesz=1G hugepagesz=1G hugepages=128"
 H100 = "H100-80GB-HBM3"
 
 
@@ -68,7 +71,7 @@ def demo_spec() -> HostSpec:
     bridges = _demo_pci_layout(gpus)
     vms = _demo_vms(cpu, mdevs)
     return HostSpec(hostname=host, cmdline=DEMO_CMDLINE, cpu=cpu, memory_per_node_mib=524288,
-                    hugepages_1g_per_node=64, iommu=True, host_bridges=bridges, vms=vms)
+                    hugepages_1g_per_node=DEMO_HUGEPAGES_1G, iommu=True, host_bridges=bridges, vms=vms)
 
 
 def _demo_gpus(host: str) -> tuple[dict[str, GpuSpec], tuple[MdevSpec, ...]]:
@@ -238,5 +241,5 @@ def large_spec(gpus: int = 16, cpus: int = 256, vms: int = 500) -> HostSpec:
         plain.append(VmSpec(f"vm-{n:04d}", states[n % len(states)], 2 if n % 2 else 4, 4096,
                             pins(cpu, node, first, 2 if n % 2 else 4) if pinned else (),
                             numatune=("strict", (node,)) if pinned else None, threads_per_core=2))
-    return HostSpec(hostname=host, cmdline=DEMO_CMDLINE, cpu=cpu, memory_per_node_mib=1048576,
+    return HostSpec(hostname=host, cmdline=LARGE_CMDLINE, cpu=cpu, memory_per_node_mib=1048576,
                     hugepages_1g_per_node=64, host_bridges=bridges, vms=tuple(hostdev_vms + plain))

@@ -23,6 +23,7 @@ class CpuSpec:
     nodes_per_socket: int = 1  # >1: sub-NUMA clustering, the cores of a socket split between nodes
     offline: tuple[int, ...] = ()  # CPUs present but offline (no topology directory, like Linux)
     extra_possible: int = 0  # hot-pluggable CPU slots beyond the present ones (widens every cpumask)
+    virtualization: bool = True  # vmx/svm enabled by the firmware (in /proc/cpuinfo, kvm_intel/amd loads)
     vendor_id: str = "GenuineIntel"
     model_name: str = "Intel(R) Xeon(R) Platinum 8462Y+"
     family: int = 6
@@ -200,6 +201,8 @@ class HostSpec:
     memory_per_node_mib: int = 262144
     hugepages_2m_per_node: int = 0
     hugepages_1g_per_node: int = 0
+    hugepages_node_pages: tuple[tuple[int, int, int], ...] = ()  # (node, page KiB, pages): replaces the
+    # per-node figure of that size on that node (an uneven spread)
     iommu: bool = True
     host_bridges: tuple[HostBridge, ...] = ()
     vms: tuple[VmSpec, ...] = ()
@@ -207,6 +210,24 @@ class HostSpec:
     nvml_driver_version: str = "550.90.07"
     cuda_driver_version: int = 12040
     seed: str = ""  # mixed into every derived UUID and serial; "" = the hostname
+    # -- the running kernel (sys/module, /proc/sys, /dev/kvm, ACPI). Defaults: a host set up for VMs --
+    acpi_iommu_table: bool = True  # the firmware publishes DMAR (Intel) / IVRS (AMD): VT-d/AMD-Vi enabled
+    kvm_loaded: bool = True  # kvm + kvm_intel|kvm_amd (needs cpu.virtualization); /dev/kvm
+    vfio_loaded: bool = True  # vfio, vfio_iommu_type1, vfio_pci_core, vfio_pci (+ the vfio-pci driver)
+    nouveau_loaded: bool = False
+    modules_extra: tuple[str, ...] = ()  # other modules loaded (e.g. listed in /etc/modules-load.d)
+    allow_unsafe_interrupts: bool = False  # vfio_iommu_type1's parameter
+    numa_balancing: int = 0  # /proc/sys/kernel/numa_balancing
+    persistence_mode: bool = True  # every GPU's NVML persistence mode
+    boot_count: int = 0  # which boot this is: the boot_id is derived from it
+    # -- the boot configuration below /etc (what the next `demo reboot` reads) --
+    # /etc/default/grub's GRUB_CMDLINE_LINUX_DEFAULT is the command line's words after BOOT_IMAGE/root/ro
+    vfio_at_boot: bool = True  # /etc/modules-load.d/vfio.conf and /etc/initramfs-tools/modules
+    nouveau_blacklisted: bool = True  # /etc/modprobe.d/blacklist-nouveau.conf
+    sysctl_numa_balancing: int | None = 0  # /etc/sysctl.d/ kernel.numa_balancing; None: no such line
+    host_cores: tuple[int, ...] | None = None  # systemd CPUAffinity= drop-in; None: cores 0-1 of every
+    # node and their hyperthread siblings; (): no drop-in
+    persistenced_enabled: bool = True  # nvidia-persistenced.service wanted by multi-user.target
 
 
 def walk(spec: HostSpec):

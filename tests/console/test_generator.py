@@ -138,7 +138,7 @@ def test_cpu_and_node_topology(demo):
                 root.read_int(f"{t}/core_id")
     cpuinfo = root.read("proc/cpuinfo")
     assert cpuinfo.count("processor\t:") == 128 and "vmx" in cpuinfo
-    assert root.read("sys/devices/system/node/node1/hugepages/hugepages-1048576kB/nr_hugepages") == "64"
+    assert root.read("sys/devices/system/node/node1/hugepages/hugepages-1048576kB/nr_hugepages") == "144"
     assert "Node 0 MemTotal:" in root.read("sys/devices/system/node/node0/meminfo")
     assert "intel_iommu=on" in root.read("proc/cmdline").split()
     assert root.read("proc/sys/kernel/hostname") == "gpu-node-01"
