@@ -16,6 +16,7 @@ from nodeconsole.console.root import Root
 
 if TYPE_CHECKING:
     from nodeconsole.actions.host_seams import DomainStore, HostWrites
+    from nodeconsole.console.demo.boot import BootReport
 
 SYSTEM_URI = "qemu:///system"
 
@@ -78,12 +79,23 @@ def demo_domain_store(node: Path) -> DomainStore:
     return NodeFileDomainConfig(node)
 
 
-def reset_demo() -> Path:
-    """Throw the demo host's state away and generate it afresh; returns its state directory (the
-    parent of its root, where its audit log and lock live)."""
+def reset_demo(bare: bool = False) -> Path:
+    """Throw the demo host's state away and generate it afresh (with `bare`: the same hardware freshly
+    installed, to be set up); returns its state directory (the parent of its root, where its audit log
+    and lock live)."""
     from nodeconsole.console.demo.state import reset_demo as regenerate
 
-    return regenerate().dest
+    return regenerate(bare=bare).dest
+
+
+def reboot_demo() -> tuple[Path, BootReport]:
+    """Reboot the demo host: it comes up as its disk (/etc: boot loader, modules, sysctl…) now says,
+    run-time changes gone, the disk, VM definitions and audit log kept. Returns its state directory
+    and what the boot did."""
+    from nodeconsole.console.demo.state import reboot_demo as reboot
+
+    host, report = reboot()
+    return host.dest, report
 
 
 def demo_host(state_dir: Path | None = None, libvirt_uri: str | None = None) -> Seams:

@@ -1,4 +1,6 @@
-"""`nodeconsole demo reset`: throw the demo host's state away and generate it afresh."""
+"""`nodeconsole demo reset [--bare]` and `nodeconsole demo reboot`: regenerate the bundled demo host
+(the configured demo, or with --bare the same hardware freshly installed), or reboot it (it comes up as
+its /etc says; run-time changes are lost)."""
 from __future__ import annotations
 
 import argparse
@@ -7,21 +9,30 @@ import sys
 from nodeconsole.console.cli import UsageError, subcommand
 
 
-@subcommand("demo", "manage the bundled demo host (demo reset)")
+@subcommand("demo", "manage the bundled demo host (demo reset [--bare], demo reboot)")
 def configure(p: argparse.ArgumentParser) -> None:
-    p.add_argument("what", choices=["reset"], help="reset: regenerate the demo host's state")
+    p.add_argument("what", choices=["reset", "reboot"],
+                   help="reset: regenerate the demo host's state; reboot: boot it again from its /etc")
+    p.add_argument("--bare", action="store_true",
+                   help="with reset: the same hardware freshly installed (IOMMU off, no vfio, nouveau, no "
+                        "hugepages, no VMs), for setting it up with `nodeconsole doctor`")
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
+    what = args.what
+    if getattr(args, "root", None):
+        raise UsageError(f"demo {what} works on the demo host, not on --root")
+    if getattr(args, "libvirt", None) is not None:
+        raise UsageError(f"demo {what} takes no --libvirt (the demo host has its own libvirt)")
+    if args.bare and what != "reset":
+        raise UsageError("--bare goes with demo reset")
+    if what == "reboot":
+        return _reboot()
     from nodeconsole.console.seams import reset_demo
 
-    if getattr(args, "root", None):
-        raise UsageError("demo reset works on the demo host, not on --root")
-    if getattr(args, "libvirt", None) is not None:
-        raise UsageError("demo reset takes no --libvirt (the demo host has its own libvirt)")
     try:
-        state = reset_demo()
+        state = reset_demo(bare=args.bare)
     except OSError as e:  # e.g. a symbolic link planted as the lock file: refused, nothing touched
         print(f"nodeconsole: error: cannot reset the demo host: {e.strerror or e}", file=sys.stderr)
         return 1
@@ -32,5 +43,39 @@ def run(args: argparse.Namespace) -> int:
     log = state / AUDIT_NAME
     if log.exists():
         log.unlink()
-    print(f"demo host regenerated in {state} (audit log cleared)")
+    what_host = "bare demo host (same hardware, not set up)" if args.bare else "demo host"
+    print(f"{what_host} regenerated in {state} (audit log cleared)")
     return 0
+
+
+def _reboot() -> int:
+    from nodeconsole.console.seams import reboot_demo
+
+    try:
+        state, boot = reboot_demo()
+    except OSError as e:
+        print(f"nodeconsole: error: cannot reboot the demo host: {e.strerror or e}", file=sys.stderr)
+        return 1
+    except ValueError as e:  # the disk describes a host that cannot boot (e.g. the IOMMU without firmware)
+        print(f"nodeconsole: error: the demo host cannot boot: {e}", file=sys.stderr)
+        return 1
+    pages = ", ".join(f"node{n} {nr}×{_size(size)}" for n, size, nr in boot.hugepages) or "none"
+    groups = f"on ({boot.iommu_groups} groups)" if boot.iommu else "off"
+    modules = ", ".join(boot.modules) or "none beyond kvm and the device drivers"
+    print(f"demo host rebooted in {state} (boot {boot.boot_count}, boot_id {boot.boot_id})")
+    print(f"  command line:   {boot.cmdline}")
+    print(f"  IOMMU:          {groups}")
+    print(f"  modules loaded: {modules}; nouveau {'loaded' if boot.nouveau else 'not loaded'}")
+    print(f"  hugepages:      {pages}")
+    print(f"  numa_balancing: {boot.numa_balancing}; GPU persistence mode {'on' if boot.persistence else 'off'}")
+    for device, driver in boot.driverctl:
+        print(f"  driverctl:      {device} on {driver or 'no driver'}")
+    if boot.mig:
+        print(f"  MIG mode on:    {', '.join(boot.mig)}")
+    print("  run-time changes (drivers bound by hand, vGPU devices, live hugepages and sysctl) are gone; "
+          "/etc, the VM definitions and the audit log are kept")
+    return 0
+
+
+def _size(kib: int) -> str:
+    return f"{kib // 1048576}G" if kib % 1048576 == 0 else f"{kib // 1024}M"
