@@ -328,10 +328,17 @@ def test_p2p_needs_a_common_switch_and_no_acs_redirect(host_env: Path) -> None:
     snap = Collector(seams).collect()
     a, b = snap.gpus[0], snap.gpus[1]
     assert relation(snap, a.address, b.address) == "PIX"  # the demo's pair below one switch
+    # the demo's switch ports have ACS redirect on, as Linux turns it on for IOMMU isolation: no P2P
+    plan = local_plan(snap, select_gpus(snap, [0, 1]), seams.root)
+    assert not plan.topology.p2p and "ACS" in plan.p2p_reason
+    # ACS on both ports but only source validation: P2P across the switch
+    ports = [seams.root.link_target(f"sys/bus/pci/devices/{g.address}").rsplit("/", 1)[0] for g in (a, b)]
+    for d in ports:
+        seams.root.p(f"{d}/config").write_bytes(_acs_config(1))
     plan = local_plan(snap, select_gpus(snap, [0, 1]), seams.root)
     assert plan.topology.p2p and plan.expected.basis == "GPUs on PCIe with P2P"
     # turn ACS P2P request redirect on at the switch port above GPU 1
-    port_dir = seams.root.link_target(f"sys/bus/pci/devices/{b.address}").rsplit("/", 1)[0]
+    port_dir = ports[1]
     seams.root.p(f"{port_dir}/config").write_bytes(_acs_config(1 << 2 | 1 << 3))
     plan = local_plan(snap, select_gpus(snap, [0, 1]), seams.root)
     assert not plan.topology.p2p and "ACS" in plan.p2p_reason and port_dir.rsplit("/", 1)[1] in plan.p2p_reason

@@ -84,7 +84,7 @@ async def test_preflight_findings_for_the_host_gpus(demo_seams, stand_in) -> Non
         preflight = _text(screen.query_one("#nccl-preflight", Static))
         if len({g.numa_node for g in host}) > 1:  # the demo's host GPUs span both sockets
             assert "the GPUs sit on different sockets" in preflight
-        assert "ACS state" in preflight
+        assert "ACS redirect is on at PCIe port" in preflight  # the demo's switch ports isolate (ACS RR/CR)
         assert "not run yet" in _text(screen.query_one("#nccl-status", Static))
 
 
