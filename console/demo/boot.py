@@ -206,10 +206,12 @@ class _Drivers:
     ids: frozenset[tuple[int, int]]  # bound to vfio-pci by ids= (vfio-pci loads early enough)
     driverctl: dict[str, str]
 
-    def pick(self, addr: str, vendor: int, device: int, driver: str | None,
-             override: str | None) -> tuple[str | None, str | None]:
+    def pick(self, addr: str, vendor: int, device: int, driver: str | None, override: str | None,
+             default: str | None) -> tuple[str | None, str | None]:
         """(driver, driver_override) of one function at boot: driverctl's saved override, else the
-        preset's vfio-pci, else vfio-pci by ids=, else the preset's driver (None: kept unbound)."""
+        preset's vfio-pci, else vfio-pci by ids=, else the preset's driver (None: kept unbound).
+        vfio-pci cannot take a device without an IOMMU group: one held by an override stays unbound,
+        one matched by ids= goes to its own driver, which probes it next."""
         saved = self.driverctl.get(addr)
         if saved is not None:
             driver, override = saved, saved
@@ -218,7 +220,7 @@ class _Drivers:
         elif self.vfio and (vendor, device) in self.ids:
             driver, override = VFIO, None
         if driver == VFIO and not (self.iommu and self.vfio):
-            driver = None  # vfio-pci cannot take a device without an IOMMU group
+            driver = None if override is not None or default == VFIO else default
         return driver, override
 
 
@@ -261,7 +263,8 @@ def boot_spec(base: HostSpec, boot: BootConfig, boot_count: int) -> HostSpec:
 
 def _boot_dev(dev: PciDev, hb: HostBridge, bus: int, drivers: _Drivers, boot: BootConfig) -> PciDev:
     addr = parse_pci_address(f"{hb.domain:04x}:{bus:02x}:{dev.slot:02x}.{dev.function}")
-    driver, override = drivers.pick(addr, dev.vendor, dev.device, dev.driver, dev.driver_override)
+    driver, override = drivers.pick(addr, dev.vendor, dev.device, dev.driver, dev.driver_override,
+                                    dev.default_driver or dev.driver)
     gpu, sriov = dev.gpu, dev.sriov
     if gpu is not None:
         gpu = _boot_gpu(gpu, boot.mig_pending.get(addr), driver == "nvidia")
@@ -286,7 +289,8 @@ def _boot_vfs(sriov: SriovSpec, pf: str, drivers: _Drivers, vendor: int, pf_driv
         if vf.vgpu_types and pf_driver != "nvidia":
             return replace(sriov, vfs=())  # SR-IOV vGPU VFs exist only under the nvidia driver
         addr = vf_address(pf, sriov, i)
-        driver, override = drivers.pick(addr, vendor, sriov.vf_device, vf.driver, vf.driver_override)
+        driver, override = drivers.pick(addr, vendor, sriov.vf_device, vf.driver, vf.driver_override,
+                                        vf.default_driver or vf.driver)
         if vf.vgpu_gi_id is not None and not mig_ok:
             vf = replace(vf, vgpu_type=0, vgpu_gi_id=None)  # its GPU instance did not come back
         vfs.append(replace(vf, driver=driver, driver_override=override))

@@ -72,7 +72,7 @@ def write_kernel(w: TreeWriter, spec: HostSpec, pci: PciLayout) -> None:
         w.attr(f"{MODULES}/nvidia/version", spec.nvml_driver_version)
     if "kvm" in mods:
         w.raw("dev/kvm", "")  # a regular file stands for the character device (a tree cannot mknod)
-    if spec.vfio_loaded:
+    if "vfio" in mods:
         w.raw("dev/vfio/vfio", "")
     w.mkdir("dev/vfio")
     _write_acpi(w, spec)

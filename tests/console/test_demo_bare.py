@@ -7,6 +7,7 @@ import json
 import os
 import re
 import xml.etree.ElementTree as ET
+from dataclasses import replace
 from pathlib import Path
 
 import pynvml
@@ -14,13 +15,22 @@ import pytest
 
 from nodeconsole.console.cli import main
 from nodeconsole.console.cpulist import parse_cpulist
+from nodeconsole.console.demo.boot import (
+    BootConfig,
+    bare_spec,
+    boot_hugepages,
+    boot_spec,
+    iommu_on,
+    read_boot_config,
+)
 from nodeconsole.console.demo.commands import DemoCommands
 from nodeconsole.console.demo.gen_config import config_space
 from nodeconsole.console.demo.gen_pci import Func
-from nodeconsole.console.demo.generator import demo_spec, generate
+from nodeconsole.console.demo.generator import demo_spec, generate, small_spec
 from nodeconsole.console.demo.kernel import SimulatedKernel
 from nodeconsole.console.demo.nvml_sim import SimulatedNvml
-from nodeconsole.console.demo.spec import Link
+from nodeconsole.console.demo.spec import Link, walk
+from nodeconsole.console.demo.state import ensure_demo
 from nodeconsole.console.doctor import bootloader, facts
 from nodeconsole.console.root import Root
 
@@ -29,6 +39,7 @@ SW0_PORTS = ("0000:15:01.0", "0000:17:00.0", "0000:17:01.0", "0000:17:02.0")  # 
 SW3_PORTS = ("0000:b9:00.0", "0000:b9:01.0", "0000:b9:02.0", "0000:b9:03.0")  # the switch without ACS
 GPUS = ("0000:18:00.0", "0000:19:00.0", "0000:3a:00.0", "0000:3b:00.0", "0000:9a:00.0", "0000:9b:00.0",
         "0000:ba:00.0", "0000:bb:00.0")
+GIB = 1048576
 ACS_ON = facts.ACS_SV | facts.ACS_RR | facts.ACS_CR | facts.ACS_UF
 
 
@@ -276,6 +287,95 @@ def test_bare_set_up_by_hand_then_rebooted(tmp_path, capsys, monkeypatch):
     assert _cli(capsys, monkeypatch, state, "demo", "reboot")[0] == 0
     assert "nouveau" in _modules(root) and root.read(facts.BOOT_ID) not in (boot_id, second)
     assert ET.parse(state / "libvirt.xml").getroot().find("domain") is None
+    # a demo from an older release is regenerated as the variant it was
+    (state / "demo-stamp.json").write_text("{}")
+    ensure_demo(state)
+    assert json.loads((state / "demo-host.json").read_text()) == {"bare": True, "boot_count": 0}
+    assert "nouveau" in _modules(root) and root.listdir(facts.IOMMU_GROUPS) == []
+
+
+# -- what a boot reads and brings up (pure) -------------------------------------------------------------
+
+@pytest.mark.parametrize("words, sysctl, want", [
+    ("default_hugepagesz=1G hugepagesz=1G hugepages=288", {}, {(0, GIB): 144, (1, GIB): 144}),
+    ("hugepagesz=1G hugepages=5", {}, {(0, GIB): 3, (1, GIB): 2}),  # the first nodes take the remainder
+    ("hugepagesz=1G hugepages=0:42,1:10", {}, {(0, GIB): 42, (1, GIB): 10}),
+    ("hugepages=512 hugepagesz=1G hugepages=4", {}, {(0, 2048): 256, (1, 2048): 256, (0, GIB): 2, (1, GIB): 2}),
+    ("default_hugepagesz=1G hugepages=8", {}, {(0, GIB): 4, (1, GIB): 4}),
+    ("", {"vm.nr_hugepages": "1024"}, {(0, 2048): 512, (1, 2048): 512}),
+    ("intel_iommu=on", {}, {}),
+])
+def test_boot_hugepages(words, sysctl, want):
+    assert boot_hugepages(words.split(), sysctl, 2) == want
+
+
+@pytest.mark.parametrize("vendor, words, want", [
+    ("GenuineIntel", "intel_iommu=on", True), ("GenuineIntel", "", False),
+    ("GenuineIntel", "intel_iommu=on iommu=off", False), ("GenuineIntel", "intel_iommu=on intel_iommu=off", False),
+    ("AuthenticAMD", "", True), ("AuthenticAMD", "amd_iommu=off", False),
+])
+def test_iommu_flags(vendor, words, want):
+    spec = replace(small_spec(), cpu=replace(small_spec().cpu, vendor_id=vendor))
+    assert iommu_on(spec, words.split()) is want
+    assert not iommu_on(replace(spec, acpi_iommu_table=False), words.split())  # no firmware table, no IOMMU
+
+
+def _boot(**kw) -> BootConfig:
+    cfg = dict(cmdline_words=("intel_iommu=on",), modules=(), blacklist=frozenset(), vfio_ids=frozenset(),
+               vfio_softdep=False, allow_unsafe_interrupts=False, sysctl={}, persistenced=False, driverctl={},
+               mig_pending={})
+    cfg.update(kw)
+    return BootConfig(**cfg)  # type: ignore[arg-type]
+
+
+def _drivers(spec) -> dict[str, tuple[str | None, str | None]]:
+    return {a: (d.driver, d.driver_override) for a, d, _p, _h in walk(spec) if d.gpu}
+
+
+def test_boot_spec_binds_by_driverctl_ids_and_the_iommu():
+    base = bare_spec(small_spec(gpus=2))
+    gpu0, gpu1 = "0000:18:00.0", "0000:19:00.0"
+    assert _drivers(boot_spec(base, _boot(), 1)) == {gpu0: ("nvidia", None), gpu1: ("nvidia", None)}
+    ids = frozenset({(0x10DE, 0x2330)})
+    # ids= takes every card of the model, but only when vfio-pci loads before nvidia
+    assert set(_drivers(boot_spec(base, _boot(vfio_ids=ids, modules=("vfio_pci",)), 1)).values()) == {("vfio-pci", None)}
+    assert set(_drivers(boot_spec(base, _boot(vfio_ids=ids), 1)).values()) == {("nvidia", None)}
+    # driverctl names one device; without the IOMMU vfio-pci cannot take it and it stays unbound
+    saved = {gpu1: "vfio-pci"}
+    spec = boot_spec(base, _boot(driverctl=saved), 2)
+    assert _drivers(spec) == {gpu0: ("nvidia", None), gpu1: ("vfio-pci", "vfio-pci")} and spec.vfio_loaded
+    spec = boot_spec(base, _boot(cmdline_words=(), driverctl=saved, vfio_ids=ids, vfio_softdep=True), 2)
+    assert _drivers(spec) == {gpu0: ("nvidia", None), gpu1: (None, "vfio-pci")} and not spec.iommu
+    assert spec.boot_count == 2 and spec.nouveau_loaded and spec.numa_balancing == 1
+    spec = boot_spec(base, _boot(blacklist=frozenset({"nouveau"}), sysctl={"kernel.numa_balancing": "0"},
+                                 persistenced=True, modules=("vfio", "br_netfilter")), 3)
+    assert not spec.nouveau_loaded and spec.numa_balancing == 0 and spec.persistence_mode
+    assert not spec.vfio_loaded and spec.modules_extra == ("br_netfilter", "vfio", "vfio_iommu_type1")
+
+
+def test_read_boot_config(tmp_path):
+    root = tmp_path
+    files = {
+        "etc/default/grub": 'GRUB_CMDLINE_LINUX="console=ttyS0"\nGRUB_CMDLINE_LINUX_DEFAULT="quiet intel_iommu=on"\n',
+        "etc/modules-load.d/a.conf": "# vfio\nvfio-pci\n; comment\n",
+        "etc/modules-load.d/ignored.txt": "nouveau\n",
+        "etc/initramfs-tools/modules": "vfio_iommu_type1 dma_entry_limit=1\n",
+        "etc/modprobe.d/x.conf": ("blacklist nouveau\ninstall nvidiafb /bin/false\noptions vfio-pci ids=10de:2330,10de:22a3\n"
+                                 "softdep nvidia pre: vfio-pci\noptions vfio_iommu_type1 allow_unsafe_interrupts=1\n"),
+        "etc/sysctl.d/10-a.conf": "kernel.numa_balancing = 1\n",
+        "etc/sysctl.d/90-b.conf": "kernel/numa_balancing=0  # pinned VMs\n",
+        "etc/driverctl.d/pci-0000:19:00.0": "vfio-pci\n",
+    }
+    for rel, text in files.items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text(text)
+    boot = read_boot_config(Root(root), {"gpus": [{"address": "0000:18:00.0", "mig": {"current": 0, "pending": 1}}]})
+    assert boot.cmdline_words == ("console=ttyS0", "quiet", "intel_iommu=on")
+    assert boot.modules == ("vfio_pci", "vfio_iommu_type1")
+    assert boot.blacklist == {"nouveau", "nvidiafb"} and boot.vfio_softdep and boot.allow_unsafe_interrupts
+    assert boot.vfio_ids == {(0x10DE, 0x2330), (0x10DE, 0x22A3)}
+    assert boot.sysctl["kernel.numa_balancing"] == "0" and not boot.persistenced
+    assert boot.driverctl == {"0000:19:00.0": "vfio-pci"} and boot.mig_pending == {"0000:18:00.0": True}
 
 
 # -- reboot of the configured demo ----------------------------------------------------------------------
