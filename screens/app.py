@@ -38,6 +38,7 @@ if TYPE_CHECKING:  # the actions and the NCCL screen are imported on first use
     from nodeconsole.actions.runner import Progress, RunResult
     from nodeconsole.actions.session import ActionSession, Request
     from nodeconsole.screens.nccl import NcclScreen
+    from nodeconsole.screens.setup import SetupScreen
 
 HISTORY = 30  # samples of VM CPU % kept for the sparklines
 
@@ -46,7 +47,8 @@ class NodeConsoleApp(App):
     TITLE = "nodeconsole"
     CSS_PATH = CSS_PATH
     MODES = {"overview": OverviewScreen, "topology": TopologyScreen, "iommu": IommuScreen,
-             "gpus": GpusScreen, "vms": VmsScreen, "nccl": lambda: _nccl_screen()}
+             "gpus": GpusScreen, "vms": VmsScreen, "nccl": lambda: _nccl_screen(),
+             "setup": lambda: _setup_screen()}
     BINDINGS: ClassVar[list[BindingType]] = [*bindings()]
 
     def __init__(self, seams: Seams | Callable[[], Seams], interval: float = 1.0, theme: str | None = None,
@@ -125,7 +127,27 @@ class NodeConsoleApp(App):
         for gone in set(self.vm_history) - {v.name for v in snap.vms}:
             del self.vm_history[gone]
         self.render_current()
+        if self.polls == 1:
+            self._resume_setup()
         self._rearm()
+
+    @work(thread=True, exclusive=True, group="resume", exit_on_error=False)
+    def _resume_setup(self) -> None:
+        """A host set up from this console and rebooted since: open at the Setup screen, where the
+        doctor says whether the fixes took effect and what the next step is (the audit log keeps
+        that progress across the reboot)."""
+        try:
+            records = self.new_session().host.audit.records()
+        except Exception:
+            return  # no log, or unreadable: start where the console always starts
+        applied = [r for r in records if r.get("result") == "applied" and not r.get("undone_by")]
+        last = applied[-1] if applied else None
+        if last is not None and last.get("fixes") and last.get("needs_reboot"):
+            self.call_from_thread(self._open_setup)
+
+    def _open_setup(self) -> None:
+        if self.current_mode == "overview":  # the admin has not gone elsewhere meanwhile
+            self.switch_mode("setup")
 
     def _rearm(self) -> None:
         if not self.paused and self._timer is None:
@@ -323,6 +345,13 @@ def _nccl_screen() -> NcclScreen:
     from nodeconsole.screens.nccl import NcclScreen
 
     return NcclScreen()
+
+
+def _setup_screen() -> SetupScreen:
+    # imported on first use, like the NCCL screen
+    from nodeconsole.screens.setup import SetupScreen
+
+    return SetupScreen()
 
 
 def run_app(seams: Seams | Callable[[], Seams], interval: float = 1.0, theme: str | None = None) -> int:

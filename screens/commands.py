@@ -24,6 +24,8 @@ COMMANDS: tuple[Command, ...] = (
     Command("4", "show('gpus')", "GPUs", "Ownership, MIG slices, vGPU, processes, health", "Screens", footer=False),
     Command("5", "show('vms')", "VMs", "VM load, vCPU pins against host CPUs, hostdevs", "Screens", footer=False),
     Command("6", "show('nccl')", "NCCL", "Quick NCCL checks: preflight, run, verdict", "Screens", footer=False),
+    Command("7", "show('setup')", "Setup", "Host readiness (doctor) and the guided first-time setup", "Screens",
+            footer=False),
     Command("slash", "filter", "Filter", "Filter the rows of the current table", "Table"),
     Command("enter", "details", "Details", "Open the details of the selected row", "Table", footer=False),
     Command("a", "passthrough", "Passthrough", "Plan giving the selected GPU to vfio-pci (GPUs screen)",
