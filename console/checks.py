@@ -64,10 +64,11 @@ def _host_problems(snap: HostSnapshot) -> list[Problem]:
                                f"{name} {status}", _source_fix(name)))
     if snap.sources.sysfs == "ok" and not snap.iommu.enabled:
         out.append(Problem("warning", "iommu", "IOMMU is off: no GPU can be passed through to a VM",
-                           snap.iommu.how_to_enable))
+                           snap.iommu.how_to_enable, check="iommu"))
     if snap.iommu.acs_override:
         out.append(Problem("warning", "iommu", "ACS override is on the kernel command line: IOMMU "
-                           "groups do not reflect real isolation", "remove pcie_acs_override"))
+                           "groups do not reflect real isolation", "remove pcie_acs_override",
+                           check="acs-override"))
     return out
 
 
@@ -90,7 +91,8 @@ def _gpu_problems(snap: HostSnapshot, g: Gpu, by_addr: dict[str, PciDevice]) -> 
     if g.link.downtrained:
         out.append(Problem("warning", g.address,
                            f"{label}: PCIe link x{g.link.current_width} of x{g.link.max_width}",
-                           "reseat the card or check the riser/slot; the link trained below its width"))
+                           "reseat the card or check the riser/slot; the link trained below its width",
+                           check="pcie-link"))
     grp = snap.group(g.iommu_group)
     if grp is not None and g.owner.kind != "vfio":
         # Judge the group from this GPU's side: its own card's functions never block it.
@@ -99,10 +101,10 @@ def _gpu_problems(snap: HostSnapshot, g: Gpu, by_addr: dict[str, PciDevice]) -> 
             out.append(Problem("warning", g.address,
                                f"{label}: cannot be passed through: {'; '.join(blockers)}",
                                "move the card to a slot with its own IOMMU group, or enable ACS "
-                               "on the switch above it"))
+                               "on the switch above it", check="acs"))
     if g.mig.mode != NA and g.mig.pending_mode != NA and g.mig.mode != g.mig.pending_mode:
         out.append(Problem("info", g.address, f"{label}: MIG mode {g.mig.pending_mode} is pending",
-                           "reset the GPU (stops everything on it) or reboot to apply"))
+                           "reset the GPU (stops everything on it) or reboot to apply", check="mig-pending"))
     if g.owner.kind == "vfio" and not g.owner.vms:
         out.append(Problem("info", g.address, f"{label}: on vfio-pci but no VM uses it",
                            f"`nodeconsole release {g.address}` gives it back to the host"))

@@ -340,6 +340,7 @@ class Problem:
     subject: str  # what it is about: a GPU address, VM name, "iommu", a source
     message: str
     fix: str = ""
+    check: str = ""  # the doctor check (`nodeconsole doctor`, the Setup screen) that covers it, if any
 
 
 def to_jsonable(obj: Any) -> Any:

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from textual.app import ComposeResult
+from textual.binding import Binding
 from textual.widgets import Static
 
 from nodeconsole.console.checks import vm_alignment
@@ -59,7 +60,9 @@ def problems_view(problems):
     shown = problems[:6]
     items = []
     for p in shown:  # one line each, so several fit at 80x24 (Enter on a GPU/VM shows the whole text)
-        t = severity_text(p.severity, p.message)
+        # a problem the doctor covers names its check first: `s` opens the Setup screen on it (the
+        # check, what was read and the fix)
+        t = severity_text(p.severity, f"[{p.check}] {p.message}" if p.check else p.message)
         t.no_wrap, t.overflow = True, "ellipsis"
         items.append(t)
     if len(problems) > len(shown):
@@ -69,6 +72,19 @@ def problems_view(problems):
 
 class OverviewScreen(SnapshotScreen):
     TITLE = "Overview"
+    BINDINGS = [Binding("s", "setup", "Setup")]
+
+    def action_setup(self) -> None:
+        """Open the Setup screen on the first problem's doctor check (the check's fix is there)."""
+        snap = self.snapshot
+        check = next((p.check for p in snap.problems if p.check), None) if snap is not None else None
+        self.app.switch_mode("setup")
+        if check:
+            from nodeconsole.screens.setup import SetupScreen
+
+            screen = self.app.screen
+            if isinstance(screen, SetupScreen):
+                screen.show_check(check)
 
     def compose_body(self) -> ComposeResult:
         yield Static(id="host-info")

@@ -134,6 +134,7 @@ class SetupScreen(SnapshotScreen):
         self._ran_at = 0.0  # monotonic time of the last doctor run
         self._ran_for: tuple[float, int, str] | None = None  # (snapshot time, changes applied, role)
         self._placed = False  # the cursor was put on the next step once
+        self._wanted: str | None = None  # a check asked for (the Overview's `s`), shown when read
 
     def compose_body(self) -> ComposeResult:
         yield Static(Text("reading the host…"), id="setup-summary")
@@ -191,13 +192,22 @@ class SetupScreen(SnapshotScreen):
             finding = c.finding if not c.pending else f"{c.finding} [{c.pending}]"
             rows.append((c.id, (str(n), Text(label, style=style), c.id, Text(visible(finding)))))
         table.sync(rows)
-        if not self._placed and rows:
+        keys = [k for k, _ in rows]
+        if self._wanted in keys:
+            table.move_cursor(row=keys.index(self._wanted))
+            self._wanted, self._placed = None, True
+        elif not self._placed and rows:
             self._placed = True
             nxt = todo(report)
             if nxt:
-                keys = [k for k, _ in rows]
                 table.move_cursor(row=keys.index(nxt[0].id))
         self._show_check(table.selected_key())
+
+    def show_check(self, check_id: str) -> None:
+        """Put the cursor on a check (now, or when the doctor has read the host)."""
+        self._wanted = check_id
+        if self.report is not None:
+            self._show_report(self.report)
 
     def _show_check(self, key: str | None) -> None:
         c = self.report.check(key) if self.report is not None and key else None

@@ -26,7 +26,11 @@ async def test_setup_screen_takes_a_bare_demo_to_ready_with_one_reboot(tmp_path,
     async with app.run_test(size=(100, 40)) as pilot:
         assert await wait_until(pilot, lambda: app.polls >= 1, tries=200)
         assert app.current_mode == "overview"  # nothing was set up yet: the usual start
-        await pilot.press("7")
+        shown = app.screen.query_one("#problems", Static).content
+        problems = [t.plain for t in shown.renderables]
+        assert any("[iommu] IOMMU is off" in p for p in problems), problems  # the Overview names the doctor's check…
+        await pilot.press("s")  # …and `s` opens the Setup screen on it
+        assert await wait_until(pilot, lambda: app.current_mode == "setup")
         assert await wait_until(pilot, lambda: _report(app) is not None, tries=200)
         screen = app.screen
         report = screen.report
