@@ -10,6 +10,7 @@ from nodeconsole.console.doctor.checks_common import Context, Verdict, active, g
 from nodeconsole.console.doctor.files import (
     SYSCTL_DIRS,
     SYSTEMD_CONF_DIRS,
+    HostFiles,
     cpu_set,
     kernel_cpu_list,
     meminfo_kib,
@@ -17,7 +18,8 @@ from nodeconsole.console.doctor.files import (
     systemd_setting,
 )
 from nodeconsole.console.doctor.model import CheckResult, Evidence, Fix
-from nodeconsole.console.model import Vm
+from nodeconsole.console.model import HostSnapshot, Vm
+from nodeconsole.console.root import Root
 
 SPREAD_MODES = ("strict", "restrictive", "interleave")  # numatune modes that keep memory on the nodeset
 
@@ -181,6 +183,15 @@ def host_cpus(ctx: Context, v: Verdict) -> tuple[set[int] | None, str]:
     if isolated:
         return online - isolated, how
     return None, ""
+
+
+def kept_host_cpus(snap: HostSnapshot, root: Root) -> tuple[frozenset[int] | None, str]:
+    """The online CPUs the host keeps for itself, as the host-cores check reads them (isolcpus= and
+    nohz_full= on the running kernel's command line, systemd's CPUAffinity=), and how they are kept
+    ("CPUAffinity=0-1,32-33 (/etc/systemd/system.conf.d/…)"). None when nothing keeps any, or when what
+    would say so cannot be read."""
+    kept, how = host_cpus(Context(snap, HostFiles(root), "mixed"), Verdict("host-cores"))
+    return (frozenset(kept) if kept else None), how
 
 
 def check_host_cores(ctx: Context) -> CheckResult:
