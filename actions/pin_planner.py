@@ -5,24 +5,29 @@ The planner works on a `Topology` (online CPUs by NUMA node, hyperthread sibling
 HostSnapshot. Rules (REFERENCE.md §8):
 - vCPUs go to the NUMA node of the VM's GPUs (NICs when it has no GPU); GPUs on several nodes get a
   split, vCPUs shared out by GPU count, and a warning;
-- a host reserve (default: the first core of each node with its hyperthread siblings) never gets a
-  vCPU; emulator threads go there, on the VM's node;
+- a host reserve never gets a vCPU; emulator threads go there, on the VM's node. By default it is the
+  CPUs the host keeps for itself (isolcpus=/nohz_full=/systemd CPUAffinity=, as the doctor's host-cores
+  check reads them) plus, on a node where the host keeps none, that node's first core with its
+  hyperthread siblings;
 - guest thread pairs land on host sibling pairs; a guest without threads gets one physical core per
   vCPU first;
-- CPUs that other running VMs are pinned to are avoided; when the node has too few free CPUs they are
-  used and the overlap is reported (the plan shows it and the admin confirms);
+- CPUs that any other defined VM is pinned to (running, paused or shut off: a stopped VM gets its CPUs
+  back when it starts) are never proposed; when the node has too few free CPUs the proposal is refused
+  naming those VMs, unless the admin allows the overlap (`allow_overlap`): then the least crowded of
+  their CPUs are shared and the proposal says which VMs' CPUs it shares;
 - two vCPUs of the VM never share a host CPU unless the admin asked for it (a `--cpus` list shorter
   than the vCPU count); a node without room refuses instead;
 - same input, same proposal: every choice is made in CPU id order.
 """
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from nodeconsole.console.cpulist import format_cpulist, parse_cpulist
 from nodeconsole.console.model import HostSnapshot, Vm
 
-INACTIVE = ("shut off", "crashed")  # VMs without running threads: their pins take no CPU time
+INACTIVE = ("shut off", "crashed")  # VMs without running threads (their pins still hold CPUs for their next start)
 CORE_SHARE_WARN = 0.70  # more than this share of a node's physical cores for one VM: warn
 MEMORY_PER_VRAM = 2  # VM memory below this many times its GPUs' VRAM starves data loading
 H100_VRAM_MIB = 80 * 1024  # when NVML cannot see the GPU (vfio-pci)
@@ -72,12 +77,13 @@ def topology_of(snap: HostSnapshot) -> Topology:
                     node_memory_kib={n.id: n.memory_kib for n in snap.numa_nodes})
 
 
-def default_reserve(topo: Topology) -> tuple[int, ...]:
-    """The first core of each NUMA node with its hyperthread siblings: left to the host."""
-    out: set[int] = set()
+def default_reserve(topo: Topology, kept: frozenset[int] | None = None) -> tuple[int, ...]:
+    """The host reserve: the CPUs the host keeps for itself (`kept`, e.g. systemd's CPUAffinity=), and
+    on every NUMA node where it keeps none, that node's first core with its hyperthread siblings."""
+    out: set[int] = set(kept or ())
     for node in topo.nodes:
         cpus = topo.node_cpus(node)
-        if cpus:
+        if cpus and not out & set(cpus):
             out.update(topo.siblings[cpus[0]])
     return tuple(sorted(out))
 
@@ -176,11 +182,11 @@ def request_for(snap: HostSnapshot, vm: Vm, cpus: tuple[int, ...] | None = None)
 
 
 def busy_cpus(snap: HostSnapshot, topo: Topology, exclude: str) -> dict[int, tuple[str, ...]]:
-    """CPU → the other active VMs whose vCPUs or emulator threads are pinned there. A pin to every
-    online CPU is no pin at all."""
+    """CPU → the other defined VMs (running, paused or shut off) whose vCPUs or emulator threads are
+    pinned there. A pin to every online CPU is no pin at all."""
     out: dict[int, set[str]] = {}
     for v in snap.vms:
-        if v.name == exclude or v.state in INACTIVE:
+        if v.name == exclude:
             continue
         for cpus in [p.cpus for p in v.pins] + [v.emulator_pins]:
             if cpus and not topo.online <= set(cpus):
@@ -229,9 +235,43 @@ def _split(req: PinRequest) -> list[tuple[int, int]]:
     return [(node, s * t) for node, s in shares if s]
 
 
+@dataclass(frozen=True)
+class Busy:
+    """Other VMs' pins as the planner avoids them: CPU → the VMs pinned there, and each VM's state."""
+    cpus: dict[int, tuple[str, ...]]
+    states: dict[str, str] = field(default_factory=dict)
+
+    def who(self, names: Iterable[str], cpus_of: dict[str, list[int]] | None = None) -> str:
+        """'VM a (running)' / 'VMs a (running, CPU 4-5) and b (shut off, CPU 6)'."""
+        names = sorted(set(names))
+        parts = []
+        for n in names:
+            extra = [self.states[n]] if self.states.get(n) else []
+            if cpus_of is not None and cpus_of.get(n):
+                extra.append(f"CPU {format_cpulist(cpus_of[n])}")
+            parts.append(n + (f" ({', '.join(extra)})" if extra else ""))
+        head = "VM " if len(parts) == 1 else "VMs "
+        return head + (parts[0] if len(parts) == 1 else ", ".join(parts[:-1]) + " and " + parts[-1])
+
+    def of(self, cpus: Iterable[int]) -> dict[str, list[int]]:
+        """VM → which of `cpus` it is pinned to."""
+        out: dict[str, list[int]] = {}
+        for c in sorted(set(cpus)):
+            for n in self.cpus.get(c, ()):
+                out.setdefault(n, []).append(c)
+        return out
+
+
+def busy_of(snap: HostSnapshot, topo: Topology, exclude: str) -> Busy:
+    """`busy_cpus` with the VMs' states, for messages."""
+    return Busy(busy_cpus(snap, topo, exclude), {v.name: v.state for v in snap.vms})
+
+
 def propose(topo: Topology, req: PinRequest, reserve: tuple[int, ...],
-            busy: dict[int, tuple[str, ...]]) -> Proposal:
-    """Place `req` on `topo`, leaving `reserve` to the host and avoiding `busy` CPUs when it can."""
+            busy: dict[int, tuple[str, ...]] | Busy, allow_overlap: bool = False) -> Proposal:
+    """Place `req` on `topo`, leaving `reserve` to the host and never onto `busy` CPUs (other VMs'
+    pins), unless `allow_overlap`: then busy CPUs are shared when the node has too few others."""
+    taken = busy if isinstance(busy, Busy) else Busy(dict(busy))
     base = Proposal(vm=req.vm, reserve=tuple(sorted(reserve)))
     if req.vcpus < 1:
         return _with(base, refusal=f"VM {req.vm} has no vCPUs", fix="give the VM vCPUs (virsh setvcpus)")
@@ -239,17 +279,17 @@ def propose(topo: Topology, req: PinRequest, reserve: tuple[int, ...],
     warnings: list[str] = []
     notes: list[str] = []
     if req.cpus is not None:
-        got = _place_listed(topo, req, reserve, base, warnings, notes)
+        got = _place_listed(topo, req, reserve, taken, allow_overlap, base, warnings, notes)
     else:
-        got = _place_by_devices(topo, req, reserved, busy, base, warnings)
+        got = _place_by_devices(topo, req, reserved, taken, allow_overlap, base, warnings)
     if isinstance(got, Proposal):
         return got  # refused
     placed, nodes = got
-    overlaps = tuple((c, busy[c]) for c in sorted(set(placed)) if c in busy)
+    overlaps = tuple((c, taken.cpus[c]) for c in sorted(set(placed)) if c in taken.cpus)
     if overlaps:
-        vms = sorted({v for _, names in overlaps for v in names})
-        warnings.append(f"CPU {format_cpulist(c for c, _ in overlaps)} also run VM {', '.join(vms)}: "
-                        "the VMs will compete for them")
+        shared = taken.of(c for c, _ in overlaps)
+        warnings.append(f"CPU {format_cpulist(c for c, _ in overlaps)} shared on purpose (overlap allowed) "
+                        f"with {taken.who(shared, shared)}: the VMs compete for those CPUs whenever both run")
     emulator = tuple(c for c in sorted(reserved) if c in topo.online and topo.node_of.get(c) in nodes)
     emulator = emulator or tuple(c for c in sorted(reserved) if c in topo.online)
     if not emulator:
@@ -259,10 +299,10 @@ def propose(topo: Topology, req: PinRequest, reserve: tuple[int, ...],
                     reserve=base.reserve, overlaps=overlaps, warnings=tuple(warnings), notes=tuple(notes))
 
 
-def _place_listed(topo: Topology, req: PinRequest, reserve: tuple[int, ...], base: Proposal,
-                  warnings: list[str], notes: list[str]) -> tuple[list[int], tuple[int, ...]] | Proposal:
+def _place_listed(topo: Topology, req: PinRequest, reserve: tuple[int, ...], busy: Busy, allow_overlap: bool,
+                  base: Proposal, warnings: list[str], notes: list[str]) -> tuple[list[int], tuple[int, ...]] | Proposal:
     """--cpus: the vCPUs on the listed CPUs (shared when the list is shorter). The CPUs and their nodes,
-    or a refusal."""
+    or a refusal (a listed CPU in the reserve, or pinned by another VM without `allow_overlap`)."""
     assert req.cpus is not None
     reserved = set(reserve)
     chosen = sorted(set(req.cpus))
@@ -273,6 +313,12 @@ def _place_listed(topo: Topology, req: PinRequest, reserve: tuple[int, ...], bas
         return _with(base, refusal=f"CPU {format_cpulist(inside)} is in the host reserve "
                                    f"({format_cpulist(reserve)}): the host keeps those for itself",
                      fix="choose CPUs outside the reserve, or set the reserve with --reserve LIST")
+    pinned = busy.of(chosen)
+    if pinned and not allow_overlap:
+        cpus = sorted({c for v in pinned.values() for c in v})
+        return _with(base, refusal=f"CPU {format_cpulist(cpus)} of --cpus is pinned to "
+                                   f"{busy.who(pinned, pinned)}",
+                     fix="choose other CPUs, or add --allow-overlap to share them on purpose")
     nodes = tuple(sorted({topo.node_of[c] for c in chosen}))
     cores = sorted({tuple(x for x in topo.siblings[c] if x in chosen) for c in chosen})
     placed = _assign(min(req.vcpus, len(chosen)), _threads(req), cores, set(chosen))
@@ -286,7 +332,7 @@ def _place_listed(topo: Topology, req: PinRequest, reserve: tuple[int, ...], bas
     return placed, nodes
 
 
-def _place_by_devices(topo: Topology, req: PinRequest, reserved: set[int], busy: dict[int, tuple[str, ...]],
+def _place_by_devices(topo: Topology, req: PinRequest, reserved: set[int], busy: Busy, allow_overlap: bool,
                       base: Proposal, warnings: list[str]) -> tuple[list[int], tuple[int, ...]] | Proposal:
     """The vCPUs on the nodes of the VM's GPUs (split between them), else of its NIC. The CPUs and their
     nodes, or a refusal."""
@@ -307,7 +353,11 @@ def _place_by_devices(topo: Topology, req: PinRequest, reserved: set[int], busy:
                      fix=f"choose its CPUs: nodeconsole pin {req.vm} --cpus LIST")
     placed: list[int] = []
     for node, k in targets:
-        got, err = _place_on_node(topo, node, k, _threads(req), reserved, busy)
+        got, err, crowded = _place_on_node(topo, node, k, _threads(req), reserved, busy, allow_overlap)
+        if crowded:
+            return _with(base, refusal=f"VM {req.vm} needs {k} CPUs on node {node}: {err}",
+                         fix=f"add --allow-overlap to share CPUs with those VMs on purpose, re-pin or remove "
+                             f"one of them, give VM {req.vm} fewer vCPUs, or choose its CPUs with --cpus LIST")
         if err:
             return _with(base, refusal=f"VM {req.vm} needs {k} CPUs on node {node}: {err}",
                          fix=f"give the VM fewer vCPUs, or choose its CPUs: nodeconsole pin {req.vm} "
@@ -326,18 +376,31 @@ def _threads(req: PinRequest) -> int:
     return req.threads_per_core if req.vcpus % req.threads_per_core == 0 else 1
 
 
-def _place_on_node(topo: Topology, node: int, k: int, threads: int, reserved: set[int],
-                   busy: dict[int, tuple[str, ...]]) -> tuple[list[int], str]:
+def _place_on_node(topo: Topology, node: int, k: int, threads: int, reserved: set[int], busy: Busy,
+                   allow_overlap: bool) -> tuple[list[int], str, bool]:
+    """k CPUs of `node`: (CPUs, why not, whether other VMs' pins are what is in the way)."""
     usable = [c for c in topo.node_cpus(node) if c not in reserved]
     if len(usable) < k:
-        return [], f"node {node} has {len(usable)} online CPU(s) outside the host reserve"
+        return [], f"node {node} has {len(usable)} online CPU(s) outside the host reserve", False
     cores = topo.cores(node)
-    free = {c for c in usable if c not in busy}
+    free = {c for c in usable if c not in busy.cpus}
     got = _assign(k, threads, cores, free)
-    if len(got) < k:  # too few free CPUs: share the least crowded ones, the plan says so
-        rest = sorted((c for c in usable if c not in got), key=lambda c: (len(busy.get(c, ())), c))
-        got += rest[:k - len(got)]
-    return got, ""
+    if len(got) < k and not allow_overlap:
+        held = busy.of(c for c in usable if c in busy.cpus)
+        return [], (f"node {node} has {len(free)} CPU(s) outside the host reserve that no other VM is "
+                    f"pinned to; the others are pinned to {busy.who(held, held)}"), True
+    if len(got) < k:  # allowed: share the least crowded of the other VMs' CPUs, the plan says so; a
+        # stopped VM's CPU before a running one's (nothing competes for it until that VM starts)
+        def crowd(c: int) -> tuple[int, int]:
+            users = busy.cpus[c]
+            return sum(busy.states.get(n) not in INACTIVE for n in users), len(users)
+        shared = [c for c in usable if c in busy.cpus]
+        for level in sorted({crowd(c) for c in shared}):
+            tier = {c for c in shared if crowd(c) <= level} - set(got)
+            got += _assign(k - len(got), threads, cores, tier)
+            if len(got) == k:
+                break
+    return got, "", False
 
 
 def _size_warnings(topo: Topology, req: PinRequest, placed: list[int], nodes: tuple[int, ...]) -> list[str]:

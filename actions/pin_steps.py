@@ -16,7 +16,9 @@ Where the state lives:
   planner only includes "numa" live when the mode stays);
 - real libvirt, "config": the inactive XML edited and defined again (a removed pin is really removed,
   which pinVcpuFlags(CONFIG) cannot do);
-- the demo's node file, "config" (the test driver serves it as the running state too): the file itself.
+- the demo's node file, "config": the file itself. The libvirt test driver serves that one definition
+  as both the running VM and its config, so for a running VM one edit sets its pins live and in its
+  config (`pin_scopes` says so).
 Both config edits go through console/domain_edits.py, which splices only the pin and memory-policy
 elements, so apply + undo leave the stored text byte for byte as it was.
 """
@@ -86,12 +88,58 @@ def read_xml_state(xml: str) -> PinState:
     return PinState(vcpus=vcpus, emulator=emu.get("cpuset") if emu is not None else None, numa=numa)
 
 
-def scopes(cfg: DomainStore, vm: str) -> tuple[str, ...]:
-    """Where a VM's pins are set: live and config for a running VM on libvirt; the config alone for a
-    shut-off VM and for the demo's node file (the test driver serves it as the running state too)."""
-    if isinstance(cfg, LibvirtDomainConfig) and cfg.is_active(vm):
-        return ("live", "config")
-    return ("config",)
+LIVE_AND_CONFIG = "live now and in the config (kept at the next start)"
+_NEXT_START = "only its config changes; the pins take effect at its next start"
+
+
+@dataclass(frozen=True)
+class PinScopes:
+    """Where a VM's pins are set: the steps' scopes, whether the running VM changes now, and what the
+    plan says about it ("VM x is running: " + `says`)."""
+    scopes: tuple[str, ...]
+    live: bool
+    says: str
+
+
+def pin_scopes(cfg: DomainStore, vm: str, running: bool) -> PinScopes:
+    """Where `vm`'s pins go (`running`: the snapshot's view, for a store without a live state):
+    - libvirt, the VM active: live and in the persistent config; live only for a transient VM (no
+      config); the config only when libvirt cannot show the live pins (the reason is said);
+    - libvirt, the VM not running: the config, used from its next start;
+    - a store that is the running state too (the demo's node file): one edit, live and config;
+    - any other store: the config only (live pins need a libvirt connection).
+    DomainConfigError when libvirt cannot say whether the VM runs."""
+    if isinstance(cfg, LibvirtDomainConfig):
+        if not cfg.is_active(vm):
+            return PinScopes(("config",), False, _NEXT_START)
+        if not _persistent(cfg, vm):
+            return PinScopes(("live",), True, "its pins are set live now only: it is a transient VM (libvirt "
+                                              "keeps no config for it), so they are gone when it stops")
+        try:
+            cfg.live_xml(vm)
+        except DomainConfigError as e:
+            return PinScopes(("config",), False, "its pins are set in the config only, from its next start: "
+                                                 f"its live pins cannot be read ({e})")
+        return PinScopes(("live", "config"), True, f"its pins are set {LIVE_AND_CONFIG}")
+    if not running:
+        return PinScopes(("config",), False, _NEXT_START)
+    label = getattr(cfg, "label", "domain store")
+    if getattr(cfg, "one_state", False):
+        return PinScopes(("config",), True, f"its pins are set {LIVE_AND_CONFIG}: libvirt here serves one "
+                                            f"definition (the {label}) as both the running VM and its config, "
+                                            "so one edit sets both")
+    return PinScopes(("config",), False, "its pins are set in the config only, from its next start: live "
+                                         f"pins need a libvirt connection (this host's VMs are read from a "
+                                         f"{label})")
+
+
+def _persistent(cfg: LibvirtDomainConfig, vm: str) -> bool:
+    import libvirt
+
+    try:
+        return bool(cfg.domain(vm).isPersistent())
+    except libvirt.libvirtError as e:
+        raise DomainConfigError(f"libvirt: {e.get_error_message()}") from None
 
 
 def host_cpus(cfg: DomainStore) -> frozenset[int]:
@@ -138,25 +186,27 @@ def _write_live(cfg: LibvirtDomainConfig, vm: str, target: PinState, with_numa: 
             raise StepError(f"CPU {format_cpulist(beyond)} is beyond this host's {width} CPUs")
         return tuple(i in cpus for i in range(width))
 
-    def call(fn: Callable[..., object], *args: object) -> None:
+    def call(what: str, fn: Callable[..., object], *args: object) -> None:
         try:
             fn(*args, _AFFECT_LIVE)
         except libvirt.libvirtError as e:
             if e.get_error_code() not in _RETRY_CURRENT:
-                raise DomainConfigError(f"libvirt: {e.get_error_message()}") from None
+                raise DomainConfigError(f"libvirt refused to set {what} of the running VM {vm}: "
+                                        f"{e.get_error_message()}") from None
             try:  # drivers without the LIVE flag (test driver): flags 0 is the running state
                 fn(*args, 0)
             except libvirt.libvirtError as e2:
-                raise DomainConfigError(f"libvirt: {e2.get_error_message()}") from None
+                raise DomainConfigError(f"libvirt refused to set {what} of the running VM {vm}: "
+                                        f"{e2.get_error_message()}") from None
 
     for v in range(nvcpus):
         if now_v.get(v) != want_v.get(v):
-            call(dom.pinVcpuFlags, v, cpumap(want_v.get(v)))
+            call(f"the pin of vCPU {v}", dom.pinVcpuFlags, v, cpumap(want_v.get(v)))
     if now_e != want_e:
-        call(dom.pinEmulator, cpumap(want_e))
+        call("the emulator pin", dom.pinEmulator, cpumap(want_e))
     if with_numa and want_n is not None and now_n != want_n:  # want_n is None when target.numa is
         # the mode of a running VM's policy cannot change (the planner keeps it); the nodeset can
-        call(dom.setNumaParameters, {"numa_nodeset": format_cpulist(want_n[1])})
+        call("the memory nodes", dom.setNumaParameters, {"numa_nodeset": format_cpulist(want_n[1])})
 
 
 # -- edits of the XML --------------------------------------------------------------------------------
@@ -254,7 +304,7 @@ def vm_pins_step(host: ActionHost, op: Op) -> Step | None:
             return None
         return f"VM {vm}'s {scope} pins read back as: {describe(now, with_numa)}"
 
-    where = "live (the running VM)" if scope == "live" else "in its persistent config"
+    where = "live now (the running VM)" if scope == "live" else "in its persistent config"
     flag = f"--{scope}"
     cmds = [f"virsh vcpupin {vm} {v} {s} {flag}" for v, s in target.vcpus]
     cmds += [f"virsh vcpupin {vm} {v} {_online_text(host)} {flag}  # unpin"

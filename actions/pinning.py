@@ -1,9 +1,13 @@
 """NUMA-aware vCPU pinning of a VM (and of every unpinned GPU VM at once), as a plan.
 
 `plan_pin` asks the placement planner (actions/pin_planner.py) where the VM's vCPUs, emulator threads
-and memory should go, then plans `vm_pins` steps (actions/pin_steps.py): live and in the persistent
-config for a running VM, the config alone for a shut-off one. The first step of each VM carries the
-before/after map of vCPU → host CPU. Only plans: the runner applies, verifies, audits and undoes.
+and memory should go, then plans `vm_pins` steps (actions/pin_steps.py): live now and in the persistent
+config for a running VM, the config alone for a shut-off one; a note says which, and why when live is
+not possible. The planner never proposes a CPU another defined VM (running, paused or shut off) is
+pinned to unless the request allows the overlap, and leaves the host's own CPUs alone: the ones it keeps
+(isolcpus=/nohz_full=/systemd CPUAffinity=, read as the doctor's host-cores check reads them), or the
+admin's --reserve. The first step of each VM carries the before/after map of vCPU → host CPU. Only
+plans: the runner applies, verifies, audits and undoes.
 """
 from __future__ import annotations
 
@@ -12,20 +16,22 @@ from collections.abc import Iterable
 from nodeconsole.actions.libvirt_edit import DomainConfigError
 from nodeconsole.actions.pin_planner import (
     INACTIVE,
+    Busy,
     Proposal,
     Topology,
-    busy_cpus,
+    busy_of,
     default_reserve,
     parse_cpu_choice,
     propose,
     request_for,
     topology_of,
 )
-from nodeconsole.actions.pin_steps import PinState, read_state, scopes
+from nodeconsole.actions.pin_steps import LIVE_AND_CONFIG, PinState, describe, pin_scopes, read_state
 from nodeconsole.actions.plan import Check, Plan, RequestError, StepError, build_step
 from nodeconsole.actions.runner import ActionHost
 from nodeconsole.console.checks import vm_alignment
 from nodeconsole.console.cpulist import format_cpulist
+from nodeconsole.console.doctor.checks_memory import kept_host_cpus
 from nodeconsole.console.model import HostSnapshot, Vm
 
 STRICT = "strict"
@@ -41,13 +47,22 @@ def resolve_vm(snap: HostSnapshot, name: str) -> Vm:
     return vm
 
 
-def _reserve(topo: Topology, text: str | None) -> tuple[int, ...]:
-    if text is None:
-        return default_reserve(topo)
-    try:
-        return parse_cpu_choice(text, topo, "--reserve", online=False)
-    except ValueError as e:
-        raise RequestError(str(e)) from None
+def _reserve(host: ActionHost, snap: HostSnapshot, topo: Topology, text: str | None) -> tuple[tuple[int, ...], str]:
+    """The host reserve and where it comes from: --reserve when given, else the CPUs the host keeps for
+    itself plus the first core of every node where it keeps none."""
+    if text is not None:
+        try:
+            return parse_cpu_choice(text, topo, "--reserve", online=False), "as --reserve sets it"
+        except ValueError as e:
+            raise RequestError(str(e)) from None
+    kept, how = kept_host_cpus(snap, host.root)
+    held = default_reserve(topo, kept)
+    if not kept:
+        return held, ("the first core of each NUMA node: the host keeps none (no isolcpus=, nohz_full= or "
+                      "systemd CPUAffinity=)")
+    extra = sorted(set(held) - kept)
+    return held, (f"kept for the host by {how}" + (f"; {format_cpulist(extra)}: the first core of a node "
+                                                   "where it keeps none" if extra else ""))
 
 
 def _host_checks(host: ActionHost, snap: HostSnapshot) -> list[Check]:
@@ -62,12 +77,13 @@ def _host_checks(host: ActionHost, snap: HostSnapshot) -> list[Check]:
 
 
 def plan_pin(host: ActionHost, snap: HostSnapshot, vm_name: str, cpus: str | None = None,
-             reserve: str | None = None) -> Plan:
+             reserve: str | None = None, allow_overlap: bool = False) -> Plan:
     """Plan pinning `vm_name` onto its GPUs' NUMA node (or onto `cpus`, a CPU list), keeping `reserve`
-    (a CPU list; default: the first core of each node) for the host. RequestError: unknown VM, bad list."""
+    (a CPU list; default: the CPUs the host keeps, else the first core of each node) for the host, and
+    off every other defined VM's pins unless `allow_overlap`. RequestError: unknown VM, bad list."""
     vm = resolve_vm(snap, vm_name)
     topo = topology_of(snap)
-    held = _reserve(topo, reserve)
+    held, source = _reserve(host, snap, topo, reserve)
     chosen = None
     if cpus is not None:
         try:
@@ -75,45 +91,53 @@ def plan_pin(host: ActionHost, snap: HostSnapshot, vm_name: str, cpus: str | Non
         except ValueError as e:
             raise RequestError(str(e)) from None
     req = request_for(snap, vm, chosen)
-    prop = propose(topo, req, held, busy_cpus(snap, topo, vm.name))
+    prop = propose(topo, req, held, busy_of(snap, topo, vm.name), allow_overlap)
     where = (f"CPU {format_cpulist(chosen)}" if chosen is not None else
              f"NUMA node {format_cpulist(prop.nodes)}" if prop.ok else "its devices' NUMA node")
     if chosen is not None:  # the admin's CPUs: say where they are, not where the devices are
         title = f"Pin VM {vm.name} to {where} (chosen), on NUMA node {format_cpulist(prop.nodes) or '?'}"
     else:
         title = f"Pin VM {vm.name} to {where}" + (f", next to {', '.join(req.gpus)}" if req.gpus else "")
-    plan = Plan(action="pin", title=title, request={"vm": vm.name, "cpus": cpus, "reserve": reserve},
-                rebuild=lambda: plan_pin(host, host.snapshot(), vm.name, cpus, reserve))
+    request: dict[str, object] = {"vm": vm.name, "cpus": cpus, "reserve": reserve}
+    if allow_overlap:
+        request["allow_overlap"] = True
+    plan = Plan(action="pin", title=title, request=request,
+                rebuild=lambda: plan_pin(host, host.snapshot(), vm.name, cpus, reserve, allow_overlap))
     plan.checks += _host_checks(host, snap)
     if not plan.ok:
         return plan
-    _add_vm(host, snap, topo, plan, vm, prop)
+    _add_vm(host, snap, topo, plan, vm, prop, source)
     return plan
 
 
-def plan_pin_all(host: ActionHost, snap: HostSnapshot, reserve: str | None = None) -> Plan:
+def plan_pin_all(host: ActionHost, snap: HostSnapshot, reserve: str | None = None,
+                 allow_overlap: bool = False) -> Plan:
     """One plan pinning every GPU VM that has no vCPU pins, each onto its GPUs' node, none sharing a CPU
-    with another (CPUs given to one VM of the plan are busy for the next)."""
+    with another (CPUs given to one VM of the plan are busy for the next) or with any other defined VM
+    unless `allow_overlap`."""
     topo = topology_of(snap)
-    held = _reserve(topo, reserve)
+    held, source = _reserve(host, snap, topo, reserve)
     todo = sorted((v for v in snap.vms if vm_alignment(snap, v) == "unpinned"), key=lambda v: v.name)
+    request: dict[str, object] = {"all": True, "reserve": reserve}
+    if allow_overlap:
+        request["allow_overlap"] = True
     plan = Plan(action="pin", title=f"Pin every unpinned GPU VM to its GPUs' NUMA node ({len(todo)} VMs)",
-                request={"all": True, "reserve": reserve},
-                rebuild=lambda: plan_pin_all(host, host.snapshot(), reserve))
+                request=request, rebuild=lambda: plan_pin_all(host, host.snapshot(), reserve, allow_overlap))
     plan.checks += _host_checks(host, snap)
     if not plan.ok:
         return plan
     names = {v.name for v in todo}
-    busy = {c: tuple(n for n in names_ if n not in names) for c, names_ in busy_cpus(snap, topo, "").items()}
-    busy = {c: n for c, n in busy.items() if n}
+    every = busy_of(snap, topo, "")  # the VMs of this plan have no pins yet: the others' are what counts
+    busy = Busy({c: others for c, pinned in every.cpus.items()
+                 if (others := tuple(n for n in pinned if n not in names))}, every.states)
     for vm in todo:
-        prop = propose(topo, request_for(snap, vm), held, busy)
+        prop = propose(topo, request_for(snap, vm), held, busy, allow_overlap)
         if not prop.ok:
             plan.notes.append(f"VM {vm.name} is left out: {prop.refusal}")
             continue
-        _add_vm(host, snap, topo, plan, vm, prop)
+        _add_vm(host, snap, topo, plan, vm, prop, source)
         for c in set(prop.vcpus):
-            busy[c] = tuple(sorted(set(busy.get(c, ())) | {vm.name}))
+            busy.cpus[c] = tuple(sorted(set(busy.cpus.get(c, ())) | {vm.name}))
     crossed = sorted(v.name for v in snap.vms if vm_alignment(snap, v) == "cross-numa")
     if crossed:
         plan.notes.append(f"pinned across NUMA nodes, not part of this plan: {', '.join(crossed)} "
@@ -123,29 +147,33 @@ def plan_pin_all(host: ActionHost, snap: HostSnapshot, reserve: str | None = Non
     return plan
 
 
-def _add_vm(host: ActionHost, snap: HostSnapshot, topo: Topology, plan: Plan, vm: Vm, prop: Proposal) -> None:
-    """The checks, steps and notes for one VM's proposal."""
+def _add_vm(host: ActionHost, snap: HostSnapshot, topo: Topology, plan: Plan, vm: Vm, prop: Proposal,
+            source: str) -> None:
+    """The checks, steps and notes for one VM's proposal (`source`: where the host reserve comes from)."""
     label = f"VM {vm.name}"
     if not prop.ok:
         plan.checks.append(Check(f"{label} can be placed", False, prop.refusal, prop.fix))
         return
     plan.checks.append(Check(f"{label} can be placed", True,
                              f"{vm.vcpus} vCPUs on CPU {format_cpulist(prop.vcpus)}, host reserve "
-                             f"{format_cpulist(prop.reserve) or 'none'}"))
+                             f"{format_cpulist(prop.reserve) or 'none'}, {source}"))
     cfg = host.domains
     assert cfg is not None, "_host_checks refuses a host without libvirt"
     try:
-        where = scopes(cfg, vm.name)
-        live_numa = read_state(cfg, vm.name, "live").numa if "live" in where else None
+        where = pin_scopes(cfg, vm.name, running=vm.state not in INACTIVE)
+        live_numa = read_state(cfg, vm.name, "live").numa if "live" in where.scopes else None
     except DomainConfigError as e:
         plan.checks.append(Check(f"{label}'s config readable", False, str(e), "check libvirt (virsh dominfo)"))
         return
     target = PinState(vcpus=tuple((i, str(c)) for i, c in enumerate(prop.vcpus)),
                       emulator=format_cpulist(prop.emulator) or None,
                       numa=(STRICT, format_cpulist(prop.memory_nodes)))
+    # a running VM's memory mode cannot change (libvirt refuses): its live step keeps the policy alone
+    # unless the mode is already strict, and the config carries it to the next start
+    live_strict = live_numa is not None and (live_numa[0] or STRICT) == STRICT
     first = True
-    for scope in where:
-        with_numa = scope == "config" or (live_numa is not None and (live_numa[0] or STRICT) == STRICT)
+    for scope in where.scopes:
+        with_numa = scope == "config" or live_strict
         try:
             step = build_step(host, target.op(vm.name, scope, with_numa))
         except StepError as e:
@@ -153,21 +181,18 @@ def _add_vm(host: ActionHost, snap: HostSnapshot, topo: Topology, plan: Plan, vm
             return
         if step is None:
             continue
+        if where.scopes == ("config",) and where.live:  # one edit is the running state and the config
+            step.title = f"Pin VM {vm.name} {LIVE_AND_CONFIG}: {describe(target, with_numa)}"
         step.why = _why(snap, vm, prop)
         if first:
             step.detail = "\n".join(pin_map(topo, vm, prop))
             first = False
         plan.steps.append(step)
-    if "live" in where and not (live_numa is not None and (live_numa[0] or STRICT) == STRICT):
+    plan.notes.append(f"{label} is {vm.state}: {where.says}")
+    if "live" in where.scopes and not live_strict:
         plan.notes.append(f"{label}: libvirt cannot change the memory policy of a running VM; strict on node "
                           f"{format_cpulist(prop.memory_nodes)} applies from its next start (memory already "
                           "allocated stays where it is)")
-    if vm.state in INACTIVE:
-        plan.notes.append(f"{label} is {vm.state}: only its config changes; the pins take effect at its "
-                          "next start")
-    elif getattr(cfg, "one_state", False):  # the demo's node file
-        plan.notes.append(f"{label}: on the demo host the libvirt test driver serves the node file as both "
-                          "the running and the persistent state, so one edit covers both")
     plan.notes += [f"warning: {w}" for w in prop.warnings]
     plan.notes += list(prop.notes)
 

@@ -1,15 +1,22 @@
 """`nodeconsole pin VM` / `nodeconsole pin --all`: NUMA-aware vCPU pinning as a guided change.
 
 Prints the plan (with the before/after map of vCPU → host CPU) and changes nothing without --apply;
---apply asks on the terminal unless --yes. Exit status as for every change: 0 done or nothing to do,
-1 refused / cancelled / failed, 2 bad arguments (unknown VM, bad CPU list).
+--apply asks on the terminal unless --yes. A plan never puts a vCPU on a CPU another defined VM is pinned
+to (running, paused or shut off): with no room left it is refused, naming those VMs, unless
+--allow-overlap asks to share their CPUs on purpose. Exit status as for every change: 0 done or nothing
+to do, 1 refused / cancelled / failed, 2 bad arguments (unknown VM, bad CPU list).
 """
 from __future__ import annotations
 
 import argparse
+from typing import TYPE_CHECKING
 
 from nodeconsole.console.cli import UsageError, subcommand
-from nodeconsole.console.commands.change import change_args, run_request
+from nodeconsole.console.commands.change import change_args, run_request, session_for
+
+if TYPE_CHECKING:
+    from nodeconsole.actions.plan import Plan
+    from nodeconsole.actions.session import ActionSession, Request
 
 
 @subcommand("pin", "pin a VM's vCPUs, emulator threads and memory to its GPUs' NUMA node")
@@ -19,8 +26,12 @@ def configure_pin(p: argparse.ArgumentParser) -> None:
     p.add_argument("--cpus", metavar="LIST",
                    help="host CPUs to pin the vCPUs to (e.g. 34-41,98-105) instead of the proposal")
     p.add_argument("--reserve", metavar="LIST",
-                   help="host CPUs kept for the host and the emulator threads "
-                        "(default: the first core of each NUMA node and its hyperthread siblings)")
+                   help="host CPUs kept for the host and the emulator threads (default: the CPUs the host "
+                        "keeps, from isolcpus=/nohz_full= or systemd CPUAffinity=, and the first core of "
+                        "each NUMA node where it keeps none)")
+    p.add_argument("--allow-overlap", action="store_true",
+                   help="when no placement avoids every other VM's pins, share their CPUs on purpose (the "
+                        "plan names those VMs) instead of refusing")
     change_args(p)
     p.set_defaults(func=run_pin)
 
@@ -32,6 +43,23 @@ def run_pin(args: argparse.Namespace) -> int:
         raise UsageError("name one VM, or --all for every unpinned GPU VM")
     if args.all and args.cpus is not None:
         raise UsageError("--cpus chooses the CPUs of one VM: it does not go with --all")
-    if args.all:
-        return run_request(args, PinAll(reserve=args.reserve))
-    return run_request(args, Pin(args.vm, cpus=args.cpus, reserve=args.reserve))
+    request: Request = PinAll(reserve=args.reserve) if args.all else \
+        Pin(args.vm, cpus=args.cpus, reserve=args.reserve)
+    return run_request(args, request, _overlapping(args) if args.allow_overlap else None)
+
+
+def _overlapping(args: argparse.Namespace) -> ActionSession:
+    """The session on the chosen host, planning pin requests that may share other VMs' CPUs."""
+    from nodeconsole.actions.pinning import plan_pin, plan_pin_all
+    from nodeconsole.actions.session import ActionSession, Pin, PinAll
+
+    class Overlapping(ActionSession):
+        def plan(self, request: Request) -> Plan:
+            if isinstance(request, PinAll):
+                return plan_pin_all(self.host, self.host.snapshot(), request.reserve, allow_overlap=True)
+            if isinstance(request, Pin):
+                return plan_pin(self.host, self.host.snapshot(), request.vm, request.cpus, request.reserve,
+                                allow_overlap=True)
+            return super().plan(request)
+
+    return Overlapping(session_for(args).host)

@@ -1,6 +1,7 @@
 """The placement planner on small generated topologies (hypothesis) and on hand-made cases: no vCPU on a
 reserved or offline CPU, no two vCPUs on one CPU unless the admin asked, thread pairs on sibling pairs,
-other VMs' CPUs avoided while there is room, and the same input always gives the same proposal."""
+every other defined VM's CPUs (running, paused or shut off) never used unless the overlap is allowed,
+and the same input always gives the same proposal."""
 from __future__ import annotations
 
 from dataclasses import replace
@@ -12,6 +13,7 @@ from hypothesis import strategies as st
 from nodeconsole.actions.pin_planner import (
     PinRequest,
     busy_cpus,
+    busy_of,
     default_reserve,
     parse_cpu_choice,
     propose,
@@ -67,10 +69,11 @@ def gpu_vm(name: str, vcpus: int, gpus: tuple[str, ...], threads: int = 1, state
               hostdevs=tuple(Hostdev(type="pci", address=a, gpu=a) for a in gpus))
 
 
-def plan_for(snap: HostSnapshot, name: str, reserve=None, cpus=None):
+def plan_for(snap: HostSnapshot, name: str, reserve=None, cpus=None, allow_overlap=False):
     topo = topology_of(snap)
     held = default_reserve(topo) if reserve is None else tuple(reserve)
-    return propose(topo, request_for(snap, snap.vm(name), cpus), held, busy_cpus(snap, topo, name)), held
+    return propose(topo, request_for(snap, snap.vm(name), cpus), held, busy_of(snap, topo, name),
+                   allow_overlap), held
 
 
 # -- generated topologies -----------------------------------------------------------------------------
@@ -99,18 +102,23 @@ def scenarios(draw):
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(scenarios())
-def test_no_vcpu_on_a_reserved_or_offline_cpu_and_none_shared(case):
+@given(scenarios(), st.booleans())
+def test_no_vcpu_on_a_reserved_or_offline_cpu_and_none_shared(case, allow_overlap):
     snap, reserve = case
-    prop, held = plan_for(snap, "vm", reserve)
+    prop, held = plan_for(snap, "vm", reserve, allow_overlap=allow_overlap)
     topo = topology_of(snap)
     vm = snap.vm("vm")
     gpu_nodes = {g.numa_node for g in snap.gpus if g.address in {h.gpu for h in vm.hostdevs}}
+    busy = busy_cpus(snap, topo, "vm")
     if not prop.ok:
         assert prop.vcpus == () and prop.refusal
-        if len(gpu_nodes) == 1:  # a refusal only for a node without room, never "share instead"
+        if len(gpu_nodes) == 1:  # a node without room; without the overlap allowed, other VMs' pins count
             (node,) = gpu_nodes
-            assert len([c for c in topo.node_cpus(node) if c not in held]) < vm.vcpus
+            usable = [c for c in topo.node_cpus(node) if c not in held]
+            free = [c for c in usable if c not in busy]
+            assert len(usable) < vm.vcpus or (not allow_overlap and len(free) < vm.vcpus), prop.refusal
+            if len(usable) >= vm.vcpus:
+                assert "--allow-overlap" in prop.fix
         return
     assert len(prop.vcpus) == vm.vcpus
     assert not set(prop.vcpus) & set(held), "a vCPU on the host reserve"
@@ -119,9 +127,11 @@ def test_no_vcpu_on_a_reserved_or_offline_cpu_and_none_shared(case):
     assert set(prop.emulator) <= set(held)
     assert {topo.node_of[c] for c in prop.vcpus} <= gpu_nodes
     assert set(prop.memory_nodes) == {topo.node_of[c] for c in prop.vcpus}
-    # other VMs' CPUs are used only when the node has too few free ones, and then they are reported
-    busy = busy_cpus(snap, topo, "vm")
+    # other VMs' CPUs (whatever their state) only when allowed and the node has too few free ones, and
+    # then they are reported
     assert {c for c, _ in prop.overlaps} == set(prop.vcpus) & set(busy)
+    if not allow_overlap:
+        assert prop.overlaps == ()
     if len(gpu_nodes) == 1:
         (node,) = gpu_nodes
         free = [c for c in topo.node_cpus(node) if c not in held and c not in busy]
@@ -148,8 +158,8 @@ def test_the_same_input_gives_the_same_plan(case, rnd):
 
 
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(scenarios(), st.data())
-def test_admin_cpu_list(case, data):
+@given(scenarios(), st.data(), st.booleans())
+def test_admin_cpu_list(case, data, allow_overlap):
     snap, reserve = case
     topo = topology_of(snap)
     held = default_reserve(topo) if reserve is None else tuple(reserve)
@@ -157,10 +167,13 @@ def test_admin_cpu_list(case, data):
     if not online:
         return
     chosen = tuple(sorted(data.draw(st.sets(st.sampled_from(online), min_size=1, max_size=6))))
-    prop, _ = plan_for(snap, "vm", reserve, cpus=chosen)
+    prop, _ = plan_for(snap, "vm", reserve, cpus=chosen, allow_overlap=allow_overlap)
     vm = snap.vm("vm")
     if set(chosen) & set(held):
         assert not prop.ok and "host reserve" in prop.refusal
+        return
+    if set(chosen) & set(busy_cpus(snap, topo, "vm")) and not allow_overlap:
+        assert not prop.ok and "--allow-overlap" in prop.fix
         return
     assert prop.ok and set(prop.vcpus) <= set(chosen) and len(prop.vcpus) == vm.vcpus
     # sharing only because the list is shorter than the VM; otherwise one CPU per vCPU
@@ -198,16 +211,36 @@ def test_a_guest_without_threads_gets_one_core_per_vcpu_first():
     assert prop.vcpus == (1, 2, 3, 5)  # cores 1-3 first threads, then a second thread
 
 
-def test_other_vms_cpus_are_avoided_then_shared_and_reported():
-    snap = make_host(1, 4, 1, gpus=[("0000:17:00.0", 0)],
-                     vms=[gpu_vm("vm", 2, ("0000:17:00.0",)), gpu_vm("db", 1, (), pins=((1,),)),
-                          gpu_vm("off", 1, (), pins=((2,),), state="shut off")])
+def test_other_vms_cpus_are_avoided_whatever_their_state_and_shared_only_when_allowed():
+    # CPUs 0-5, 0 reserved; db (running) on 1, off (shut off) on 2, pz (paused) on 3
+    others = [gpu_vm("db", 1, (), pins=((1,),)), gpu_vm("off", 1, (), pins=((2,),), state="shut off"),
+              gpu_vm("pz", 1, (), pins=((3,),), state="paused")]
+    snap = make_host(1, 6, 1, gpus=[("0000:17:00.0", 0)], vms=[gpu_vm("vm", 2, ("0000:17:00.0",)), *others])
     prop, _ = plan_for(snap, "vm")
-    assert prop.vcpus == (2, 3) and prop.overlaps == ()  # a shut-off VM's pin takes no CPU time
+    assert prop.vcpus == (4, 5) and prop.overlaps == ()  # a shut-off VM gets its CPU back when it starts
     snap = replace(snap, vms=(gpu_vm("vm", 3, ("0000:17:00.0",)),) + snap.vms[1:])
     prop, _ = plan_for(snap, "vm")
-    assert sorted(prop.vcpus) == [1, 2, 3] and prop.overlaps == ((1, ("db",)),)
-    assert any("also run VM db" in w for w in prop.warnings)
+    assert not prop.ok and prop.vcpus == ()
+    assert ("node 0 has 2 CPU(s) outside the host reserve that no other VM is pinned to; the others are pinned "
+            "to VMs db (running, CPU 1), off (shut off, CPU 2) and pz (paused, CPU 3)") in prop.refusal
+    assert "--allow-overlap" in prop.fix
+    # allowed: the stopped VM's CPU first (nothing competes for it until it starts), and said so
+    prop, _ = plan_for(snap, "vm", allow_overlap=True)
+    assert sorted(prop.vcpus) == [2, 4, 5] and prop.overlaps == ((2, ("off",)),)
+    assert any("CPU 2 shared on purpose (overlap allowed) with VM off (shut off, CPU 2)" in w
+               for w in prop.warnings)
+    # an admin's list onto another VM's pin: refused unless allowed
+    prop, _ = plan_for(snap, "vm", cpus=(1, 4, 5))
+    assert not prop.ok and "CPU 1 of --cpus is pinned to VM db (running, CPU 1)" in prop.refusal
+    prop, _ = plan_for(snap, "vm", cpus=(1, 4, 5), allow_overlap=True)
+    assert prop.ok and prop.overlaps == ((1, ("db",)),)
+
+
+def test_the_reserve_is_what_the_host_keeps_plus_a_core_where_it_keeps_none():
+    topo = topology_of(make_host(2, 4, 2))  # node 0: 0-3,8-11; node 1: 4-7,12-15
+    assert default_reserve(topo) == (0, 4, 8, 12)
+    assert default_reserve(topo, frozenset({1, 9, 5, 13})) == (1, 5, 9, 13)
+    assert default_reserve(topo, frozenset({2, 10})) == (2, 4, 10, 12)  # node 1 keeps nothing: its first core
 
 
 def test_no_room_is_a_refusal_not_a_shared_cpu():

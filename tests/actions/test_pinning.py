@@ -68,7 +68,8 @@ def test_acceptance_cli_pin_train_b_snapshot_then_undo(tmp_path):
     vm = next(v for v in snap["vms"] if v["name"] == "train-b")
     cpus = {c for p in vm["pins"] for c in p["cpus"]}
     assert len(vm["pins"]) == 16 and cpus <= NODE1 and len(cpus) == 16
-    assert vm["emulator_pins"] == [32, 96] and vm["numa_mode"] == "strict" and vm["numa_nodeset"] == [1]
+    # the emulator threads on node 1's CPUs the host keeps (the demo's CPUAffinity=0-1,32-33,64-65,96-97)
+    assert vm["emulator_pins"] == [32, 33, 96, 97] and vm["numa_mode"] == "strict" and vm["numa_nodeset"] == [1]
     assert not any(p["subject"] == "train-b" for p in snap["problems"])  # no cross-NUMA warning left
 
     undo = _cli(state, "undo", "--demo", "--apply", "--yes")
@@ -83,16 +84,18 @@ def test_pin_train_b_moves_everything_to_its_gpu_node_and_undo_restores_exactly(
     plan = plan_pin(demo, snap, "train-b")
     assert plan.ok and [s.op["scope"] for s in plan.steps] == ["config"]  # node file: live and config
     op = plan.steps[0].op
-    # thread pairs on sibling pairs (CPU n and n + 64), vCPU order, emulator on node 1's reserve
-    assert op["vcpus"] == [[i, str(c)] for i, c in enumerate(c for k in range(34, 42) for c in (k, k + 64))]
-    assert op["emulator"] == "32,96" and op["numa"] == {"mode": "strict", "nodeset": "1"}
+    # thread pairs on sibling pairs (CPU n and n + 64), vCPU order, off every other VM's pins (38-55 are
+    # mig-infer-b's, db-1's, legacy-app's and train-c's), emulator on the CPUs node 1 keeps for the host
+    cores = [*range(34, 38), *range(56, 60)]
+    assert op["vcpus"] == [[i, str(c)] for i, c in enumerate(c for k in cores for c in (k, k + 64))]
+    assert op["emulator"] == "32-33,96-97" and op["numa"] == {"mode": "strict", "nodeset": "1"}
     assert any("below 2× the 80 GiB VRAM" in n for n in plan.notes)  # 128 GiB for an H100 on vfio
 
     res = Runner(demo).run(plan)
     assert res.status == DONE, res.message
     after = demo.snapshot()
     vm = after.vm("train-b")
-    assert vm_alignment(after, vm) == "aligned" and vm.emulator_pins == (32, 96)
+    assert vm_alignment(after, vm) == "aligned" and vm.emulator_pins == (32, 33, 96, 97)
     assert (vm.numa_mode, vm.numa_nodeset) == ("strict", (1,))
     assert not [p for p in find_problems(after) if p.subject == "train-b"]
     rec = demo.audit.find(res.record_id)
@@ -165,11 +168,12 @@ def test_bad_requests_are_refused_with_the_reason(demo_ro, vm, cpus, reserve, me
 def test_cpus_in_the_host_reserve_are_refused(demo_ro):
     before = tree_state(demo_ro.state_dir, skip=())
     plan = plan_pin(demo_ro, demo_ro.snapshot(), "train-b", cpus="32-40")
-    assert not plan.ok and "CPU 32 is in the host reserve (0,32,64,96)" in plan.refusal
+    # the demo's host keeps 0-1,32-33,64-65,96-97 (systemd CPUAffinity=)
+    assert not plan.ok and "CPU 32-33 is in the host reserve (0-1,32-33,64-65,96-97)" in plan.refusal
     assert "--reserve" in "\n".join(plan.lines())
     assert Runner(demo_ro).run(plan).status == REFUSED
-    # the reserve is the admin's to choose: without CPU 32 in it the same CPUs are fine
-    ok = plan_pin(demo_ro, demo_ro.snapshot(), "train-b", cpus="33-40", reserve="0,64,63,127")
+    # the reserve is the admin's to choose: the emulator threads go where it says
+    ok = plan_pin(demo_ro, demo_ro.snapshot(), "train-b", cpus="34-37,56-59", reserve="0,64,63,127")
     assert ok.ok and ok.steps[0].op["emulator"] == "63,127"
     assert any("16 vCPUs share 8 CPU(s), as --cpus asks" in n for n in ok.notes)
     assert changed(before, tree_state(demo_ro.state_dir, skip=())) == set()
@@ -224,11 +228,14 @@ def test_test_driver_live_and_config_pins_then_undo(tmp_path):
     try:
         plan = plan_pin(host, host.snapshot(), "vm-gpu")
         assert plan.ok and [s.op["scope"] for s in plan.steps] == ["live", "config"]
-        assert plan.steps[0].op["vcpus"] == [[0, "1"], [1, "5"]]  # core 1 and its sibling; core 0 reserved
+        assert "VM vm-gpu is running: its pins are set live now and in the config (kept at the next start)" \
+            in plan.notes
+        # core 2 and its sibling: cores 0 and 1 are the host's (CPUAffinity=0-1,4-5 on this host)
+        assert plan.steps[0].op["vcpus"] == [[0, "2"], [1, "6"]]
         assert Runner(host).run(plan).status == DONE
         dom = cfg.domain("vm-gpu")
-        assert [tuple(i for i, on in enumerate(m) if on) for m in dom.vcpuPinInfo(0)] == [(1,), (5,)]
-        assert read_xml_state(cfg.xml("vm-gpu")) == PinState(((0, "1"), (1, "5")), "0,4", ("strict", "0"))
+        assert [tuple(i for i, on in enumerate(m) if on) for m in dom.vcpuPinInfo(0)] == [(2,), (6,)]
+        assert read_xml_state(cfg.xml("vm-gpu")) == PinState(((0, "2"), (1, "6")), "0-1,4-5", ("strict", "0"))
         assert Runner(host).run(plan_undo(host)).status == DONE
         assert [tuple(i for i, on in enumerate(m) if on) for m in dom.vcpuPinInfo(0)] == [(3,), (7,)]
         assert read_xml_state(cfg.xml("vm-gpu")) == PinState(((0, "3"), (1, "7")), "3", ("strict", "0"))
@@ -236,7 +243,8 @@ def test_test_driver_live_and_config_pins_then_undo(tmp_path):
         off = plan_pin(host, host.snapshot(), "vm-off")
         assert [s.op["scope"] for s in off.steps] == ["config"]
         assert Runner(host).run(off).ok
-        assert read_xml_state(cfg.xml("vm-off")).vcpus == ((0, "1"), (1, "2"))  # no guest threads: a core each
+        # off vm-gpu's core 3 and the host's cores 0-1: core 2's two threads are all that is left
+        assert read_xml_state(cfg.xml("vm-off")).vcpus == ((0, "2"), (1, "6"))
     finally:
         cfg.close()
 

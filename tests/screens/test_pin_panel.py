@@ -48,8 +48,10 @@ async def test_pin_train_b_from_the_vms_screen(demo_seams):
         assert app.action_results[0].ok, app.action_results[0].message
         assert await wait_until(pilot, lambda: vm_alignment(app.snapshot, app.snapshot.vm("train-b")) == "aligned")
         vm = app.snapshot.vm("train-b")
-        assert vm.emulator_pins == (32, 96) and (vm.numa_mode, vm.numa_nodeset) == ("strict", (1,))
-        assert await wait_until(pilot, lambda: "train-b  CPU 34-41,98-105 on node 1  ok" in _text(app, "#vm-rebalance"))
+        # off every other VM's pins (shut-off mig-infer-b holds 38-41,102-105), emulator on the host's CPUs
+        assert vm.emulator_pins == (32, 33, 96, 97) and (vm.numa_mode, vm.numa_nodeset) == ("strict", (1,))
+        assert await wait_until(pilot, lambda: "train-b  CPU 34-37,56-59,98-101,120-123 on node 1  ok"
+                                in _text(app, "#vm-rebalance"))
 
 
 async def test_pin_all_plans_every_unpinned_gpu_vm(demo_seams):
