@@ -1,6 +1,8 @@
-"""The rebalance view of the VMs screen: which VM's vCPUs sit on which host CPUs, host-wide, with CPUs
-shared by two VMs and vCPUs off their GPU's NUMA node marked. `n` plans pinning the selected VM,
-`N` one plan for every unpinned GPU VM. Rendering only (rich): no Textual, no host access."""
+"""The rebalance view of the VMs screen: which VM's vCPUs are pinned to which host CPUs, host-wide, for
+every defined VM: running ones, and paused and shut-off ones (drawn apart: their CPUs are held for
+them, and a pin plan avoids them too). CPUs pinned by two VMs and vCPUs off their GPU's NUMA node are
+marked. `n` plans pinning the selected VM, `N` one plan for every unpinned GPU VM. Rendering only
+(rich): no Textual, no host access."""
 from __future__ import annotations
 
 import string
@@ -15,36 +17,51 @@ from nodeconsole.console.model import HostSnapshot
 
 LETTERS = string.ascii_uppercase + string.ascii_lowercase
 _INACTIVE = ("shut off", "crashed")
+RUNNING_STYLE = "bold cyan"
+PAUSED_STYLE = "bold yellow"
+STOPPED_STYLE = "italic blue"  # shut off or crashed: no thread runs, the pins wait for the next start
 
 
 @dataclass(frozen=True)
 class Placement:
-    """One running VM as the map shows it."""
+    """One defined VM as the map shows it."""
     vm: str
     mark: str  # its letter on the map ("+" when the letters ran out)
     cpus: tuple[int, ...]  # host CPUs its vCPUs are pinned to
     nodes: tuple[int, ...]  # NUMA nodes of those CPUs
     gpu_nodes: tuple[int, ...]
     status: str  # vm_alignment(): "aligned", "cross-numa", "unpinned" or "" (no GPU)
+    state: str = "running"  # libvirt's state: running, paused, shut off, ...
+
+    @property
+    def stopped(self) -> bool:
+        """No thread runs (shut off, crashed): its pins hold CPUs for its next start."""
+        return self.state in _INACTIVE
+
+    @property
+    def style(self) -> str:
+        return STOPPED_STYLE if self.stopped else PAUSED_STYLE if self.state == "paused" else RUNNING_STYLE
 
 
 def placements(snap: HostSnapshot) -> list[Placement]:
-    """Every VM with running threads, by name: where its vCPUs are pinned (a pin to every online CPU
-    is no pin)."""
+    """Every defined VM (running, paused, shut off), by name: where its vCPUs are pinned (a pin to every
+    online CPU is no pin)."""
     online = {c.id for c in snap.cpus if c.online}
     node = snap.cpu_node()
     out = []
-    for v in sorted((v for v in snap.vms if v.state not in _INACTIVE), key=lambda v: v.name):
+    for v in sorted(snap.vms, key=lambda v: v.name):
         cpus = sorted({c for p in v.pins if not online <= set(p.cpus) for c in p.cpus})
         mark = LETTERS[len(out)] if len(out) < len(LETTERS) else "+"
         out.append(Placement(vm=v.name, mark=mark, cpus=tuple(cpus),
                              nodes=tuple(sorted({n for c in cpus if (n := node.get(c)) is not None})),
-                             gpu_nodes=tuple(sorted(vm_gpu_nodes(snap, v))), status=vm_alignment(snap, v)))
+                             gpu_nodes=tuple(sorted(vm_gpu_nodes(snap, v))), status=vm_alignment(snap, v),
+                             state=v.state))
     return out
 
 
 def overlaps(places: list[Placement]) -> dict[int, tuple[str, ...]]:
-    """CPU → the VMs whose vCPUs share it (two or more)."""
+    """CPU → the VMs whose vCPUs are pinned to it, when two or more are (stopped VMs too: they get
+    their CPUs back when they start)."""
     users: dict[int, list[str]] = {}
     for p in places:
         for c in p.cpus:
@@ -53,15 +70,16 @@ def overlaps(places: list[Placement]) -> dict[int, tuple[str, ...]]:
 
 
 def rebalance_map(snap: HostSnapshot, per_line: int = 32) -> Text:
-    """The host-wide map: one block per NUMA node, one cell per CPU (the VM's letter, `!` for a CPU two
-    VMs share, `·` free, `x` offline; red: a vCPU off its GPU's node), then the legend."""
+    """The host-wide map: one block per NUMA node, one cell per CPU (the VM's letter: cyan running,
+    yellow paused, blue italic shut off; `!` for a CPU two VMs are pinned to, `·` free, `x` offline;
+    red: a vCPU off its GPU's node), then one line per VM and the legend."""
     places = placements(snap)
     shared = overlaps(places)
     owner: dict[int, Placement] = {}
     for p in places:
         for c in p.cpus:
             owner.setdefault(c, p)
-    out = Text("Rebalance: running VMs' vCPUs", style="bold")
+    out = Text("Rebalance: VMs' vCPU pins", style="bold")
     out.append("  n: pin VM · N: pin all unpinned\n", style="dim")
     by_node: dict[int | None, list] = {}
     for c in snap.cpus:
@@ -80,12 +98,16 @@ def rebalance_map(snap: HostSnapshot, per_line: int = 32) -> Text:
                 out.append("!", style="bold white on red")
             elif p is not None:
                 off = bool(p.gpu_nodes) and node not in p.gpu_nodes
-                out.append(p.mark, style="bold white on red" if off else "bold cyan")
+                out.append(p.mark, style=("italic white on red" if p.stopped else "bold white on red") if off
+                           else p.style)
             else:
                 out.append("·", style="dim")
         out.append("\n")
     for p in places:
-        out.append(f"{p.mark} {show(p.vm)}", style="bold")
+        out.append(p.mark, style=p.style)
+        out.append(f" {show(p.vm)}", style="bold")
+        if p.state != "running":
+            out.append(f"  ({p.state})", style=p.style)
         if not p.cpus:
             line = "  unpinned" + ("  (GPU VM: n proposes a pinning)" if p.gpu_nodes else "")
             out.append(line + "\n", style="yellow" if p.gpu_nodes else "dim")
@@ -99,5 +121,12 @@ def rebalance_map(snap: HostSnapshot, per_line: int = 32) -> Text:
     if shared:
         out.append("shared CPUs: " + "; ".join(f"{c} {'+'.join(map(show, names))}" for c, names in shared.items()) + "\n",
                    style="bold red")
-    out.append("letter: a VM's vCPUs  ! shared  red: off its GPU's node  · free  x offline", style="dim")
+    out.append("letter: a VM's vCPUs, ", style="dim")
+    out.append("running", style=RUNNING_STYLE)
+    out.append(", ", style="dim")
+    out.append("paused", style=PAUSED_STYLE)
+    out.append(" or ", style="dim")
+    out.append("shut off", style=STOPPED_STYLE)
+    out.append(" (its CPUs held for its next start)  ! two VMs pinned  red: off its GPU's node  · free  "
+               "x offline", style="dim")
     return out

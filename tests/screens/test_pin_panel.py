@@ -52,6 +52,7 @@ async def test_pin_train_b_from_the_vms_screen(demo_seams):
         assert vm.emulator_pins == (32, 33, 96, 97) and (vm.numa_mode, vm.numa_nodeset) == ("strict", (1,))
         assert await wait_until(pilot, lambda: "train-b  CPU 34-37,56-59,98-101,120-123 on node 1  ok"
                                 in _text(app, "#vm-rebalance"))
+        assert "mig-infer-b  (shut off)  CPU 38-41,102-105" in _text(app, "#vm-rebalance")
 
 
 async def test_pin_all_plans_every_unpinned_gpu_vm(demo_seams):
