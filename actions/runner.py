@@ -80,6 +80,12 @@ class ActionHost:
                        state_dir=Path(seams.state_dir or seams.demo_dir), commands=writes.commands(seams.root),
                        is_root=lambda: True, on_changed=on_changed)
         captured = os.path.abspath(seams.root.path) != "/"
+        read_only = ("a captured tree (--root) is read-only: changes need the real host or --demo" if captured
+                     else "")
+        if seams.replay is not None:
+            from nodeconsole.console.capture.replay import READ_ONLY
+
+            read_only = READ_ONLY
         state = seams.state_dir or (seams.root.p("var/log/nodeconsole") if captured else Path(DEFAULT_STATE))
         # A captured tree is not this machine: its plans must not depend on (or run) this machine's
         # driverctl, nvidia-smi or modprobe.
@@ -88,8 +94,7 @@ class ActionHost:
                                    else writes.commands(seams.root))
         return cls(seams=seams, kernel=kernel, domains=domain_config_for(seams),
                    state_dir=Path(state), on_changed=on_changed, commands=commands,
-                   read_only_reason="a captured tree (--root) is read-only: changes need the real host "
-                                    "or --demo" if captured else "")
+                   read_only_reason=read_only)
 
     @property
     def root(self) -> Root:

@@ -1,5 +1,6 @@
 """The `nodeconsole` command. Without a subcommand it starts the console (Textual, imported lazily);
-every subcommand runs headless on the same core. Every subcommand takes --demo, --root and --libvirt.
+every subcommand runs headless on the same core. Every subcommand takes --demo, --root, --libvirt and
+--replay (a capture, read-only).
 Bad arguments: one line on stderr, exit 2."""
 from __future__ import annotations
 
@@ -28,7 +29,7 @@ class _Parser(argparse.ArgumentParser):
 
 
 def host_args() -> _Parser:
-    """A parent parser with --demo, --root and --libvirt, which every subcommand takes."""
+    """A parent parser with --demo, --root, --libvirt and --replay, which every subcommand takes."""
     p = _Parser(add_help=False)
     g = p.add_argument_group("host")
     g.add_argument("--demo", action="store_true", default=argparse.SUPPRESS,
@@ -37,6 +38,8 @@ def host_args() -> _Parser:
                    help="read sysfs/procfs below DIR instead of / (a captured host)")
     g.add_argument("--libvirt", metavar="URI", default=argparse.SUPPRESS,
                    help="libvirt URI (default qemu:///system; test:///ABS/node.xml for the test driver)")
+    g.add_argument("--replay", metavar="FILE", default=argparse.SUPPRESS,
+                   help="open a capture (nodeconsole capture) read-only instead of a host")
     return p
 
 
@@ -57,7 +60,7 @@ def subcommand(name: str, help: str) -> Callable[[Configure], Configure]:
 # Names of the subcommands the modules below register. Only used to skip importing them all when
 # the command line names none (starting the console), which saves ~50 ms before the first frame.
 KNOWN_COMMANDS = frozenset({"snapshot", "demo", "passthrough", "release", "log", "undo", "nccl", "pin",
-                            "mig", "vgpu", "doctor", "events"})
+                            "mig", "vgpu", "doctor", "events", "capture"})
 
 
 def build_parser(load: bool = True) -> argparse.ArgumentParser:
@@ -85,7 +88,8 @@ def _load_subcommands() -> None:
     for optional in ("nodeconsole.console.commands.actions", "nodeconsole.console.commands.nccl",
                      "nodeconsole.console.commands.pin",
                      "nodeconsole.console.commands.mig", "nodeconsole.console.commands.vgpu",
-                     "nodeconsole.console.commands.doctor", "nodeconsole.console.commands.events"):
+                     "nodeconsole.console.commands.doctor", "nodeconsole.console.commands.events",
+                     "nodeconsole.console.commands.capture"):
         try:
             __import__(optional)
         except ModuleNotFoundError as e:
@@ -94,10 +98,12 @@ def _load_subcommands() -> None:
 
 
 def seams_from_args(args: argparse.Namespace) -> Seams:
-    """Turn --demo/--root/--libvirt into Seams (validated: bad input is a UsageError)."""
-    from nodeconsole.console.seams import demo_host, real_host
+    """Turn --demo/--root/--libvirt/--replay into Seams (validated: bad input is a UsageError)."""
+    from nodeconsole.console.seams import demo_host, real_host, replay_host
 
     validate_host_args(args)
+    if getattr(args, "replay", None):
+        return replay_host(args.replay)
     uri = getattr(args, "libvirt", None)
     if getattr(args, "demo", False):
         return demo_host(libvirt_uri=uri)
@@ -105,12 +111,20 @@ def seams_from_args(args: argparse.Namespace) -> Seams:
 
 
 def validate_host_args(args: argparse.Namespace) -> None:
-    """The cheap checks of --demo/--root/--libvirt (UsageError), without opening anything."""
+    """The cheap checks of --demo/--root/--libvirt/--replay (UsageError), without opening anything."""
     import os
 
     demo = getattr(args, "demo", False)
     root = getattr(args, "root", None)
     uri = getattr(args, "libvirt", None)
+    replay = getattr(args, "replay", None)
+    if replay is not None:
+        if demo or root is not None or uri is not None:
+            raise UsageError("--replay cannot be combined with --demo, --root or --libvirt (the capture is the host)")
+        if not replay.strip():
+            raise UsageError("--replay needs a capture file")
+        if not os.path.isfile(replay):
+            raise UsageError(f"--replay {replay}: no such file")
     if demo and root:
         raise UsageError("--demo and --root are exclusive")
     if uri is not None and not uri.strip():
@@ -126,11 +140,11 @@ def validate_host_args(args: argparse.Namespace) -> None:
             raise UsageError(f"--root {root}: no sys/ or proc/ below it")
 
 
-HOST_VALUE_FLAGS = ("--root", "--libvirt")
+HOST_VALUE_FLAGS = ("--root", "--libvirt", "--replay")
 
 
 def _host_flags_last(argv: list[str]) -> list[str]:
-    """Move --demo/--root/--libvirt after everything else: argparse cannot take a subcommand's
+    """Move --demo/--root/--libvirt/--replay after everything else: argparse cannot take a subcommand's
     optional positional (e.g. `mig 2 --demo 7g.80gb`) once a flag has come between."""
     rest, host = [], []
     i = 0

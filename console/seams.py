@@ -16,6 +16,7 @@ from nodeconsole.console.root import Root
 
 if TYPE_CHECKING:
     from nodeconsole.actions.host_seams import DomainStore, HostWrites
+    from nodeconsole.console.capture.replay import Replay
     from nodeconsole.console.demo.boot import BootReport
 
 SYSTEM_URI = "qemu:///system"
@@ -39,6 +40,8 @@ class Seams:
     # None: actions write through actions/kernel.py's Kernel and run this machine's programs. A demo host
     # (demo_dir set) always gets the simulation's: never the real kernel writer on a generated tree.
     writes: HostWrites | None = None
+    # A capture being replayed (`--replay FILE`): whose host, captured when. Every action on it refuses.
+    replay: Replay | None = None
 
     def __post_init__(self) -> None:
         if self.writes is None and self.demo_dir is not None:
@@ -51,8 +54,8 @@ class Seams:
     @property
     def is_this_machine(self) -> bool:
         """True for the machine we run on: only then may its programs (all_reduce_perf, driverctl…)
-        act for the host. The demo host and a captured tree are not this machine."""
-        return not self.is_demo and os.path.abspath(self.root.path) == "/"
+        act for the host. The demo host, a captured tree and a replay are not this machine."""
+        return not self.is_demo and self.replay is None and os.path.abspath(self.root.path) == "/"
 
 
 def real_host(root: str = "/", libvirt_uri: str | None = None) -> Seams:
@@ -118,3 +121,47 @@ def demo_host(state_dir: Path | None = None, libvirt_uri: str | None = None) -> 
     return Seams(root=root, libvirt_uri=libvirt_uri or host.libvirt_uri, nvml_lib=lib,
                  demo_dir=Path(host.root).parent, state_dir=Path(host.root).parent,
                  vm_load=demo_vm_cpu_percent)
+
+
+def simulated_nvml_state(lib: object | None) -> tuple[dict, float] | None:
+    """A copy of the simulated NVML library's state and its clock now (what a capture stores), None
+    when `lib` is not the simulated library."""
+    if lib is None:
+        return None
+    import copy
+
+    from nodeconsole.console.demo.nvml_sim import SimulatedNvml
+
+    if not isinstance(lib, SimulatedNvml):
+        return None
+    with lib._lock:
+        lib.reload_if_changed()
+        return copy.deepcopy(lib.state), float(lib.clock())
+
+
+def replay_host(path: str | os.PathLike[str]) -> Seams:
+    """Seams over a capture (`nodeconsole capture`): its tree through the root seam, its domains
+    through libvirt's test driver fed the captured node file, its NVML state served by the simulated
+    library (unprivileged and never saved: it refuses changes) with the clock stopped at the capture.
+    UsageError (one line) when the file is missing or not a capture."""
+    from nodeconsole.console.capture.archive import ArchiveError
+    from nodeconsole.console.capture.replay import ReplayWrites, open_replay
+    from nodeconsole.console.cli import UsageError
+    from nodeconsole.console.demo.nvml_sim import SimulatedNvml
+
+    try:
+        opened = open_replay(path)
+        state = opened.nvml_state()
+    except ArchiveError as e:
+        raise UsageError(f"--replay {path}: {e}") from None
+    root = Root(opened.root)
+    lib = None
+    if state is not None:
+        at = opened.nvml_clock
+        frozen = at if at is not None else 0.0
+        lib = SimulatedNvml(state, root=root, clock=lambda: frozen, privileged=False)
+    node = opened.node_file
+    # The test driver's CPU time follows the wall clock: a VM's CPU use is not measured in a replay.
+    return Seams(root=root, libvirt_uri=f"test://{node}" if node is not None else None, nvml_lib=lib,
+                 use_real_nvml=False, state_dir=opened.audit_dir, vm_load=lambda *_args: None,
+                 writes=ReplayWrites(opened.programs), replay=opened.replay)

@@ -103,7 +103,9 @@ class SnapshotScreen(Screen):
     def show_view(self) -> None:
         view = self.view
         snap = view.snapshot
-        self.query_one(Banner).show_state(snap, view.paused, view.note)
+        replay = getattr(view.seams, "replay", None)  # a capture (--replay): say whose host, and when
+        note = "\n".join(t for t in (replay.banner if replay is not None else "", view.note) if t)
+        self.query_one(Banner).show_state(snap, view.paused, note)
         if snap is not None:
             line = host_line(snap, self.TITLE)
             self.set_static("#hostline", lambda: line, line)

@@ -2,7 +2,7 @@
 the VM holding its GPU.
 
 With --kernel-log FILE the file is read (any of the text forms, mixed; `-` reads stdin) and VMs are
-named only when a host is given too (--demo/--root/--libvirt): a pasted log is another machine's
+named only when a host is given too (--demo/--root/--libvirt/--replay): a pasted log is another machine's
 unless you say which. Without it the host's own log is read (/dev/kmsg on this machine; a tree's
 var/log/kern.log and the demo's .sim/kmsg) and a snapshot of that host names the VMs."""
 from __future__ import annotations
@@ -57,7 +57,7 @@ def _read_file(path: str, log: KernelLog) -> list[KernelEvent]:
 
 def run(args: argparse.Namespace) -> int:
     log = KernelLog()
-    host_given = any(getattr(args, k, None) for k in ("demo", "root", "libvirt"))
+    host_given = any(getattr(args, k, None) for k in ("demo", "root", "libvirt", "replay"))
     seams = seams_from_args(args) if host_given or args.kernel_log is None else None
     try:
         if args.kernel_log is not None:

@@ -1,7 +1,8 @@
 """Device symbols of the simulated NVML library: handles, identity, PCI, memory, utilization, thermals,
 power, ECC, retired pages / remapped rows, PCIe link, running processes. Values that move (utilization,
 memory used, temperature, power) are pure functions of the GPU's "load" spec and the library's clock, so
-a given clock value always reads the same numbers."""
+a given clock value always reads the same numbers. A GPU's "captured" values (a capture of a real host's
+NVML) replace them: those are the numbers the driver answered when the capture was taken."""
 from __future__ import annotations
 
 import ctypes
@@ -57,6 +58,9 @@ def vgpu_framebuffer_mib(state: dict[str, Any], gpu: dict[str, Any]) -> int:
 def memory_used_mib(state: dict[str, Any], gpu: dict[str, Any], t: float) -> int:
     """Processes + vGPU framebuffers + a load-driven share ("load.memory_mib", default 10% of total)."""
     total = int(gpu.get("memory_total_mib", 0))
+    captured = (gpu.get("captured") or {}).get("memory_used_mib")
+    if captured is not None:
+        return min(total, int(captured))
     used = sum(int(p.get("used_mib", 0)) for p in gpu.get("processes", []))
     used += vgpu_framebuffer_mib(state, gpu)
     spec = gpu.get("load") or {}
@@ -211,12 +215,19 @@ class DeviceSymbols(NvmlSimBase):
         util = out_ref(out, pynvml.c_nvmlUtilization_t, sym, 2)
         if util is None:
             raise NvmlReturn(NVML_ERROR_INVALID_ARGUMENT)
+        captured = t.gpu.get("captured") or {}
+        if "utilization_gpu" in captured:
+            util.gpu, util.memory = int(captured["utilization_gpu"]), int(captured.get("utilization_memory", 0))
+            return
         busy = load_percent(t.gpu, self.clock())
         util.gpu, util.memory = round(busy), round(busy * 0.55)
 
     def _temperature(self, gpu: dict[str, Any], sensor: int) -> int:
         if sensor != pynvml.NVML_TEMPERATURE_GPU:
             raise NvmlReturn(NVML_ERROR_INVALID_ARGUMENT)
+        captured = (gpu.get("captured") or {}).get("temperature_c")
+        if captured is not None:
+            return int(captured)
         return int(gpu.get("temperature_idle_c", 32)) + round(load_percent(gpu, self.clock()) * 0.45)
 
     def c_nvmlDeviceGetTemperature(self, handle: Any, sensor: Any, out: Any) -> None:
@@ -248,6 +259,10 @@ class DeviceSymbols(NvmlSimBase):
         obj = out_ref(out, ctypes.c_uint, sym, 2)
         if obj is None:
             raise NvmlReturn(NVML_ERROR_INVALID_ARGUMENT)
+        captured = (t.gpu.get("captured") or {}).get("power_mw")
+        if captured is not None:
+            obj.value = int(captured)
+            return
         limit = self._power_limit_mw(t.gpu)
         obj.value = round(limit * (0.1 + 0.75 * load_percent(t.gpu, self.clock()) / 100))
 

@@ -1,0 +1,104 @@
+"""The kernel-log lines a capture keeps: the lines the events source looks at (those holding NVRM, AER or
+PCIe Bus Error) and the log's last line (its newest stamp, which `events --since` measures from).
+
+Line distances matter to the parser (a continuation line follows its record directly; the pieces of one
+event are joined within WINDOW lines), so the lines dropped between two kept ones become blank lines,
+as many as there were but at most WINDOW + 1: the kept lines parse into the same events, with less.
+"""
+from __future__ import annotations
+
+import errno
+import os
+import stat
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from nodeconsole.console.root import Root
+from nodeconsole.console.sources.kernel_log import _MARK as EVENT_MARK  # the parser's own line filter
+from nodeconsole.console.sources.kernel_log import KERN_LOG, KMSG, WINDOW, KernelLog, host_sources
+
+MAX_LOG = 1 << 30  # read at most this much of one log
+
+
+@dataclass(frozen=True)
+class KeptLog:
+    source: str  # the log read, as a host path ("/dev/kmsg", "/var/log/kern.log")
+    rel: str  # where the kept lines go in the captured tree (root-relative)
+    data: bytes
+    events: int
+
+
+def keep_lines(lines: Iterator[bytes]) -> bytes:
+    """The event lines of a log (each with its newline) and its last line, gaps kept short."""
+    out: list[bytes] = []
+    last_kept = -1
+    last: tuple[int, bytes] | None = None
+    n = -1
+    for n, line in enumerate(lines):
+        last = (n, line)
+        if EVENT_MARK.search(line):
+            if last_kept >= 0:
+                out.append(b"\n" * min(n - last_kept - 1, WINDOW + 1))
+            out.append(line.rstrip(b"\n") + b"\n")
+            last_kept = n
+    if last is not None and last[0] != last_kept:
+        if last_kept >= 0:
+            out.append(b"\n" * min(last[0] - last_kept - 1, WINDOW + 1))
+        out.append(last[1].rstrip(b"\n") + b"\n")
+    return b"".join(out)
+
+
+def _file_lines(path: str) -> Iterator[bytes]:
+    with open(path, "rb") as f:
+        read = 0
+        for line in f:
+            read += len(line)
+            if read > MAX_LOG:
+                return
+            yield line
+
+
+def _kmsg_lines(path: str) -> Iterator[bytes]:
+    """/dev/kmsg's records from the start of the ring buffer, one per read, until none is left."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        if not stat.S_ISCHR(os.fstat(fd).st_mode):
+            yield from _file_lines(path)
+            return
+        while True:
+            try:
+                record = os.read(fd, 1 << 16)
+            except BlockingIOError:
+                return
+            except OSError as e:
+                if e.errno == errno.EPIPE:  # overwritten while reading: go on with the next record
+                    continue
+                raise
+            if not record:
+                return
+            yield from (line + b"\n" for line in record.rstrip(b"\n").split(b"\n"))
+    finally:
+        os.close(fd)
+
+
+def kept_logs(root: Root, live: bool) -> list[KeptLog]:
+    """The event lines of each log the events source reads on this host. A live host's /dev/kmsg goes
+    to var/log/kern.log in the captured tree (a replay reads a tree's logs). PermissionError is
+    raised (the log needs root)."""
+    out = []
+    for rel in host_sources(root, live):
+        path = root.resolve(rel)
+        if path is None:
+            continue
+        if rel == KMSG:
+            data, dest = keep_lines(_kmsg_lines(path)), KERN_LOG
+        else:
+            try:
+                if not stat.S_ISREG(os.stat(path).st_mode):
+                    continue
+            except OSError:
+                continue
+            data, dest = keep_lines(_file_lines(path)), rel
+        events = len(KernelLog().text(data))
+        out.append(KeptLog("/" + rel, dest, data, events))
+    return out

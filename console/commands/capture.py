@@ -1,0 +1,107 @@
+"""`nodeconsole capture [-o FILE] [--redact]`: one compressed archive of what the console reads from this
+host (console/capture/__init__.py has the layout), which `nodeconsole --replay FILE` (and `snapshot`,
+`doctor`, `events` with --replay) opens again offline, read-only.
+
+Progress goes to stderr; a source that cannot be read is recorded as failed in the manifest and the
+capture goes on. Works on the live host (as root: sysfs config space, the kernel log and NVML need it),
+on the demo host (--demo), on a captured tree (--root DIR) and on a replay (a copy of the capture).
+"""
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import os
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from nodeconsole.console.cli import UsageError, seams_from_args, subcommand
+from nodeconsole.console.hosttext import visible
+
+MAX_AUDIT = 64 << 20
+
+
+@subcommand("capture", "write one archive of what the console reads from this host (reopen it with --replay FILE)")
+def configure(p: argparse.ArgumentParser) -> None:
+    p.add_argument("-o", "--output", metavar="FILE",
+                   help="where to write the archive (default: nodeconsole-HOST-TIME.tar.gz here)")
+    p.add_argument("--redact", action="store_true",
+                   help="replace host names, VM names, UUIDs, MAC addresses and GPU serials by pseudonyms")
+    p.set_defaults(func=run)
+
+
+def _note(text: str) -> None:
+    print(f"nodeconsole capture: {text}", file=sys.stderr, flush=True)
+
+
+def _programs(host: Any) -> dict[str, str | None]:
+    """Where the host's command seam finds each program a plan looks for."""
+    from nodeconsole.console.capture.replay import PLAN_PROGRAMS
+
+    return {name: host.commands.which(name) for name in PLAN_PROGRAMS}
+
+
+def _audit(host: Any) -> tuple[bytes | None, list[dict[str, Any]]]:
+    """The host's audit log (bytes and records), as `nodeconsole log` reads it."""
+    log = host.audit
+    try:
+        with open(log.path, "rb") as f:
+            data = f.read(MAX_AUDIT + 1)
+        records = log.records()
+    except FileNotFoundError:
+        return None, []
+    except OSError as e:
+        _note(f"warning: cannot read the audit log {log.path}: {e.strerror or e}")
+        return None, []
+    if len(data) > MAX_AUDIT:
+        _note(f"warning: the audit log {log.path} is larger than {MAX_AUDIT >> 20} MiB: not captured")
+        return None, records
+    return data, records
+
+
+def run(args: argparse.Namespace) -> int:
+    import time
+
+    from nodeconsole.console.capture.take import take_capture
+
+    out = args.output
+    if out is not None and os.path.isdir(out):
+        raise UsageError(f"-o {out}: is a directory")
+    from nodeconsole.actions.runner import ActionHost
+
+    seams = seams_from_args(args)
+    t0 = time.perf_counter()
+    host = ActionHost.from_seams(seams)
+    audit, records = _audit(host)
+    capture = take_capture(seams, changes=records, audit=audit, programs=_programs(host), redact=args.redact,
+                           progress=_note)
+    if out is None:
+        stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%d-%H%M%S")
+        name = "".join(c if c.isalnum() or c in "-_." else "_" for c in capture.manifest.get("hostname") or "host")
+        out = f"nodeconsole-{name[:64]}-{stamp}.tar.gz"
+    _write(Path(out), capture.data)
+    failed = {name: s.get("reason", "") for name, s in capture.manifest["sources"].items()
+              if s.get("status") == "failed"}
+    for name, reason in failed.items():
+        _note(f"{name} failed: {visible(reason)}")
+    _note(f"wrote {out}: {capture.entries} entries, {len(capture.data) / 1024:.0f} KiB "
+          f"in {time.perf_counter() - t0:.1f} s" + (f"; {len(failed)} source(s) failed" if failed else ""))
+    return 0
+
+
+def _write(path: Path, data: bytes) -> None:
+    """Write atomically (a temporary file beside it, then rename), private to the user: a capture
+    names the host's VMs and devices."""
+    parent = path.parent if str(path.parent) else Path(".")
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=".nodeconsole-capture-", dir=parent)
+    except OSError as e:
+        raise UsageError(f"-o {path}: {e.strerror or e}") from None
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
