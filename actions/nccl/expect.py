@@ -169,6 +169,10 @@ def _bandwidth(parsed: ParsedOutput, topo: Topology) -> list[Finding]:
     if peak is None:
         return []
     exp = expected_busbw(topo, nvls=bool(parsed.nvls_channels))
+    if exp is None and topo.total_gpus < 2:
+        return [Finding("info", "nccl.one_gpu_run", "bandwidth not judged: the check ran on one GPU",
+                        "one rank moves no data between GPUs (its bus bandwidth is 0 by definition)",
+                        "run it on two or more GPUs to measure their links")]
     if exp is None:
         return []
     largest = max(r.size for r in parsed.rows)

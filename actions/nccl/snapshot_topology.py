@@ -21,6 +21,16 @@ from nodeconsole.actions.nccl.acs import ports_between
 from nodeconsole.actions.nccl.commands import LocalCommand, LocalCommandOptions, local_command
 from nodeconsole.actions.nccl.expect import Expectation, Topology, expected_busbw
 from nodeconsole.actions.nccl.finding import Finding, by_severity
+from nodeconsole.actions.nccl.pick import (
+    DEFAULT_THRESHOLDS,
+    HOST_OWNERS,
+    GpuCondition,
+    Pick,
+    Thresholds,
+    auto_pick,
+    selection_findings,
+    skip_findings,
+)
 from nodeconsole.actions.nccl.preflight import PreflightOptions, PreflightReport, preflight
 from nodeconsole.console.model import Gpu, HostSnapshot
 from nodeconsole.console.root import Root
@@ -29,8 +39,6 @@ from nodeconsole.console.topology import is_nic, relation
 
 # An all_reduce_perf to use instead of the one on PATH (console and CLI alike).
 BINARY_ENV = "NODECONSOLE_ALL_REDUCE_PERF"
-# Owners whose GPU the host itself can drive (CUDA sees it through the nvidia driver).
-HOST_OWNERS = ("host",)
 _RATE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*Gb/sec")
 
 
@@ -52,11 +60,12 @@ def host_gpus(snap: HostSnapshot) -> tuple[Gpu, ...]:
     return tuple(g for g in snap.gpus if g.owner.kind in HOST_OWNERS and g.driver == "nvidia")
 
 
-def select_gpus(snap: HostSnapshot, indices: Sequence[int] | None = None) -> tuple[Gpu, ...]:
-    """The snapshot's GPUs with these console indices (all host GPUs when None); ValueError naming
-    the indices that do not exist."""
+def select_gpus(snap: HostSnapshot, indices: Sequence[int] | None = None,
+                thresholds: Thresholds = DEFAULT_THRESHOLDS) -> tuple[Gpu, ...]:
+    """The snapshot's GPUs with these console indices (the automatic pick of idle, healthy host GPUs
+    when None); ValueError naming the indices that do not exist."""
     if indices is None:
-        return host_gpus(snap)
+        return auto_pick(snap, thresholds).gpus
     by_index = {g.index: g for g in snap.gpus}
     missing = [i for i in indices if i not in by_index]
     if missing:
@@ -186,6 +195,13 @@ class LocalPlan:
     gpu_numa: dict[str, int | None] = field(default_factory=dict)
     node_socket: dict[int, int] = field(default_factory=dict)
     nvlink_known: bool = False
+    automatic: bool = False  # the GPUs were picked, not named: `skipped` says what was left out
+    skipped: tuple[GpuCondition, ...] = ()
+    thresholds: Thresholds = DEFAULT_THRESHOLDS
+
+    @property
+    def pick(self) -> Pick:
+        return Pick(self.gpus, self.automatic, self.skipped)
 
     @property
     def expected(self) -> Expectation | None:
@@ -201,6 +217,7 @@ class LocalPlan:
         return {
             "gpus": [{"index": g.index, "address": g.address, "name": g.name, "numa_node": g.numa_node,
                       "owner": g.owner.kind} for g in self.gpus],
+            "automatic": self.automatic, "skipped": [c.to_dict() for c in self.skipped],
             "topology": {"gpu_models": list(t.gpu_models), "gpus_per_node": t.gpus_per_node, "nodes": t.nodes,
                          "nvlink": t.nvlink, "nvlink_known": self.nvlink_known, "p2p": t.p2p,
                          "p2p_reason": self.p2p_reason, "nic_gbps": list(t.nic_gbps), "ib_present": t.ib_present},
@@ -209,19 +226,23 @@ class LocalPlan:
 
 
 def local_plan(snap: HostSnapshot, gpus: Sequence[Gpu] | None = None, root: Root | None = None,
-               nvlink: bool | None = None) -> LocalPlan:
-    """The topology of a one-node run on `gpus` (default: the host's own GPUs). `nvlink` None means
-    unknown (the snapshot has no NVLink state), which counts as no NVLink."""
-    chosen = tuple(host_gpus(snap) if gpus is None else gpus)
+               nvlink: bool | None = None, thresholds: Thresholds = DEFAULT_THRESHOLDS) -> LocalPlan:
+    """The topology of a one-node run on `gpus` (default: the automatic pick of the host's idle, healthy
+    GPUs, see pick.py). `nvlink` None means unknown (the snapshot has no NVLink state), which counts as
+    no NVLink."""
+    pick = auto_pick(snap, thresholds) if gpus is None else Pick(tuple(gpus), False)
+    chosen = pick.gpus
     p2p, why = p2p_possible(snap, chosen, root)
     topo = Topology(gpu_models=tuple(g.name for g in chosen), gpus_per_node=max(len(chosen), 1), nodes=1,
                     nvlink=bool(nvlink), p2p=p2p, nic_gbps=nic_speeds(snap, root), ib_present=ib_present(snap, root))
-    return LocalPlan(chosen, topo, why, gpu_numa(chosen), node_socket(snap), nvlink_known=nvlink is not None)
+    return LocalPlan(chosen, topo, why, gpu_numa(chosen), node_socket(snap), nvlink_known=nvlink is not None,
+                     automatic=pick.automatic, skipped=pick.skipped, thresholds=thresholds)
 
 
 def snapshot_preflight(snap: HostSnapshot, root: Root, env: Mapping[str, str], plan: LocalPlan,
                        **kwargs: Unpack[PreflightOptions]) -> PreflightReport:
-    """The preflight for `plan`'s GPUs on this host, with the GPUs' usability added."""
+    """The preflight for `plan`'s GPUs on this host, with the GPUs' usability and condition (busy,
+    unhealthy) added, and what the automatic pick skipped."""
     report = preflight(env, root, host=snap.host.hostname or "this host", gpus=plan.addresses,
                        gpu_numa=plan.gpu_numa, node_socket=plan.node_socket, nvlink=plan.topology.nvlink,
                        **kwargs)
@@ -229,12 +250,19 @@ def snapshot_preflight(snap: HostSnapshot, root: Root, env: Mapping[str, str], p
         report.findings.append(Finding("error", "nccl.no_gpu", "no NVIDIA GPU found on this host",
                                        "the check needs at least one GPU", "run it on a GPU host",
                                        subject="gpus"))
+    elif not plan.gpus and plan.automatic and any(not c.unusable for c in plan.skipped):
+        report.findings.append(Finding("error", "nccl.no_gpu", "no idle, healthy GPU the host can use for "
+                                       "the check", "the GPUs the host drives are busy or unhealthy (see "
+                                       "the skipped GPUs); the others are in VMs, on vfio-pci, or serve "
+                                       "MIG/vGPU", "name GPUs with --gpus to test them anyway (with a "
+                                       "warning), or run the check inside a VM (--vm)", subject="gpus"))
     elif not plan.gpus:
         report.findings.append(Finding("error", "nccl.no_gpu", "no GPU the host can use for the check",
                                        "every GPU is in a VM, on vfio-pci, or serves MIG/vGPU",
-                                       "free a GPU for the host, or run the check inside a VM",
+                                       "free a GPU for the host, or run the check inside a VM (--vm)",
                                        subject="gpus"))
-    report.findings = by_severity(usability(plan.gpus) + report.findings)
+    own = usability(plan.gpus) + selection_findings(plan.gpus, plan.thresholds) + skip_findings(plan.pick)
+    report.findings = by_severity(own + report.findings)
     return report
 
 
@@ -271,10 +299,12 @@ class Preflight:
     command_error: str
 
 
-def read_preflight(snap: HostSnapshot, seams: Seams, sweep: Sequence[str], env: Mapping[str, str]) -> Preflight:
-    """Plan, preflight and the command a run would use, for the check on every usable GPU. Reads host
-    files through `seams.root`: the console calls it only from a thread worker."""
-    plan = local_plan(snap, None, seams.root)
+def read_preflight(snap: HostSnapshot, seams: Seams, sweep: Sequence[str], env: Mapping[str, str],
+                   indices: Sequence[int] | None = None) -> Preflight:
+    """Plan, preflight and the command a run would use, for the check on the GPUs with these console
+    indices (None: the automatic pick). Reads host files through `seams.root`: the console calls it only
+    from a thread worker."""
+    plan = local_plan(snap, None if indices is None else select_gpus(snap, indices), seams.root)
     report = snapshot_preflight(snap, seams.root, env, plan)
     try:
         cmd, err = local_check_command(plan, None, sweep, preview=True, this_machine=seams.is_this_machine), ""
