@@ -5,6 +5,10 @@ The child gets its own session (start_new_session=True), so it and everything it
 workers, MPI launch daemons) form one process group that is signalled as a whole: SIGTERM, a short grace,
 then SIGKILL. Output is read line by line through the incremental parser; glibc buffers a pipe in
 4 KiB blocks, so the child runs under `stdbuf -oL` when that exists to make rows arrive as printed.
+
+A run that prints no new row for a while (3× the longest gap between rows so far, at least
+`stall_after` seconds) is reported once per silence through `on_stall`; it keeps running (a hung
+collective still ends at the timeout or on cancel).
 """
 from __future__ import annotations
 
@@ -27,6 +31,8 @@ from nodeconsole.actions.nccl.finding import Finding
 from nodeconsole.actions.nccl.parse import ParsedOutput, Parser, Row, Transport, expected_rows, size_arg
 
 DEFAULT_TIMEOUT = 600.0
+DEFAULT_STALL = 20.0  # seconds without a new row before a run looks stalled, at the least
+STALL_FACTOR = 3.0  # ... or this many times the longest gap between rows so far
 TAIL_LINES = 200
 
 
@@ -35,6 +41,21 @@ class Progress:
     done: int  # rows read so far
     total: int | None  # rows the sweep will print (None when it cannot be told)
     row: Row
+
+
+@dataclass(frozen=True)
+class Stall:
+    """No new row for `quiet_s` seconds, past the `threshold_s` the run was allowed."""
+    quiet_s: float
+    threshold_s: float
+    rows: int  # rows read before the silence
+    factor: float = STALL_FACTOR
+    minimum_s: float = DEFAULT_STALL
+
+    def message(self) -> str:
+        after = f"after row {self.rows}" if self.rows else "before the first row"
+        return (f"looks stalled: no new row for {self.quiet_s:.0f} s {after} ({self.factor:g}× the longest gap "
+                f"between rows so far, at least {self.minimum_s:g} s); still running")
 
 
 @dataclass
@@ -48,6 +69,7 @@ class RunResult:
     stdout_tail: list[str] = field(default_factory=list)
     duration_s: float = 0.0
     error: str = ""  # why it could not start, or a progress callback's failure
+    stalls: int = 0  # silences reported through on_stall
 
     @property
     def rows(self) -> list[Row]:
@@ -87,8 +109,9 @@ class RunResult:
                                "a collective that never completes usually means ranks cannot reach each other",
                                "run the NCCL preflight (interfaces, P2P, ACS); rerun with a smaller -e"))
         elif self.cancelled:
-            out.append(Finding("info", "nccl.cancelled", f"cancelled after {len(self.rows)} rows",
-                               "stopped on request", "nothing to do"))
+            out.append(Finding("info", "nccl.cancelled", f"cancelled after {len(self.rows)} rows"
+                               if self.rows else "cancelled before any result", "stopped on request",
+                               "nothing to do"))
         elif self.exit_code not in (0, None):
             tail = self.stderr_tail[-1] if self.stderr_tail else ""
             out.append(Finding("error", "nccl.exit_status", f"the test exited with status {self.exit_code}"
@@ -99,6 +122,30 @@ class RunResult:
             out.append(Finding("warning", "nccl.incomplete", "the output ended before its summary",
                                "the process stopped early", "rerun and read stderr"))
         return out + verdict(self.parsed, topo)
+
+
+def row_average(rows: Sequence[Row]) -> float | None:
+    """The mean bus bandwidth of these rows' cells (out-of-place and in-place), as nccl-tests averages
+    its summary; None without a number."""
+    vals = [c.busbw for r in rows for c in (r.out_of_place, r.in_place)
+            if c is not None and c.busbw is not None and c.busbw == c.busbw]
+    return sum(vals) / len(vals) if vals else None
+
+
+def average_text(parsed: ParsedOutput, stopped: str = "") -> str:
+    """The average bus bandwidth in words: the summary's, else the average of the rows that came (a
+    run cut short has no summary), else why there is none. `stopped` ("cancelled", "timed out") names
+    how a run without rows ended."""
+    avg = parsed.avg_busbw
+    if avg is not None and avg == avg:
+        return f"avg busbw {avg:.2f} GB/s"
+    rows = parsed.rows
+    mean = row_average(rows)
+    if mean is not None:
+        return f"avg busbw {mean:.2f} GB/s over the {len(rows)} row{'s' if len(rows) != 1 else ''} that came"
+    if not rows:
+        return f"{stopped} before any result" if stopped else "no result"
+    return "avg busbw not reported"
 
 
 def sweep_total(argv: Sequence[str]) -> int | None:
@@ -142,7 +189,8 @@ class NcclRun:
     def __init__(self, argv: Sequence[str], env: Mapping[str, str] | None = None, *,
                  timeout: float | None = DEFAULT_TIMEOUT, on_progress: Callable[[Progress], None] | None = None,
                  total: int | None = None, kill_grace: float = 3.0, line_buffered: bool = True,
-                 base_env: Mapping[str, str] | None = None) -> None:
+                 base_env: Mapping[str, str] | None = None, stall_after: float | None = DEFAULT_STALL,
+                 stall_factor: float = STALL_FACTOR, on_stall: Callable[[Stall], None] | None = None) -> None:
         self.argv = list(argv)
         self.env = dict(os.environ if base_env is None else base_env)
         for k, v in (env or {}).items():
@@ -164,6 +212,13 @@ class NcclRun:
         self._started = 0.0
         self._result: RunResult | None = None
         self._error = ""
+        self.stall_after = stall_after  # None: never report a stall
+        self.stall_factor = stall_factor
+        self.on_stall = on_stall
+        self.stalls = 0
+        self._last_row = 0.0  # monotonic time of the newest row (0: none yet)
+        self._longest_gap = 0.0  # between two rows
+        self._reported_silence = -1.0  # the _last_row whose silence was reported
 
     @property
     def pgid(self) -> int | None:
@@ -190,6 +245,11 @@ class NcclRun:
             if not line.endswith("\n"):
                 continue  # cut off mid-line when the child was killed: its numbers are not whole
             row = self.parser.feed(line)
+            if row is not None:
+                now = time.monotonic()
+                if self._last_row:
+                    self._longest_gap = max(self._longest_gap, now - self._last_row)
+                self._last_row = now
             if row is not None and self.on_progress is not None:
                 header = self.parser.out.header
                 if header and header.min_bytes is not None and header.max_bytes is not None:
@@ -205,6 +265,22 @@ class NcclRun:
         assert self.proc and self.proc.stderr
         for line in self.proc.stderr:
             self._stderr.append(line.rstrip("\n"))
+
+    def _check_stall(self, now: float) -> None:
+        """Report the current silence once when it outlasts the stall threshold."""
+        if self.stall_after is None or self.on_stall is None:
+            return
+        last = self._last_row or self._started
+        threshold = max(self.stall_after, self.stall_factor * self._longest_gap)
+        quiet = now - last
+        if quiet < threshold or self._reported_silence == last:
+            return
+        self._reported_silence = last
+        self.stalls += 1
+        try:
+            self.on_stall(Stall(quiet, threshold, len(self.parser.out.rows), self.stall_factor, self.stall_after))
+        except Exception as e:  # a broken callback must not stop the run
+            self._error = self._error or f"stall callback failed: {e!r}"
 
     def cancel(self) -> None:
         """Stop the run and everything it started; blocks for at most the kill grace plus a moment."""
@@ -243,9 +319,11 @@ class NcclRun:
                 self.proc.wait(timeout=0.05)
                 break
             except subprocess.TimeoutExpired:
-                if deadline is not None and time.monotonic() >= deadline:
+                now = time.monotonic()
+                if deadline is not None and now >= deadline:
                     timed_out = True
                     break
+                self._check_stall(now)
         # Also after a normal exit: stragglers of the group (a worker left behind) are stopped too.
         self._kill_group()
         for t in self._readers:
@@ -254,7 +332,8 @@ class NcclRun:
         self._result = RunResult(
             argv=self.argv, parsed=self.parser.out, exit_code=self.proc.returncode, timed_out=timed_out,
             cancelled=self._cancelled.is_set() and not timed_out, stderr_tail=list(self._stderr),
-            stdout_tail=list(self._stdout), duration_s=time.monotonic() - self._started, error=self._error)
+            stdout_tail=list(self._stdout), duration_s=time.monotonic() - self._started, error=self._error,
+            stalls=self.stalls)
         return self._result
 
     def run(self) -> RunResult:
@@ -269,9 +348,11 @@ class NcclRun:
 def run_local(gpus: Sequence[int | str], path: str | None = None, sweep: Sequence[str] | None = None, *,
               timeout: float | None = DEFAULT_TIMEOUT, on_progress: Callable[[Progress], None] | None = None,
               env: Mapping[str, str] | None = None, kill_grace: float = 3.0,
+              stall_after: float | None = DEFAULT_STALL, on_stall: Callable[[Stall], None] | None = None,
               **kwargs: Unpack[LocalCommandOptions]) -> tuple[NcclRun, LocalCommand]:
     """Prepare (not start) the single-host check for `gpus`: returns the run object, so a caller can
     keep it to cancel, and the command it runs. Raises ValueError when nothing can run it."""
     cmd = local_command(gpus, path, sweep, **kwargs)
     run_env = {**cmd.env, **(env or {})}
-    return NcclRun(cmd.argv, run_env, timeout=timeout, on_progress=on_progress, kill_grace=kill_grace), cmd
+    return NcclRun(cmd.argv, run_env, timeout=timeout, on_progress=on_progress, kill_grace=kill_grace,
+                   stall_after=stall_after, on_stall=on_stall), cmd

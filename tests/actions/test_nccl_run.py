@@ -191,3 +191,64 @@ def test_sweep_total_from_options() -> None:
 def test_env_names_are_checked() -> None:
     with pytest.raises(ValueError):
         NcclRun(["true"], {"BAD NAME": "1"})
+
+
+# -- a run that stops printing rows ----------------------------------------------------------------------
+def _rows_then_hang(tmp_path: Path) -> tuple[Path, int]:
+    """A 4-row sweep whose replay hangs after its last row (before the summary): (file, lines to print)."""
+    from tests.actions.test_nccl_cli import synthetic_output
+
+    lines = synthetic_output(3.6, min_bytes=8, max_bytes=64).splitlines()
+    last_row = max(i for i, line in enumerate(lines) if line.split()[:1] and line.split()[0].isdigit())
+    out = tmp_path / "rows.txt"
+    out.write_text("\n".join(lines) + "\n")
+    return out, last_row + 1
+
+
+def test_a_silent_run_is_reported_as_stalled_once_and_keeps_running(fake_bin: Path, tmp_path: Path) -> None:
+    output, hang_after = _rows_then_hang(tmp_path)
+    record, env = _start(fake_bin, tmp_path, output=str(output), hang_after=str(hang_after), delay="0.2")
+    stalls: list[tuple[object, bool, float]] = []  # (stall, child still running, when)
+    holder: dict[str, NcclRun] = {}
+
+    def stalled(s) -> None:
+        stalls.append((s, holder["run"].proc.poll() is None, time.monotonic()))
+        if s.rows == 4:  # the silence after the last row: cancel a little later, from another thread
+            threading.Timer(0.5, holder["run"].cancel).start()
+
+    run, _ = run_local(["0", "1"], search_path=str(fake_bin), env=env, timeout=30, kill_grace=0.3,
+                       stall_after=0.3, on_stall=stalled)
+    holder["run"] = run
+    result = run.run()
+    ended = time.monotonic()
+    # a slow start may count as a silence before the first row; the rows then flow at 0.2 s, below
+    # the threshold; the silence after row 4 is reported once, and the run is not stopped by it
+    after_rows = [(s, alive, when) for s, alive, when in stalls if s.rows > 0]
+    assert len(after_rows) == 1, stalls
+    stall, alive, when = after_rows[0]
+    assert stall.rows == 4 and alive
+    # 3× the longest gap between rows (≈0.2 s) beats the 0.3 s minimum
+    assert stall.threshold_s > 0.3 and stall.quiet_s >= stall.threshold_s
+    assert "looks stalled: no new row for" in stall.message() and "after row 4" in stall.message()
+    assert result.cancelled and not result.timed_out and result.stalls == len(stalls)
+    assert ended - when >= 0.45  # it ran on after the notice, until the cancel
+    assert not any(_running(p) for p in json.loads(record.read_text())["pids"])
+
+
+def test_average_wording_of_runs_cut_short() -> None:
+    from nodeconsole.actions.nccl.parse import parse_text
+    from nodeconsole.actions.nccl.run import RunResult, average_text
+    from tests.actions.test_nccl_cli import synthetic_output
+
+    text = synthetic_output(3.6, min_bytes=8, max_bytes=64)
+    full = parse_text(text)
+    assert average_text(full) == f"avg busbw {full.avg_busbw:.2f} GB/s"
+    rows = [line for line in text.splitlines() if line.split()[:1] and line.split()[0].isdigit()]
+    cut = parse_text("\n".join(rows[:2]) + "\n")
+    mean = sum(c.busbw for r in cut.rows for c in (r.out_of_place, r.in_place)) / 4
+    assert average_text(cut, "cancelled") == f"avg busbw {mean:.2f} GB/s over the 2 rows that came"
+    nothing = parse_text("")
+    assert average_text(nothing, "cancelled") == "cancelled before any result"
+    assert average_text(nothing) == "no result"
+    result = RunResult(["x"], nothing, -15, cancelled=True)
+    assert result.findings()[0].message == "cancelled before any result"
