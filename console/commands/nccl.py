@@ -2,8 +2,10 @@
 
 - `nccl parse FILE`: read a saved all_reduce_perf output (exit 1 when it shows corrupted results or
   no result rows at all).
-- `nccl check`: preflight for the host's GPUs and the command a check would run; with --run, run it
-  with progress row by row and judge the result against the topology (exit 1 on an error finding).
+- `nccl check`: preflight for the host's GPUs (by default the idle, healthy ones; the rest skipped with
+  their reasons) and the command a check would run; with --run, run it with progress row by row, a
+  notice when it looks stalled, and judge the result against the topology (exit 1 on an error finding).
+  With --vm, the check runs inside that VM (over ssh or the guest agent), for GPUs the host cannot use.
 - `nccl command`: the mpirun / torchrun line of a multi-node check (printed, never launched).
 """
 from __future__ import annotations
@@ -15,7 +17,7 @@ import math
 import os
 import stat
 import sys
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, TextIO
 
 from nodeconsole.console.argtypes import MAX_COUNT, count, seconds
@@ -23,11 +25,15 @@ from nodeconsole.console.cli import UsageError, host_args, seams_from_args, subc
 
 if TYPE_CHECKING:  # the NCCL checks are imported when a command runs
     from nodeconsole.actions.nccl.commands import LocalCommand
+    from nodeconsole.actions.nccl.expect import Topology
     from nodeconsole.actions.nccl.finding import Finding
+    from nodeconsole.actions.nccl.guest import GuestPlan
     from nodeconsole.actions.nccl.parse import ParsedOutput
     from nodeconsole.actions.nccl.preflight import PreflightReport
-    from nodeconsole.actions.nccl.run import Progress
+    from nodeconsole.actions.nccl.run import Progress, RunResult, Stall
     from nodeconsole.actions.nccl.snapshot_topology import LocalPlan
+    from nodeconsole.console.model import HostSnapshot
+    from nodeconsole.console.seams import Seams
 
 
 @subcommand("nccl", "quick NCCL checks: parse an all_reduce_perf output, preflight and run, multi-node commands")
@@ -46,11 +52,21 @@ def configure(p: argparse.ArgumentParser) -> None:
     sc = sub.add_parser("check", parents=[common], help="preflight, and with --run the check itself",
                         description="Lint the NCCL setup for this host's GPUs and show the command of the "
                                     "check; with --run, run it and judge the result.")
-    sc.add_argument("--gpus", metavar="LIST", help="console GPU indices, like 0,1 (default: the GPUs the host owns)")
+    sc.add_argument("--gpus", metavar="LIST", help="console GPU indices, like 0,1, taken as given (default: the "
+                                                   "idle, healthy GPUs the host drives; the others are skipped)")
     sc.add_argument("--run", action="store_true", help="run all_reduce_perf (or the PyTorch benchmark)")
     sc.add_argument("--binary", metavar="PATH", help="all_reduce_perf to run (default: $NODECONSOLE_ALL_REDUCE_PERF, "
                                                      "else from PATH, else the PyTorch benchmark)")
     sc.add_argument("--timeout", type=seconds, default=600.0, metavar="S", help="stop the run after S seconds (600)")
+    sc.add_argument("--stall", type=seconds, default=20.0, metavar="S",
+                    help="say the run looks stalled after no new row for 3× the longest gap between rows, at "
+                         "least S seconds (20); it keeps running")
+    sc.add_argument("--vm", metavar="NAME", help="run the check inside this VM, on its GPUs (over ssh, or the "
+                                                 "guest agent with --via agent)")
+    sc.add_argument("--via", choices=("ssh", "agent"), default=None,
+                    help="with --vm: ssh to the guest (default) or the QEMU guest agent (virsh qemu-agent-command)")
+    sc.add_argument("--ssh", metavar="USER@ADDR", dest="ssh_dest",
+                    help="with --vm: the guest to ssh to (default: its address from libvirt, as the current user)")
     sc.add_argument("--nvlink", action="store_true", default=None,
                     help="the GPUs are connected by NVLink (the snapshot cannot tell; default: assume not)")
     sc.add_argument("--json", action="store_true", help="print findings and results as JSON")
@@ -229,6 +245,10 @@ def run_check(args: argparse.Namespace) -> int:
 
     if not (args.timeout > 0 and math.isfinite(args.timeout)):
         raise UsageError("--timeout must be a positive number of seconds")
+    if args.vm is None and (args.via is not None or args.ssh_dest is not None):
+        raise UsageError(f"{'--via' if args.via is not None else '--ssh'} goes with --vm NAME")
+    if args.vm is not None and args.gpus is not None:
+        raise UsageError("--gpus and --vm are exclusive (--vm tests the VM's own GPUs)")
     sweep = _sweep(args)
     try:
         indices = parse_gpu_list(args.gpus) if args.gpus is not None else None
@@ -236,8 +256,10 @@ def run_check(args: argparse.Namespace) -> int:
         raise UsageError(f"--gpus: {e}") from None
     seams = seams_from_args(args)
     snap = Collector(seams).collect()
+    if args.vm is not None:
+        return _vm_check(args, snap, seams, sweep)
     try:
-        gpus = select_gpus(snap, indices)
+        gpus = None if indices is None else select_gpus(snap, indices)
     except ValueError as e:
         raise UsageError(f"--gpus: {e}") from None
     plan = local_plan(snap, gpus, seams.root, nvlink=args.nvlink)
@@ -283,28 +305,45 @@ def _plan_dict(plan: LocalPlan, report: PreflightReport, cmd: LocalCommand | Non
     return out
 
 
+def _stall_printer(out: TextIO) -> Callable[[Stall], None]:
+    def show(stall: Stall) -> None:
+        print(f"  … {stall.message()} (Ctrl-C stops it)", file=out, flush=True)
+    return show
+
+
 def _run_check(args: argparse.Namespace, plan: LocalPlan, cmd: LocalCommand, out: dict[str, object]) -> int:
     """--run: run the check, printing progress, then its result (added to `out` with --json) and verdict."""
     from nodeconsole.actions.nccl.run import NcclRun
 
     progress_out = sys.stderr if args.json else sys.stdout
     run = NcclRun(cmd.argv, cmd.env, timeout=args.timeout,
-                  on_progress=lambda p: print(_progress_line(p), file=progress_out, flush=True))
+                  on_progress=lambda p: print(_progress_line(p), file=progress_out, flush=True),
+                  stall_after=args.stall, on_stall=_stall_printer(progress_out))
     try:
         result = run.run()
     except KeyboardInterrupt:
         run.cancel()  # Ctrl-C: nothing of the check may outlive us
         raise
-    findings = result.findings(plan.topology)
+    return _report_run(args, result, plan.topology, out)
+
+
+def _report_run(args: argparse.Namespace, result: RunResult, topo: Topology, out: dict[str, object]) -> int:
+    """The result of a run and its verdict (into `out` with --json); the exit status of the check."""
+    from nodeconsole.actions.nccl.run import average_text
+
+    findings = result.findings(topo)
     if args.json:
         out["run"] = {"exit_code": result.exit_code, "timed_out": result.timed_out, "cancelled": result.cancelled,
-                      "duration_s": result.duration_s, "ok": result.ok, **parsed_dict(result.parsed),
-                      "stderr_tail": result.stderr_tail[-20:], "findings": [_finding_dict(f) for f in findings]}
+                      "duration_s": result.duration_s, "ok": result.ok, "stalls": result.stalls,
+                      **parsed_dict(result.parsed), "stderr_tail": result.stderr_tail[-20:],
+                      "findings": [_finding_dict(f) for f in findings]}
         print(json.dumps(out, indent=2))
     else:
         p = result.parsed
-        print(f"rows {len(p.rows)}  avg busbw {_num(p.avg_busbw)} GB/s  peak busbw {_num(p.peak_busbw)} GB/s  "
-              f"out of bounds {_oob(p)}  NCCL {p.version or '-'}  transports {_transports(p)}")
+        stopped = "timed out" if result.timed_out else "cancelled" if result.cancelled else ""
+        peak = f"  peak busbw {_num(p.peak_busbw)} GB/s" if p.rows else ""
+        print(f"rows {len(p.rows)}  {average_text(p, stopped)}{peak}  out of bounds {_oob(p)}  "
+              f"NCCL {p.version or '-'}  transports {_transports(p)}")
         print("verdict:")
         _print_findings(findings)
     return 0 if result.ok and not any(f.severity == "error" for f in findings) else 1
@@ -315,7 +354,9 @@ def _print_plan(plan: LocalPlan, report: PreflightReport, cmd: LocalCommand | No
     from nodeconsole.actions.nccl.commands import format_command
 
     t = plan.topology
-    print(f"GPUs: {', '.join(f'{g.index} {g.address} ({g.name}, node {g.numa_node})' for g in plan.gpus) or 'none'}")
+    picked = " (picked: idle and healthy; see the skipped GPUs below)" if plan.automatic and plan.skipped else ""
+    print(f"GPUs: {', '.join(f'{g.index} {g.address} ({g.name}, node {g.numa_node})' for g in plan.gpus) or 'none'}"
+          f"{picked}")
     print(f"topology: {len(plan.gpus)} GPU(s), NVLink {'yes' if t.nvlink else 'no'}"
           f"{'' if plan.nvlink_known else ' (unknown, assumed)'}, P2P {'possible' if t.p2p else 'not possible'} "
           f"({plan.p2p_reason})")
@@ -328,6 +369,89 @@ def _print_plan(plan: LocalPlan, report: PreflightReport, cmd: LocalCommand | No
     else:
         print(f"no command: {cmd_error}")
     sys.stdout.flush()
+
+
+# -- check --vm ------------------------------------------------------------------------------------------
+def _reachable(seams: Seams) -> str:
+    """Why this host's guests cannot be reached from here ("" when they can)."""
+    if seams.is_demo:
+        return ("the demo host's VMs are simulated (libvirt's test driver): there is no guest to run the check "
+                "in; on a real host this command runs it")
+    if not seams.is_this_machine:
+        return "a captured host's VMs cannot be reached from this machine"
+    return ""
+
+
+def _vm_check(args: argparse.Namespace, snap: HostSnapshot, seams: Seams, sweep: list[str]) -> int:
+    """--vm NAME: plan the check inside the VM, show it, and with --run run it there."""
+    from nodeconsole.actions.nccl.guest import plan_guest_check
+    from nodeconsole.actions.nccl.pick import selection_findings
+    from nodeconsole.actions.nccl.snapshot_topology import local_plan
+
+    try:
+        plan = plan_guest_check(snap, args.vm, method=args.via or "ssh", destination=args.ssh_dest,
+                                binary=args.binary, sweep=sweep, uri=seams.libvirt_uri,
+                                reachable=_reachable(seams))
+    except ValueError as e:
+        raise UsageError(f"--vm: {e}") from None
+    # The host-side view of the VM's GPUs (link, memory errors); inside the guest nothing is checked.
+    findings = selection_findings(plan.gpus)
+    topo = dataclasses.replace(local_plan(snap, plan.gpus, seams.root, nvlink=args.nvlink).topology,
+                               gpus_per_node=plan.ngpus)
+    out: dict[str, object] = {**plan.to_dict(), "preflight": [_finding_dict(f) for f in findings]}
+    if not args.json:
+        _print_vm_plan(plan, findings, will_run=args.run and not plan.refusal)
+    if not args.run:
+        if args.json:
+            print(json.dumps(out, indent=2))
+        return 0
+    if plan.refusal:
+        raise UsageError(f"--run: {plan.refusal}")
+    return _run_vm_check(args, plan, topo, out, seams.libvirt_uri)
+
+
+def _print_vm_plan(plan: GuestPlan, findings: list[Finding], will_run: bool) -> None:
+    from nodeconsole.actions.nccl.commands import format_command
+
+    gpus = ", ".join(f"{g.index} {g.address} ({g.name})" for g in plan.gpus)
+    print(f"VM {plan.vm}: {plan.ngpus} GPU(s) in the guest (host GPUs {gpus})")
+    print(f"in the guest: {format_command(plan.guest_argv)}")
+    if plan.method == "ssh":
+        print(f"over ssh to the guest ({plan.address_note})")
+    else:
+        print("through the QEMU guest agent (guest-exec; the output comes when the check ends)")
+    print("preflight (host side; the guest's NCCL setup is not checked from here):" if findings
+          else "preflight (host side): nothing found")
+    _print_findings(findings)
+    print(f"{'running' if will_run else 'would run'}: {format_command(plan.argv)}")
+    if plan.refusal:
+        print(f"cannot run from here: {plan.refusal}")
+    sys.stdout.flush()
+
+
+def _run_vm_check(args: argparse.Namespace, plan: GuestPlan, topo: Topology, out: dict[str, object],
+                  uri: str | None) -> int:
+    from nodeconsole.actions.nccl.guest import AgentRun, SubprocessRunner
+    from nodeconsole.actions.nccl.run import NcclRun
+
+    progress_out = sys.stderr if args.json else sys.stdout
+
+    def show(p: Progress) -> None:
+        print(_progress_line(p), file=progress_out, flush=True)
+
+    run: NcclRun | AgentRun
+    if plan.method == "ssh":
+        run = NcclRun(plan.argv, {}, timeout=args.timeout, on_progress=show, stall_after=args.stall,
+                      on_stall=_stall_printer(progress_out))
+    else:
+        run = AgentRun(SubprocessRunner(), uri, plan.vm, plan.guest_argv,
+                       timeout=args.timeout, on_progress=show)
+    try:
+        result = run.run()
+    except KeyboardInterrupt:
+        run.cancel()
+        raise
+    return _report_run(args, result, topo, out)
 
 
 # -- command ---------------------------------------------------------------------------------------------

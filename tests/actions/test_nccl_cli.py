@@ -381,3 +381,26 @@ def test_plan_reads_sockets_models_and_nic_speeds(host_env: Path) -> None:
     (ib / "rate").write_text("400 Gb/sec (4X NDR)\n")
     assert nic_speeds(snap, seams.root) == (400.0,)  # NCCL prefers the RDMA ports
     assert local_plan(snap, select_gpus(snap, [0]), seams.root).topology.ib_present
+
+
+def test_check_run_says_when_it_looks_stalled(state_ro: Path, fake_exe: Path, tmp_path: Path, monkeypatch,
+                                              capsys) -> None:
+    """Four rows, then silence: a line says it looks stalled, the run goes on until its timeout."""
+    for k in list(os.environ):
+        if k.startswith(("NCCL_", "FAKE_NCCL_")):
+            monkeypatch.delenv(k)
+    lines = synthetic_output(3.6, min_bytes=8, max_bytes=64).splitlines()
+    last_row = max(i for i, line in enumerate(lines) if line.split()[:1] and line.split()[0].isdigit())
+    output = tmp_path / "out.txt"
+    output.write_text("\n".join(lines) + "\n")
+    monkeypatch.setenv("FAKE_NCCL_OUTPUT", str(output))
+    monkeypatch.setenv("FAKE_NCCL_HANG_AFTER", str(last_row + 1))
+    rc, out, _ = _cli(capsys, "nccl", "check", "--demo", "--gpus", "0,4", "--run", "--binary", str(fake_exe),
+                      "-e", "64", "--stall", "0.3", "--timeout", "1.5")
+    assert rc == 1
+    # (a slow start of the stand-in may add a notice before the first row)
+    notice = [line for line in out.splitlines() if "looks stalled" in line and "before the first row" not in line]
+    assert len(notice) == 1 and "no new row for" in notice[0] and "after row 4" in notice[0]
+    assert out.index("[4/4]") < out.index("looks stalled") < out.index("verdict:")
+    assert "avg busbw" in out and "over the 4 rows that came" in out
+    assert "the check ran out of time" in out
