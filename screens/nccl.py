@@ -2,6 +2,10 @@
 of all_reduce_perf (or the PyTorch benchmark) with a progress bar advancing row by row, the rows as a
 table and as bandwidth bars, and the verdict against the topology.
 
+The check takes the idle, healthy GPUs the host drives unless the admin chooses others with `g` (as
+`--gpus` does); a run that prints no new row for a while is shown as looking stalled, and after a run
+the screen says what ran.
+
 Nothing here blocks the UI: the preflight and the run happen in thread workers, rows reach the UI
 through `app.call_from_thread`, and cancel (`c`) kills the run's whole process group. Leaving the app
 cancels a run still going.
@@ -23,12 +27,22 @@ from textual.widgets import Button, ProgressBar, Static
 from nodeconsole.actions.nccl.commands import LocalCommand, format_command, sweep_args
 from nodeconsole.actions.nccl.finding import Finding
 from nodeconsole.actions.nccl.parse import Cell, Row
-from nodeconsole.actions.nccl.run import DEFAULT_TIMEOUT, NcclRun, Progress, RunResult
+from nodeconsole.actions.nccl.pick import auto_pick, conditions
+from nodeconsole.actions.nccl.run import (
+    DEFAULT_STALL,
+    DEFAULT_TIMEOUT,
+    NcclRun,
+    Progress,
+    RunResult,
+    Stall,
+    average_text,
+)
 from nodeconsole.actions.nccl.snapshot_topology import LocalPlan, Preflight, local_check_command, read_preflight
 from nodeconsole.console.hosttext import visible
 from nodeconsole.console.model import HostSnapshot
 from nodeconsole.console.seams import Seams
 from nodeconsole.screens.base import SnapshotScreen
+from nodeconsole.screens.nccl_pick import GpuChoice, GpuPickModal
 from nodeconsole.screens.widgets.keyed_table import KeyedTable
 from nodeconsole.screens.widgets.text import plain_text, severity_text
 
@@ -106,12 +120,17 @@ def findings_text(findings: Sequence[Finding]) -> Group:
 
 class NcclScreen(SnapshotScreen):
     TITLE = "NCCL"
-    BINDINGS = [Binding("r", "run_check", "Run"), Binding("c", "cancel_check", "Cancel")]
+    BINDINGS = [Binding("r", "run_check", "Run"), Binding("c", "cancel_check", "Cancel"),
+                Binding("g", "pick_gpus", "GPUs")]
 
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
         self.sweep = sweep_args()
         self.timeout: float | None = DEFAULT_TIMEOUT
+        self.stall_after: float | None = DEFAULT_STALL  # seconds without a row before "looks stalled", at least
+        self.selection: tuple[int, ...] | None = None  # GPUs chosen with g; None: the automatic pick
+        self.stall: Stall | None = None  # the current silence of a running check
+        self.ran: tuple[LocalCommand, LocalPlan] | None = None  # the command of the last run, and its plan
         self.kill_grace = 3.0  # seconds between SIGTERM and SIGKILL on cancel
         self.plan: LocalPlan | None = None
         self.preflight_findings: list[Finding] = []
@@ -146,17 +165,19 @@ class NcclScreen(SnapshotScreen):
 
     # -- snapshot → preflight (thread) ------------------------------------------------------------------
     def render_snapshot(self, snap: HostSnapshot) -> None:
-        # The preflight reads files (libraries, ACS); redo it only when the GPUs' ownership changes.
-        key = tuple((g.address, g.driver, g.owner.kind, g.owner.vms) for g in snap.gpus)
+        # The preflight reads files (libraries, ACS); redo it only when the GPUs' ownership, the choice
+        # of GPUs or a GPU's state (idle, busy, unhealthy) changes, not on every new utilization figure.
+        states = tuple((c.gpu.index, c.state, c.unhealthy) for c in conditions(snap))
+        key = (tuple((g.address, g.driver, g.owner.kind, g.owner.vms) for g in snap.gpus), states, self.selection)
         seams = self.view.seams
         if key != self._preflight_key and seams is not None:
             self._preflight_key = key
-            self._preflight(snap, seams, key)
+            self._preflight(snap, seams, key, self.selection)
 
     @work(thread=True, exclusive=True, group="nccl-preflight", exit_on_error=False)
-    def _preflight(self, snap: HostSnapshot, seams: Seams, key: tuple) -> None:
+    def _preflight(self, snap: HostSnapshot, seams: Seams, key: tuple, selection: tuple[int, ...] | None) -> None:
         try:
-            found = read_preflight(snap, seams, self.sweep, dict(os.environ))
+            found = read_preflight(snap, seams, self.sweep, dict(os.environ), selection)
         except Exception as exc:
             self._to_ui(self._preflight_failed, key, exc)
             return
@@ -172,22 +193,68 @@ class NcclScreen(SnapshotScreen):
             return  # a newer snapshot's preflight is on its way
         plan, findings, cmd, err = found.plan, found.findings, found.command, found.command_error
         self.plan, self.preflight_findings, self.command, self.command_error = plan, findings, cmd, err
+        self._show_plan()
+        body = findings_text(findings) if findings else Text("preflight: nothing found", style="green")
+        self.query_one("#nccl-preflight", Static).update(body)
+
+    def _show_plan(self, running: tuple[LocalCommand, LocalPlan] | None = None) -> None:
+        """The GPUs, topology and command: what would run, what is running, or what ran last."""
+        plan, cmd = self.plan, self.command
+        if plan is None:
+            return
         t = plan.topology
         exp = plan.expected
         head = Text()
+        how = ("picked: idle and healthy, g chooses others" if plan.automatic
+               else "chosen with g; a in the choice returns to the automatic pick")
         head.append("GPUs ", style="bold")
         head.append(", ".join(f"{g.index} {g.address}" for g in plan.gpus) or "none the host can use")
+        head.append(f" ({how})", style="dim")
         head.append(f"\nP2P {'possible' if t.p2p else 'not possible'} ({visible(plan.p2p_reason)}); "
                     f"NVLink {'yes' if t.nvlink else 'not known (assumed absent)'}")
         head.append(f"\nexpected peak busbw {exp if exp is not None else 'no reference figure'}")
-        if cmd is not None:
+        shown = running or self.ran
+        if shown is not None:
+            verb = "running" if running is not None else "ran"
+            ran_cmd, ran_plan = shown
+            head.append(f"\n{verb} ({ran_cmd.kind}) on GPU{'s' if len(ran_plan.gpus) != 1 else ''} "
+                        f"{', '.join(str(g.index) for g in ran_plan.gpus)}: ", style="bold")
+            head.append(visible(format_command(ran_cmd.argv, ran_cmd.env)))
+            if running is None and cmd is not None and (cmd.argv, cmd.env) != (ran_cmd.argv, ran_cmd.env):
+                head.append(f"\nnext run ({cmd.kind}): ", style="bold")
+                head.append(visible(format_command(cmd.argv, cmd.env)))
+        elif cmd is not None:
             head.append(f"\nwould run ({cmd.kind}): ", style="bold")
             head.append(visible(format_command(cmd.argv, cmd.env)))
-        else:
-            head.append(f"\nno command: {visible(err)}", style="yellow")
+        if cmd is None:
+            head.append(f"\nno command: {visible(self.command_error)}", style="yellow")
         self.query_one("#nccl-plan", Static).update(head)
-        body = findings_text(findings) if findings else Text("preflight: nothing found", style="green")
-        self.query_one("#nccl-preflight", Static).update(body)
+
+    # -- choosing GPUs -----------------------------------------------------------------------------------
+    def action_pick_gpus(self) -> None:
+        snap = self.snapshot
+        if self.running:
+            self.notify("a check is running: choose GPUs when it has ended", timeout=3)
+            return
+        if snap is None:
+            self.notify("no snapshot yet", timeout=3)
+            return
+        automatic = self.selection is None
+        chosen = auto_pick(snap).indices if automatic else self.selection or ()
+        self.app.push_screen(GpuPickModal(conditions(snap), chosen, automatic), self._gpus_chosen)
+
+    def _gpus_chosen(self, choice: GpuChoice | None) -> None:
+        if choice is None or choice.indices == self.selection:
+            self.notify("GPU choice unchanged", timeout=3)
+            return
+        self.selection = choice.indices
+        which = "the automatic pick" if choice.indices is None else "GPUs " + ", ".join(map(str, choice.indices))
+        self.notify(f"the next run uses {which}", timeout=3)
+        self.plan = None  # a run waits for the preflight of the new choice
+        self.query_one("#nccl-plan", Static).update("reading the host…")
+        snap = self.snapshot
+        if snap is not None:
+            self.render_snapshot(snap)
 
     # -- run (thread) ----------------------------------------------------------------------------------
     def on_button_pressed(self, event: Button.Pressed) -> None:
@@ -225,22 +292,35 @@ class NcclScreen(SnapshotScreen):
         try:
             cmd = local_check_command(plan, None, self.sweep, this_machine=seams.is_this_machine)
             run = NcclRun(cmd.argv, cmd.env, timeout=self.timeout, on_progress=self._progress_from_thread,
-                          kill_grace=self.kill_grace)
+                          kill_grace=self.kill_grace, stall_after=self.stall_after,
+                          on_stall=self._stall_from_thread)
         except ValueError as e:
             self._to_ui(self._run_failed, str(e))
             return
         self._run = run
+        self._to_ui(self._show_plan, (cmd, plan))
         if stop.is_set() or self._closing:  # cancelled (or leaving) while the command was being found
             run.cancel()
         result = run.run()
         self._run = None
-        self._to_ui(self._run_done, plan, result)
+        self._to_ui(self._run_done, plan, cmd, result)
+
+    def _stall_from_thread(self, stall: Stall) -> None:
+        if not self._closing:
+            self.app.call_from_thread(self._on_stall, stall)
+
+    def _on_stall(self, stall: Stall) -> None:
+        if not self.running or self._stop.is_set():
+            return
+        self.stall = stall
+        self._set_status(f"{stall.message()} (c cancels it)")
 
     def _progress_from_thread(self, p: Progress) -> None:
         if not self._closing:
             self.app.call_from_thread(self._on_progress, p)
 
     def _on_progress(self, p: Progress) -> None:
+        self.stall = None
         self.rows.append(p.row)
         table = self.query_one("#nccl-rows", KeyedTable)
         table.sync((str(i), row_cells(r)) for i, r in enumerate(self.rows))
@@ -258,13 +338,20 @@ class NcclScreen(SnapshotScreen):
         self._set_status(f"cannot run: {why}")
         self._buttons()
 
-    def _run_done(self, plan: LocalPlan, result: RunResult) -> None:
-        self.result, self.running = result, False
+    def _run_done(self, plan: LocalPlan, cmd: LocalCommand, result: RunResult) -> None:
+        self.result, self.running, self.stall = result, False, None
+        if result.exit_code is not None or result.cancelled or result.timed_out:  # it did start
+            self.ran = (cmd, plan)
+        self._show_plan()
         p = result.parsed
-        state = ("timed out" if result.timed_out else "cancelled" if result.cancelled
-                 else f"finished (exit {result.exit_code})" if result.exit_code is not None else "did not start")
-        self._set_status(f"{state}: {len(p.rows)} rows, avg busbw {_bw(p.avg_busbw)} GB/s, "
-                         f"peak {_bw(p.peak_busbw)} GB/s, NCCL {p.version or '-'} in {result.duration_s:.1f} s")
+        stopped = "timed out" if result.timed_out else "cancelled" if result.cancelled else ""
+        state = stopped or (f"finished (exit {result.exit_code})" if result.exit_code is not None else "did not start")
+        if not p.rows and stopped:
+            self._set_status(f"{average_text(p, stopped)} ({result.duration_s:.1f} s)")
+        else:
+            peak = f", peak {_bw(p.peak_busbw)} GB/s" if p.rows else ""
+            self._set_status(f"{state}: {len(p.rows)} rows, {average_text(p, stopped)}{peak}, "
+                             f"NCCL {p.version or '-'} in {result.duration_s:.1f} s")
         if result.ok:
             bar = self.query_one("#nccl-progress", ProgressBar)
             bar.update(total=len(p.rows), progress=len(p.rows))

@@ -1,6 +1,10 @@
 """Pilot tests of the NCCL screen on the demo host, with the stand-in all_reduce_perf as the check:
-preflight findings, progress advancing row by row, the rows table, the chart, the verdict, and cancel
-(or leaving the app) stopping everything the run started."""
+preflight findings for the automatic pick of idle, healthy GPUs, choosing other GPUs (g), progress
+advancing row by row, the rows table, the chart, the verdict, what ran, a stalled run shown as such, and
+cancel (or leaving the app) stopping everything the run started.
+
+The demo host is generated once for the module (the screen changes nothing on it); each test gets fresh
+seams over it."""
 from __future__ import annotations
 
 import json
@@ -11,13 +15,19 @@ from pathlib import Path
 import psutil
 import pytest
 from rich.console import Console
-from textual.widgets import ProgressBar, Static
+from textual.widgets import ProgressBar, SelectionList, Static
 
 from nodeconsole.actions.nccl.parse import parse_text
+from nodeconsole.console.demo.nvml_sim import SimulatedNvml
+from nodeconsole.console.demo.state import ensure_demo
+from nodeconsole.console.root import Root
+from nodeconsole.console.seams import Seams
 from nodeconsole.screens.app import NodeConsoleApp
 from nodeconsole.screens.nccl import NcclScreen, size_label
+from nodeconsole.screens.nccl_pick import GpuChoice, GpuPickModal
 from nodeconsole.screens.widgets.keyed_table import KeyedTable
 from tests.actions.test_nccl_cli import synthetic_output
+from tests.screens.conftest import FIXED_IDS
 
 FAKE = Path(__file__).resolve().parents[1] / "actions" / "fixtures" / "fake_all_reduce_perf.py"
 SIZE = (100, 40)
@@ -34,6 +44,24 @@ def _alive(pid: int) -> bool:
         return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
     except psutil.NoSuchProcess:
         return False
+
+
+@pytest.fixture(scope="module")
+def _demo_dir(tmp_path_factory) -> Path:
+    d = tmp_path_factory.mktemp("nccl-panel") / "demo"
+    ensure_demo(d)
+    return d
+
+
+@pytest.fixture()
+def demo_seams(_demo_dir: Path, monkeypatch: pytest.MonkeyPatch) -> Seams:
+    """Fresh seams (and simulated NVML) over the module's demo host."""
+    monkeypatch.setenv("NODECONSOLE_STATE_DIR", str(_demo_dir))
+    host = ensure_demo(_demo_dir)
+    root = Root(host.root)
+    lib = SimulatedNvml.from_file(host.nvml_state, root=root, privileged=True)
+    return Seams(root=root, libvirt_uri=host.libvirt_uri, nvml_lib=lib, demo_dir=_demo_dir, state_dir=_demo_dir,
+                 pci_ids=FIXED_IDS)
 
 
 @pytest.fixture()
@@ -71,21 +99,72 @@ async def _nccl_screen(app, pilot) -> NcclScreen:
     return app.screen
 
 
-async def test_preflight_findings_for_the_host_gpus(demo_seams, stand_in) -> None:
+async def test_preflight_findings_for_the_idle_healthy_gpus(demo_seams, stand_in) -> None:
     app = NodeConsoleApp(demo_seams, interval=0.5)
     async with app.run_test(size=SIZE) as pilot:
         screen = await _nccl_screen(app, pilot)
         snap = app.snapshot
         host = [g for g in snap.gpus if g.owner.kind == "host"]
-        assert [g.address for g in screen.plan.gpus] == [g.address for g in host]
+        # the demo's host GPUs: 0 busy (python3, torchrun), 7 busy and downtrained with rows to remap, 4 idle
+        idle = [g for g in host if not g.processes and not g.link.downtrained]
+        assert [g.index for g in idle] == [4]
+        assert screen.plan.automatic and [g.address for g in screen.plan.gpus] == [idle[0].address]
         plan = _text(screen.query_one("#nccl-plan", Static))
-        assert all(g.address in plan for g in host)
+        assert idle[0].address in plan and "picked: idle and healthy" in plan
         assert "would run (nccl-tests)" in plan and str(stand_in["exe"]) in plan
         preflight = _text(screen.query_one("#nccl-preflight", Static))
-        if len({g.numa_node for g in host}) > 1:  # the demo's host GPUs span both sockets
-            assert "the GPUs sit on different sockets" in preflight
-        assert "ACS redirect is on at PCIe port" in preflight  # the demo's switch ports isolate (ACS RR/CR)
+        assert f"GPU 0 ({snap.gpus[0].address}) skipped: busy: 2 processes (python3, torchrun)" in preflight
+        assert f"GPU 7 ({snap.gpus[7].address}) skipped: busy: 1 process (ollama)" in preflight
+        assert "unhealthy: row remapping pending, PCIe link x8 of x16" in preflight
+        assert "only GPU 4" in preflight  # one GPU measures no link
         assert "not run yet" in _text(screen.query_one("#nccl-status", Static))
+
+
+async def test_g_chooses_the_gpus_of_the_next_run_and_the_screen_shows_what_ran(demo_seams, stand_in) -> None:
+    app = NodeConsoleApp(demo_seams, interval=0.5)
+    async with app.run_test(size=SIZE) as pilot:
+        screen = await _nccl_screen(app, pilot)
+        snap = app.snapshot
+        await pilot.press("g")
+        await _until(pilot, lambda: isinstance(app.screen, GpuPickModal))
+        modal = app.screen
+        lst = modal.query_one("#nccl-pick-list", SelectionList)
+        assert lst.selected == [4]  # the automatic pick, ticked
+        options = [lst.get_option_at_index(i) for i in range(lst.option_count)]
+        assert [o.value for o in options] == [g.index for g in snap.gpus]
+        # the GPUs the host cannot drive are listed, marked and cannot be ticked
+        prompts = {o.value: str(getattr(o.prompt, "plain", o.prompt)) for o in options}
+        assert {o.value for o in options if o.disabled} == {1, 2, 3, 5, 6}
+        assert "on vfio-pci (VM train-a)" in prompts[1] and "MIG enabled" in prompts[2]
+        assert "busy: 2 processes (python3, torchrun)" in prompts[0] and "PCIe link x8 of x16" in prompts[7]
+        assert "idle" in prompts[4]
+        lst.highlighted = 0
+        await pilot.press("space")  # tick GPU 0 (busy): allowed, with a warning
+        await pilot.press("enter")
+        await _until(pilot, lambda: isinstance(app.screen, NcclScreen) and screen.plan is not None)
+        assert screen.selection == (0, 4) and not screen.plan.automatic
+        assert [g.index for g in screen.plan.gpus] == [0, 4]
+        preflight = _text(screen.query_one("#nccl-preflight", Static))
+        assert f"GPU 0 ({snap.gpus[0].address}) is busy: 2 processes" in preflight and "skipped" not in preflight
+        plan = _text(screen.query_one("#nccl-plan", Static))
+        assert "chosen with g" in plan and "would run (nccl-tests)" in plan
+        await pilot.press("r")
+        await _until(pilot, lambda: screen.result is not None and not screen.running, timeout=20)
+        seen = json.loads(stand_in["record"].read_text())
+        assert seen["env"]["CUDA_VISIBLE_DEVICES"] == f"{snap.gpus[0].uuid},{snap.gpus[4].uuid}"
+        plan = _text(screen.query_one("#nccl-plan", Static))
+        assert "would run" not in plan
+        ran = plan[plan.index("ran (nccl-tests) on GPUs 0, 4: "):]
+        assert f"CUDA_VISIBLE_DEVICES={snap.gpus[0].uuid},{snap.gpus[4].uuid}" in ran and str(stand_in["exe"]) in ran
+        # back to the automatic pick
+        await pilot.press("g")
+        await _until(pilot, lambda: isinstance(app.screen, GpuPickModal))
+        assert app.screen.query_one("#nccl-pick-list", SelectionList).selected == [0, 4]
+        await pilot.press("a")
+        await _until(pilot, lambda: isinstance(app.screen, NcclScreen) and screen.plan is not None)
+        assert screen.selection is None and [g.index for g in screen.plan.gpus] == [4]
+        plan = _text(screen.query_one("#nccl-plan", Static))
+        assert "ran (nccl-tests) on GPUs 0, 4" in plan and "next run (nccl-tests)" in plan
 
 
 async def test_run_advances_row_by_row_and_ends_with_a_verdict(demo_seams, stand_in, monkeypatch) -> None:
@@ -94,6 +173,8 @@ async def test_run_advances_row_by_row_and_ends_with_a_verdict(demo_seams, stand
     app = NodeConsoleApp(demo_seams, interval=0.5)
     async with app.run_test(size=SIZE) as pilot:
         screen = await _nccl_screen(app, pilot)
+        screen._gpus_chosen(GpuChoice((0, 4)))  # two GPUs (one is busy): a bandwidth to judge
+        await _until(pilot, lambda: screen.plan is not None)
         bar = screen.query_one("#nccl-progress", ProgressBar)
         table = screen.query_one("#nccl-rows", KeyedTable)
         seen: list[tuple[float, int, bool]] = []  # after each row: bar, table rows, child still running
@@ -124,8 +205,8 @@ async def test_run_advances_row_by_row_and_ends_with_a_verdict(demo_seams, stand
         status = _text(screen.query_one("#nccl-status", Static))
         assert "finished (exit 0): 28 rows" in status
         snap = app.snapshot
-        uuids = [g.uuid for g in snap.gpus if g.owner.kind == "host"]
-        assert json.loads(stand_in["record"].read_text())["env"]["CUDA_VISIBLE_DEVICES"] == ",".join(uuids)
+        uuids = f"{snap.gpus[0].uuid},{snap.gpus[4].uuid}"
+        assert json.loads(stand_in["record"].read_text())["env"]["CUDA_VISIBLE_DEVICES"] == uuids
 
 
 async def test_cancel_kills_the_run_and_its_children(demo_seams, stand_in, monkeypatch) -> None:
@@ -136,12 +217,17 @@ async def test_cancel_kills_the_run_and_its_children(demo_seams, stand_in, monke
     async with app.run_test(size=SIZE) as pilot:
         screen = await _nccl_screen(app, pilot)
         screen.kill_grace = 0.3
+        screen.stall_after = 0.3
         await pilot.press("r")
         await _until(pilot, lambda: stand_in["record"].exists() and len(screen.rows) > 0)
         pids = json.loads(stand_in["record"].read_text())["pids"]
         assert len(pids) == 2 and all(_alive(p) for p in pids)
-        await pilot.pause(0.2)
-        assert screen.running and screen.result is None  # it hangs, nothing ends it by itself
+        # no new row: the screen says it looks stalled, and the run goes on
+        await _until(pilot, lambda: screen.stall is not None and screen.stall.rows == len(screen.rows) > 0)
+        status = _text(screen.query_one("#nccl-status", Static))
+        assert "looks stalled: no new row for" in status and f"after row {len(screen.rows)}" in status
+        assert "c cancels it" in status
+        assert screen.running and screen.result is None and all(_alive(p) for p in pids)
         await pilot.press("c")
         await _until(pilot, lambda: screen.result is not None, timeout=15)
         assert screen.result.cancelled and not screen.running
