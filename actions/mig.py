@@ -90,12 +90,13 @@ def plan_mig(host: ActionHost, snap: HostSnapshot, gpu_text: str, layout: str | 
         plan.title = f"MIG layout {canon} on {_label(g)}"
     source = "NVML" if not st.table else f"nodeconsole's table for {st.table} (NVML lists profiles once MIG is on)"
     result = fit(st.profiles, wanted, st.instances)
+    fits = "MIG can be turned off" if off else "the layout fits"
     if not result.ok:
-        plan.checks.append(Check("the layout fits", False, result.reason,
-                                 "change the layout, or free the instances in the way (stop their VMs and "
-                                 "processes), then plan again"))
+        plan.checks.append(Check(fits, False, result.reason,
+                                 ("free" if off else "change the layout, or free") + " the instances in the way "
+                                 "(stop their VMs and processes), then plan again"))
         return plan
-    plan.checks.append(Check("the layout fits", True, _fit_text(result) + f"; profiles from {source}"))
+    plan.checks.append(Check(fits, True, _fit_text(result) + f"; profiles from {source}"))
     plan.checks += _vf_checks(g, result, off)
     want_mode = 0 if off else 1
     mode_change = (st.current, st.pending) != (want_mode, want_mode)

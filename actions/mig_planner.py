@@ -255,7 +255,8 @@ def fit(profiles: Sequence[Profile], wanted: list[Wanted], existing: Sequence[Ex
             gone = [e for e in busy if e.profile == name][counts.get(name, 0):]
             return Fit(reason="; ".join(f"GI {e.gi_id} ({e.profile}, {slices_text(e.start, e.size)}) is in use "
                                         f"by {', '.join(e.users)}" for e in gone)
-                       + ": the layout would destroy it")
+                       + f": {'the layout' if wanted else 'removing every instance'} would destroy "
+                       + ("it" if len(gone) == 1 else "them"))
     keepable = [e for e in existing if e.profile in counts and not e.users]
     last_miss = _Miss()
     # items to place: pinned first, then larger instances (fewer placements) first
