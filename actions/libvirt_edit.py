@@ -11,6 +11,7 @@ Every edit of a domain's XML is console/domain_edits.py's (one splicing editor).
 from __future__ import annotations
 
 import os
+import shlex
 import urllib.parse
 from collections.abc import Callable
 from pathlib import Path
@@ -281,6 +282,7 @@ def vm_hostdev_step(host: ActionHost, op: Op) -> Step | None:
     if has == present:
         return None
     inverse = {"kind": "vm_hostdev", "vm": vm, "address": address, "present": not present, "managed": managed}
+    taken: Taken | None = None
     if not present:
         place = cfg.hostdev_place(vm, address)
         if place is not None:  # put it back where it was, as it was
@@ -304,15 +306,30 @@ def vm_hostdev_step(host: ActionHost, op: Op) -> Step | None:
             return None
         return f"the config of VM {vm} {'still lacks' if present else 'still has'} hostdev {address}"
 
+    vm_arg = shlex.quote(vm)
     if present:
         title = f"Add {address} to VM {vm}'s config"
         why = (f"VM {vm} gets the device at its next start; managed='yes' lets libvirt keep it on vfio-pci "
                "while the VM runs")
-        cmd = f"virsh attach-device {vm} hostdev-{address}.xml --config"
+        shown = _as_shown(element) if element is not None else hostdev_xml(address, managed)
+        cmd = f"virsh attach-device {vm_arg} /dev/stdin --config <<'EOF'  # the <hostdev> below, then EOF"
     else:
         title = f"Remove {address} from VM {vm}'s config"
-        why = f"VM {vm} must not claim the device once it is given back to the host"
-        cmd = f"virsh detach-device {vm} hostdev-{address}.xml --config"
+        why = (f"VM {vm} must not claim the device once it is given back to the host (by hand: virsh edit "
+               f"{vm_arg}, delete this <hostdev>)")
+        shown = _as_shown(taken.text) if taken is not None else hostdev_xml(address, managed)
+        cmd = f"virsh detach-device {vm_arg} /dev/stdin --config <<'EOF'  # the <hostdev> below, then EOF"
     return Step(title=title, why=why, commands=(cmd,), op=dict(op), inverse=inverse, apply_fn=apply,
-                verify_fn=verify, detail=hostdev_xml(address, managed) if present else "")
+                verify_fn=verify, detail=shown)
+
+
+def _as_shown(element: str) -> str:
+    """An element's text as a domain file holds it, without the indentation of its place there: its
+    closing line's indent comes off every later line."""
+    lines = element.strip("\n").split("\n")
+    if len(lines) < 2:
+        return element.strip()
+    last = lines[-1]
+    indent = last[:len(last) - len(last.lstrip(" \t"))]
+    return "\n".join([lines[0]] + [ln[len(indent):] if ln.startswith(indent) else ln for ln in lines[1:]])
 

@@ -129,7 +129,9 @@ def test_vm_hostdev_step_apply_verify_undo(node):
     original = node.read_text()
     host = SimpleNamespace(domains=cfg)
     step = build_step(host, {"kind": "vm_hostdev", "vm": "vm-off", "address": GPU, "present": True})
-    assert step is not None and step.commands == (f"virsh attach-device vm-off hostdev-{GPU}.xml --config",)
+    assert step is not None and step.commands == (
+        "virsh attach-device vm-off /dev/stdin --config <<'EOF'  # the <hostdev> below, then EOF",)
+    assert step.detail == hostdev_xml(GPU)
     assert step.verify() and "still lacks" in step.verify()
     step.apply()
     assert step.verify() is None
