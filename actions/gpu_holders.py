@@ -5,12 +5,16 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Collection, Iterable
+from typing import Any
 
+from nodeconsole.actions.audit import UNDOABLE
 from nodeconsole.actions.plan import Check
 from nodeconsole.actions.runner import ActionHost
 from nodeconsole.console.model import Gpu, HostSnapshot
 
 STUB_DRIVERS = ("vfio-pci", "pci-stub")
+INACTIVE = ("shut off", "crashed")  # VMs without a running definition
 # /proc/PID/comm (15 characters at most) of daemons that hold every GPU open
 HOLDER_DAEMONS = {
     "nvidia-persiste": ("nvidia-persistenced", "systemctl stop nvidia-persistenced (it keeps every GPU open)"),
@@ -24,8 +28,10 @@ def driver_of(snap: HostSnapshot, address: str) -> str | None:
     return dev.driver if dev else None
 
 
-def holder_checks(host: ActionHost, snap: HostSnapshot, gpu: Gpu, members: list[str]) -> list[Check]:
-    """Everything that keeps the GPU busy on the host: processes, display, daemons, running VMs."""
+def holder_checks(host: ActionHost, snap: HostSnapshot, gpu: Gpu, members: list[str],
+                  config_only: Collection[str] = ()) -> list[Check]:
+    """Everything that keeps the GPU busy on the host: processes, display, daemons, running VMs (but
+    those in `config_only`, which hold it in their persistent config only, not in their running one)."""
     checks: list[Check] = []
     busy = []
     for a in members:
@@ -55,7 +61,7 @@ def holder_checks(host: ActionHost, snap: HostSnapshot, gpu: Gpu, members: list[
             name, fix = HOLDER_DAEMONS[comm]
             if gpu.driver == "nvidia":
                 checks.append(Check(f"{name} is not running", False, f"{name} (pid {pid}) holds the GPU open", fix))
-    running = [v.name for v in snap.vms if v.state not in ("shut off", "crashed")
+    running = [v.name for v in snap.vms if v.state not in INACTIVE and v.name not in config_only
                and any(h.type == "pci" and h.address in members for h in v.hostdevs)]
     if running:
         checks.append(Check("no running VM uses the GPU", False, f"VM {', '.join(running)} is running with it",
@@ -111,4 +117,58 @@ def holder_daemons(host: ActionHost) -> list[tuple[int, str]]:
                 continue
             if comm in HOLDER_DAEMONS:
                 out.append((int(name), comm))
+    return out
+
+
+# -- passthroughs in effect ----------------------------------------------------------------------------
+
+def passthroughs_in_effect(host: ActionHost, address: str) -> list[dict[str, Any]]:
+    """The passthrough records of the GPU at `address` still in effect, oldest first: applied (or left
+    half-applied), not undone, and not followed by a release of that GPU. [] when the log is unreadable."""
+    try:
+        records = host.audit.records()
+    except OSError:
+        return []
+    out: list[dict[str, Any]] = []
+    for r in records:
+        if r.get("undoes") or r.get("undone_by") or r.get("result") not in UNDOABLE:
+            continue
+        req = r.get("request")
+        if not isinstance(req, dict) or req.get("gpu") != address:
+            continue
+        if r.get("action") == "release":
+            out = []
+        elif r.get("action") == "passthrough":
+            out.append(r)
+    return out
+
+
+def _added_to(record: dict[str, Any]) -> set[str]:
+    """The VMs whose config the record's steps gave a device."""
+    return {op["vm"] for s in record.get("steps") or [] if isinstance(op := s.get("op"), dict)
+            and op.get("kind") == "vm_hostdev" and op.get("present") and isinstance(op.get("vm"), str)}
+
+
+def config_only(host: ActionHost, snap: HostSnapshot, address: str, members: list[str],
+                in_configs: Iterable[str]) -> dict[str, str]:
+    """Running VMs that hold the GPU at `address` (group `members`) in their persistent config only →
+    why. `in_configs`: the VMs whose persistent config names a member. On a libvirt host the snapshot
+    shows a running VM's live devices, so this is every running VM of `in_configs` whose live definition
+    lacks the GPU. The demo's node file is both states at once: there the audit says it (a passthrough in
+    effect added the GPU to the config of a VM that was running: it gets the GPU at its next start)."""
+    out: dict[str, str] = {}
+    if getattr(host.domains, "one_state", False):
+        for r in passthroughs_in_effect(host, address):
+            req = r["request"]
+            name = req.get("vm")
+            vm = snap.vm(name) if isinstance(name, str) else None
+            if vm is not None and vm.state not in INACTIVE and req.get("vm_state") not in (None, *INACTIVE) \
+                    and name in _added_to(r):
+                out[vm.name] = f"passthrough {r['id']} added it to its config while it was {req['vm_state']}"
+        return out
+    for name in in_configs:
+        vm = snap.vm(name)
+        if vm is not None and vm.state not in INACTIVE and \
+                not any(h.type == "pci" and h.address in members for h in vm.hostdevs):
+            out[name] = "its config names the GPU, its running definition does not"
     return out

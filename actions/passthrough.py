@@ -1,23 +1,27 @@
-"""GPU passthrough to a VM, and its reverse (release).
+"""GPU passthrough to a VM; its inverse, release, is actions/release.py.
 
 `plan_passthrough` binds every non-bridge member of the GPU's IOMMU group to vfio-pci, optionally makes
 that survive a reboot (driverctl when the host has it, else a modprobe.d file) and optionally adds the
-GPU and its companion functions to a VM's config. `plan_release` gives everything back. Both only plan:
-the runner applies. The step kinds they use live in actions/host_steps.py and actions/libvirt_edit.py.
+GPU and its companion functions to a VM's config; it warns when that VM's memory is below twice the VRAM
+it would hold. The plan's request records the VM's state: a running VM gets the GPU in its config only,
+at its next start, and release reads that back. It only plans: the runner applies. The step kinds it
+uses live in actions/host_steps.py and actions/libvirt_edit.py. `resolve_gpu` / `resolve_vm` name the
+closest known GPUs and VMs for a typo.
 """
 from __future__ import annotations
 
 import re
+import shlex
 
-from nodeconsole.actions.gpu_holders import STUB_DRIVERS, driver_of, holder_checks
+from nodeconsole.actions.gpu_holders import STUB_DRIVERS, config_only, driver_of, holder_checks
 from nodeconsole.actions.host_steps import (
     MODPROBE_FILE,
     driverctl_state,
     modprobe_ids,
-    pci_state,
     read_raw,
     render_modprobe,
 )
+from nodeconsole.actions.pin_planner import MEMORY_PER_VRAM, vram_of
 from nodeconsole.actions.plan import (
     Check,
     Op,
@@ -25,12 +29,13 @@ from nodeconsole.actions.plan import (
     RequestError,
     Step,
     build_step,
-    unreadable_vm_check,
     vms_known_check,
 )
 from nodeconsole.actions.runner import ActionHost
+from nodeconsole.console.argtypes import did_you_mean
+from nodeconsole.console.hosttext import visible
 from nodeconsole.console.iommu import EXEMPT_DRIVERS, blocker_reasons, slot_of
-from nodeconsole.console.model import Gpu, HostSnapshot, PciDevice
+from nodeconsole.console.model import Gpu, HostSnapshot, PciDevice, Vm
 from nodeconsole.console.pciaddr import parse_pci_address
 
 VFIO = "vfio-pci"
@@ -38,35 +43,55 @@ _INDEX_RE = re.compile(r"^[0-9]+$")  # ASCII digits only (\d takes "٤")
 _UUID_RE = re.compile(r"^GPU-[0-9a-fA-F-]{8,}$")
 
 
+def _gpu_names(snap: HostSnapshot) -> list[str]:
+    return [str(g.index) for g in snap.gpus] + [g.address for g in snap.gpus] + [g.uuid for g in snap.gpus if g.uuid]
+
+
 def resolve_gpu(snap: HostSnapshot, text: str) -> Gpu:
     """The GPU named by a console index ("3"), a PCI address or an NVML UUID ("GPU-..."). Raises
-    RequestError saying what is wrong and what is accepted."""
+    RequestError saying what is wrong, the closest GPU names and what is accepted."""
     t = (text or "").strip()
     listing = ", ".join(f"{g.index} ({g.address})" for g in snap.gpus) or "none"
     if _INDEX_RE.match(t):
         for g in snap.gpus:
             if g.index == int(t):
                 return g
-        raise RequestError(f"no GPU with index {t}; this host's GPUs: {listing}")
+        hint = did_you_mean(t, [str(g.index) for g in snap.gpus])
+        raise RequestError(f"no GPU with index {t}{hint}; this host's GPUs: {listing}")
     if _UUID_RE.match(t):
         for g in snap.gpus:
             if g.uuid and g.uuid.lower() == t.lower():
                 return g
-        raise RequestError(f"no GPU with UUID {t} (NVML does not see GPUs on vfio-pci: use the PCI "
-                           f"address); this host's GPUs: {listing}")
+        hint = did_you_mean(t, [g.uuid for g in snap.gpus if g.uuid])
+        raise RequestError(f"no GPU with UUID {visible(t)}{hint} (NVML does not see GPUs on vfio-pci: use the "
+                           f"PCI address); this host's GPUs: {listing}")
     try:
         address = parse_pci_address(t)
     except ValueError:
-        raise RequestError(f"{text!r} is not a GPU: give a console index, a PCI address "
-                           f"(DDDD:BB:DD.F) or a UUID (GPU-...); this host's GPUs: {listing}") from None
+        raise RequestError(f"{visible(repr(text))} is not a GPU{did_you_mean(t, _gpu_names(snap))}: give a console "
+                           f"index, a PCI address (DDDD:BB:DD.F) or a UUID (GPU-...); this host's GPUs: "
+                           f"{listing}") from None
     gpu = snap.gpu(address)
     if gpu is not None:
         return gpu
+    hint = did_you_mean(address, [g.address for g in snap.gpus])
     dev = snap.pci(address)
     if dev is not None:
         raise RequestError(f"{address} is not an NVIDIA GPU ({dev.class_name or f'class {dev.class_id:06x}'} "
-                           f"{dev.device_name}); this host's GPUs: {listing}")
-    raise RequestError(f"no PCI device {address} on this host; its GPUs: {listing}")
+                           f"{dev.device_name}){hint}; this host's GPUs: {listing}")
+    raise RequestError(f"no PCI device {address} on this host{hint}; its GPUs: {listing}")
+
+
+def resolve_vm(snap: HostSnapshot, name: str) -> Vm:
+    """The VM called `name`. RequestError naming the closest known VMs (or why none are known)."""
+    vm = snap.vm(name)
+    if vm is not None:
+        return vm
+    if snap.sources.libvirt != "ok":
+        raise RequestError(f"no VM named {visible(repr(name))} (libvirt {snap.sources.libvirt})")
+    known = sorted(v.name for v in snap.vms)
+    raise RequestError(f"unknown VM {visible(name)}{did_you_mean(name, known)}; known VMs: "
+                       f"{', '.join(visible(n) for n in known) or 'none'}")
 
 
 def _is_bridge(dev: PciDevice | None) -> bool:
@@ -87,22 +112,22 @@ def companions(snap: HostSnapshot, gpu: Gpu) -> list[str]:
     return [a for a in group_members(snap, gpu) if slot_of(a) == slot_of(gpu.address)]
 
 
-def _pci_id(dev: PciDevice) -> str:
+def pci_id(dev: PciDevice) -> str:
     return f"{dev.vendor_id:04x}:{dev.device_id:04x}"
 
 
-def _label(gpu: Gpu) -> str:
+def gpu_label(gpu: Gpu) -> str:
     return f"GPU {gpu.index} ({gpu.address}, {gpu.name})"
 
 
-def _source_checks(snap: HostSnapshot) -> list[Check]:
+def source_checks(snap: HostSnapshot) -> list[Check]:
     if snap.sources.sysfs != "ok":
         return [Check("host readable", False, f"sysfs {snap.sources.sysfs}",
                       "run on the host itself (or --demo)")]
     return []
 
 
-def _vms_with(host: ActionHost, snap: HostSnapshot, addresses: set[str],
+def vms_with(host: ActionHost, snap: HostSnapshot, addresses: set[str],
               unreadable: dict[str, str] | None = None) -> dict[str, list[str]]:
     """VM name → which of `addresses` its persistent config holds as PCI hostdevs. A VM whose config
     cannot be read goes into `unreadable` (name → why), never silently out of the plan."""
@@ -156,24 +181,23 @@ def plan_passthrough(host: ActionHost, snap: HostSnapshot, gpu_text: str, vm: st
     """Plan giving the GPU to vfio-pci (and to `vm`'s config; across reboots with `persist`).
     Raises RequestError for an unknown GPU or VM."""
     gpu = resolve_gpu(snap, gpu_text)
-    target = snap.vm(vm) if vm is not None else None
-    if vm is not None and target is None:
-        known = sorted(v.name for v in snap.vms)
-        why = f"libvirt {snap.sources.libvirt}" if snap.sources.libvirt != "ok" else \
-            f"known VMs: {', '.join(known) or 'none'}"
-        raise RequestError(f"no VM named {vm!r} ({why})")
-    title = f"Pass {_label(gpu)} through" + (f" to VM {vm}" if vm else " (vfio-pci)") + \
+    target = resolve_vm(snap, vm) if vm is not None else None
+    title = f"Pass {gpu_label(gpu)} through" + (f" to VM {vm}" if vm else " (vfio-pci)") + \
             (", persistent across reboot" if persist else "")
-    plan = Plan(action="passthrough", title=title,
-                request={"gpu": gpu.address, "given": gpu_text, "vm": vm, "persist": persist},
+    request = {"gpu": gpu.address, "given": gpu_text, "vm": vm, "persist": persist}
+    if target is not None:  # a running VM gets the GPU in its config only: release reads this back
+        request["vm_state"] = target.state
+    plan = Plan(action="passthrough", title=title, request=request,
                 rebuild=lambda: plan_passthrough(host, host.snapshot(), gpu.address, vm, persist))
-    plan.checks += _source_checks(snap)
+    plan.checks += source_checks(snap)
     plan.checks.append(_iommu_check(snap, gpu))
     if not plan.ok:
         return plan
     members = group_members(snap, gpu)
     plan.checks.append(_group_check(snap, gpu, members))
-    plan.checks += holder_checks(host, snap, gpu, members)
+    in_configs = vms_with(host, snap, set(members))
+    plan.checks += holder_checks(host, snap, gpu, members,
+                                 config_only(host, snap, gpu.address, members, in_configs))
     if vm is not None or gpu.vgpu.instances:  # a VM is named, or VMs may hold its vGPUs
         plan.checks += vms_known_check(snap, f"GPU {gpu.address}")
     if vm is not None and host.domains is None:
@@ -195,7 +219,10 @@ def plan_passthrough(host: ActionHost, snap: HostSnapshot, gpu_text: str, vm: st
                 for a in companions(snap, gpu)]
         if target.state not in ("shut off",):
             plan.notes.append(f"VM {vm} is {target.state}: it gets the GPU at its next start")
-    others = sorted(n for n in _vms_with(host, snap, set(members)) if n != vm)
+        note = memory_note(host, snap, target, gpu)
+        if note:
+            plan.notes.append(note)
+    others = sorted(n for n in in_configs if n != vm)
     if others and vm is not None:
         # two VM configs with one GPU: the admin types the address to show this is meant
         plan.notes.append(f"the config of VM {', '.join(others)} also holds this GPU: only one VM "
@@ -204,7 +231,7 @@ def plan_passthrough(host: ActionHost, snap: HostSnapshot, gpu_text: str, vm: st
     elif others:
         plan.notes.append(f"VM {', '.join(others)} has this GPU in its config and can start with it "
                           "once it is on vfio-pci")
-    _add_steps(host, plan, ops)
+    add_steps(host, plan, ops)
     return plan
 
 
@@ -219,11 +246,11 @@ def _persist_ops(host: ActionHost, snap: HostSnapshot, gpu: Gpu, members: list[s
     for a in members:
         dev = snap.pci(a)
         assert dev is not None, "IOMMU group members are PCI devices of the snapshot"
-        new_ids.add(_pci_id(dev))
+        new_ids.add(pci_id(dev))
         if dev.driver and dev.driver not in STUB_DRIVERS and re.match(r"^[a-z0-9_]+$", dev.driver):
             new_deps.add(dev.driver)
     content = render_modprobe(sorted(new_ids), sorted(new_deps), sorted(set(devices) | set(members)))
-    twins = sorted(d.address for d in snap.pci_devices if _pci_id(d) in new_ids
+    twins = sorted(d.address for d in snap.pci_devices if pci_id(d) in new_ids
                    and d.address not in members and d.driver not in STUB_DRIVERS)
     if twins:
         # ids= matches by model: at the next boot vfio-pci would take every other card of this
@@ -241,78 +268,48 @@ def _persist_ops(host: ActionHost, snap: HostSnapshot, gpu: Gpu, members: list[s
     return [{"kind": "file", "path": MODPROBE_FILE, "content": content}] if content != current else []
 
 
-def _add_steps(host: ActionHost, plan: Plan, ops: list[Op]) -> None:
+def add_steps(host: ActionHost, plan: Plan, ops: list[Op]) -> None:
     for op in ops:
         step: Step | None = build_step(host, op)
         if step is not None:
             plan.steps.append(step)
 
 
-# -- release ------------------------------------------------------------------------------------------
+# -- VM memory --------------------------------------------------------------------------------------
 
-def _previous(host: ActionHost, address: str) -> tuple[str | None, str | None] | None:
-    """(override, driver) the device had before its latest recorded passthrough, None when unknown."""
-    try:
-        records = host.audit.records()
-    except OSError:  # an unreadable log (not root): the kernel's default driver will do
+def memory_note(host: ActionHost, snap: HostSnapshot, vm: Vm, gpu: Gpu) -> str | None:
+    """A warning when the VM's memory is below MEMORY_PER_VRAM × the VRAM of every whole GPU it would
+    hold (its live and persistent hostdevs, and `gpu`); None when enough or a size is unknown."""
+    addrs = {h.address for h in vm.hostdevs if h.type == "pci" and h.address}
+    if host.domains is not None:
+        try:
+            addrs |= host.domains.pci_hostdevs(vm.name)
+        except Exception:  # an unreadable definition: the live one has to do
+            pass
+    gpus = sorted({a for a in addrs if snap.gpu(a) is not None} | {gpu.address})
+    sizes = [vram_of(snap, a) for a in gpus]
+    if not vm.memory_kib or any(v is None for v in sizes):
         return None
-    for rec in reversed(records):
-        for s in rec.get("steps", []):
-            op, inv = s.get("op") or {}, s.get("inverse") or {}
-            if op.get("kind") == "pci_driver" and op.get("device") == address and op.get("driver") == VFIO:
-                return inv.get("override"), inv.get("driver")
-    return None
+    vram_kib = sum(v or 0 for v in sizes) * 1024
+    want = MEMORY_PER_VRAM * vram_kib
+    if vm.memory_kib >= want:
+        return None
+    held = "the GPU" if len(gpus) == 1 else f"its {len(gpus)} GPUs"
+    want_gib = -(-want // 1048576)  # rounded up: the size to give it
+    name = shlex.quote(vm.name)
+    return (f"warning: VM {vm.name} has {_gib(vm.memory_kib)} of memory, below {MEMORY_PER_VRAM}× the "
+            f"{_gib(vram_kib)} VRAM of {held} ({want_gib} GiB; 2–3× is recommended): data loading may starve "
+            f"the GPU. To give it more: virsh setmaxmem {name} {want_gib}G --config; virsh setmem {name} "
+            f"{want_gib}G --config")
+
+
+def _gib(kib: int) -> str:
+    return f"{kib / 1048576:.0f} GiB"
 
 
 def plan_release(host: ActionHost, snap: HostSnapshot, gpu_text: str) -> Plan:
-    """Plan giving the GPU back to the host: out of every VM config, no persistence, host drivers."""
-    gpu = resolve_gpu(snap, gpu_text)
-    plan = Plan(action="release", title=f"Give {_label(gpu)} back to the host",
-                request={"gpu": gpu.address, "given": gpu_text},
-                rebuild=lambda: plan_release(host, host.snapshot(), gpu.address))
-    plan.checks += _source_checks(snap)
-    plan.checks += vms_known_check(snap, f"GPU {gpu.address}")
-    if not plan.ok:
-        return plan
-    members = group_members(snap, gpu)
-    running = [v.name for v in snap.vms if v.state not in ("shut off", "crashed")
-               and any(h.type == "pci" and h.address in members for h in v.hostdevs)]
-    if running:
-        plan.checks.append(Check("no running VM uses the GPU", False, f"VM {', '.join(running)} is running with it",
-                                 "shut it down first (virsh shutdown NAME)"))
-        return plan
-    ops: list[Op] = []
-    unreadable: dict[str, str] = {}
-    in_configs = _vms_with(host, snap, set(members), unreadable)
-    plan.checks += unreadable_vm_check(unreadable)
-    if not plan.ok:
-        return plan
-    for name, addrs in sorted(in_configs.items()):
-        ops += [{"kind": "vm_hostdev", "vm": name, "address": a, "present": False, "managed": True} for a in addrs]
-    if in_configs:
-        plan.confirm_text = gpu.address
-        plan.notes.append(f"VM {', '.join(sorted(in_configs))} loses the GPU from its config")
-    for a in members:
-        if driverctl_state(host.root, a) is not None:
-            ops.append({"kind": "driverctl", "device": a, "driver": None})
-    current = read_raw(host.root, MODPROBE_FILE)
-    if current is not None:
-        ids, deps, devices = modprobe_ids(current)
-        rest = [d for d in devices if d not in members]
-        mine = {_pci_id(dev) for a in members if (dev := snap.pci(a))}
-        still = {_pci_id(dev) for d in rest if (dev := snap.pci(d))}
-        keep = [i for i in ids if i not in mine or i in still]  # ids written by hand stay
-        if keep != ids or rest != devices:
-            ops.append({"kind": "file", "path": MODPROBE_FILE,
-                        "content": render_modprobe(keep, deps, rest) if keep else None})
-    for a in members:
-        override, driver = pci_state(host.root, a)
-        if driver == VFIO or override == VFIO:
-            prev = _previous(host, a)
-            want_override, want_driver = prev if prev is not None else (None, "*")
-            if want_override == VFIO:
-                want_override = None
-            ops.append({"kind": "pci_driver", "device": a, "override": want_override,
-                        "driver": want_driver if want_driver != VFIO else "*", "group": gpu.iommu_group})
-    _add_steps(host, plan, ops)
-    return plan
+    """Plan giving the GPU back to the host: actions/release.py's `plan_release` (its inverse), kept
+    here beside the passthrough, where callers have always found it."""
+    from nodeconsole.actions.release import plan_release as plan
+
+    return plan(host, snap, gpu_text)

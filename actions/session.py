@@ -150,6 +150,7 @@ class ActionSession:
 
             check_request(request.ids, request.role)  # bad ids are refused before the host is read
         snap = host.snapshot()
+        _check_names(request, snap)
         return _builder(request)(host, snap)
 
     def _plan_undo(self, request: Undo | Redo) -> Plan:
@@ -220,6 +221,18 @@ def _check_mig_layout(request: MigLayout) -> None:
         # an empty word is no layout: it must not turn MIG mode on (a GPU reset on real hardware)
         raise RequestError("empty LAYOUT: give profiles (e.g. 3g.40gb,1g.10gb*2), `none` for MIG on without "
                            "instances, or --off")
+
+
+def _check_names(request: Request, snap: HostSnapshot) -> None:
+    """A VM the request names must exist: one message for every request (the closest names offered,
+    `unknown VM trian-a (did you mean train-a?)`), before any planner reads it. GPU names are resolved
+    by every planner through `resolve_gpu`, which offers the closest GPU names the same way. While
+    libvirt does not answer, each planner says so in its own words."""
+    vm = getattr(request, "vm", None)
+    if isinstance(vm, str) and snap.sources.libvirt == "ok":
+        from nodeconsole.actions.passthrough import resolve_vm
+
+        resolve_vm(snap, vm)
 
 
 Builder = Callable[[ActionHost, "HostSnapshot"], Plan]

@@ -1,12 +1,16 @@
 """Strict argument types for the CLI: ASCII digits only (Python's int() and `\\d` also take "٤" or "４"),
 numbers within range, finite positive durations. A bad value raises argparse.ArgumentTypeError (which
-the CLI turns into its one-line usage error, exit 2) or ValueError for the plain parsers."""
+the CLI turns into its one-line usage error, exit 2) or ValueError for the plain parsers. `did_you_mean`
+suggests the known name closest to a mistyped one (a VM, a GPU)."""
 from __future__ import annotations
 
 import argparse
+import difflib
 import math
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
+
+from nodeconsole.console.hosttext import visible
 
 _ASCII_INT = re.compile(r"[0-9]+")
 MAX_COUNT = 1 << 20  # GPUs per host, ranks, steps: far beyond any real machine
@@ -43,3 +47,23 @@ def seconds(text: str) -> float:
     if not text.strip().isascii() or not math.isfinite(value) or value <= 0:
         raise argparse.ArgumentTypeError(f"{text.strip()!r}: expected a positive, finite number of seconds")
     return value
+
+
+def close_names(text: str, known: Iterable[str], limit: int = 3) -> list[str]:
+    """The known names closest to a mistyped `text` (difflib's similarity, 0.6 at least), in the order of
+    `known`: those with the best score, [] when none is close or more than `limit` are equally close
+    (nothing stands out: every PCI address is close to a malformed one)."""
+    names = list(dict.fromkeys(known))
+    score = {n: difflib.SequenceMatcher(None, text, n).ratio() for n in names}
+    best = max((v for v in score.values() if v >= 0.6), default=None)
+    if best is None:
+        return []
+    found = [n for n in names if score[n] == best]
+    return found if len(found) <= limit else []
+
+
+def did_you_mean(text: str, known: Iterable[str]) -> str:
+    """' (did you mean train-a?)' for a typo of a known name, '' when nothing is close. Every name
+    goes through hosttext.visible: a name (typed or the host's) never reaches a terminal as control."""
+    found = close_names(text, known)
+    return f" (did you mean {' or '.join(visible(n) for n in found)}?)" if found else ""

@@ -92,7 +92,7 @@ def test_yes_no_prompt(state, monkeypatch, capsys):
     (["passthrough", "../../etc"], "'../../etc' is not a GPU"),
     (["passthrough", "0000:zz:00.0"], "'0000:zz:00.0' is not a GPU"),
     (["passthrough", "99"], "no GPU with index 99"),
-    (["passthrough", IDLE, "--vm", "ghost"], "no VM named 'ghost'"),
+    (["passthrough", IDLE, "--vm", "ghost"], "unknown VM ghost"),
     (["release", "99"], "no GPU with index 99"),
     (["undo", "no-such-id"], "no change with id 'no-such-id'"),
 ])

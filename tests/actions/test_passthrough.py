@@ -113,7 +113,7 @@ def test_passthrough_to_vm_with_persist_then_undo_restores_exactly(demo):
 
     rec = demo.audit.find(res.record_id)
     assert rec["result"] == APPLIED and rec["action"] == "passthrough"
-    assert rec["request"] == {"gpu": IDLE, "given": "4", "vm": "build-1", "persist": True}
+    assert rec["request"] == {"gpu": IDLE, "given": "4", "vm": "build-1", "persist": True, "vm_state": "shut off"}
     assert rec["steps"][0]["commands"] == [
         f"echo vfio-pci > /sys/bus/pci/devices/{IDLE}/driver_override",
         f"echo {IDLE} > /sys/bus/pci/devices/{IDLE}/driver/unbind",
@@ -142,30 +142,33 @@ def test_passthrough_to_the_vm_that_already_has_it(demo):
     assert plan_passthrough(demo, demo.snapshot(), IDLE).empty
 
 
-def test_release_gives_everything_back_and_its_undo_restores(demo):
+def test_release_gives_back_what_passthrough_took_and_its_undo_restores(demo):
     start = tree_state(_dir(demo))
     assert Runner(demo).run(plan_passthrough(demo, demo.snapshot(), IDLE, vm="build-1", persist=True)).ok
     passed = tree_state(_dir(demo))
     plan = plan_release(demo, demo.snapshot(), IDLE)
     kinds = [s.op["kind"] for s in plan.steps]
-    assert kinds == ["vm_hostdev"] * 4 + ["driverctl", "driverctl", "pci_driver", "pci_driver"]
-    assert {s.op["vm"] for s in plan.steps[:4]} == {"build-1", "train-c"}
+    assert kinds == ["vm_hostdev"] * 2 + ["driverctl", "driverctl", "pci_driver", "pci_driver"]
+    # train-c's config held the GPU before the passthrough: release leaves it there, and says so
+    assert {s.op["vm"] for s in plan.steps[:2]} == {"build-1"}
+    assert any(n.startswith("train-c's config names the GPU too") and "left alone" in n for n in plan.notes)
     assert needs_typed_confirmation(plan) == IDLE
     # the drivers it goes back to come from the audit of the passthrough
-    assert [s.title for s in plan.steps[6:]] == [f"Give {IDLE} back to nvidia", f"Give {IDLE_AUDIO} back to snd_hda_intel"]
+    assert [s.title for s in plan.steps[4:]] == [f"Give {IDLE_AUDIO} back to snd_hda_intel", f"Give {IDLE} back to nvidia"]
     res = Runner(demo).run(plan)
     assert res.status == DONE, res.message
     snap = demo.snapshot()
-    assert snap.gpu(IDLE).driver == "nvidia" and snap.gpu(IDLE).owner.vms == ()
+    assert snap.gpu(IDLE).driver == "nvidia" and snap.gpu(IDLE).owner.vms == ("train-c",)
     assert _driver(demo, IDLE_AUDIO) == "snd_hda_intel"
-    assert not demo.root.exists(MODPROBE_FILE)
-    assert plan_release(demo, snap, IDLE).empty
-    # undo the release: back to the passed-through state, byte for byte (train-c's hostdev at its place)
+    assert changed(start, tree_state(_dir(demo))) == set()  # the demo as generated, byte for byte
+    # no passthrough in effect any more: a release now plans from the host, train-c's config included
+    assert [s.op.get("vm") for s in plan_release(demo, snap, IDLE).steps] == ["train-c", "train-c"]
+    # undo the release: back to the passed-through state, byte for byte
     assert Runner(demo).run(plan_undo(demo)).ok
     assert changed(passed, tree_state(_dir(demo))) == set()
-    # and undo the passthrough: the demo as generated, except what release took from train-c's config
-    assert Runner(demo).run(plan_undo(demo)).ok
-    assert changed(start, tree_state(_dir(demo))) == set()
+    # the passthrough is in effect again: a release gives back what it took, again
+    again = plan_release(demo, demo.snapshot(), IDLE)
+    assert {s.op["vm"] for s in again.steps if s.op["kind"] == "vm_hostdev"} == {"build-1"}
 
 
 def test_release_without_audit_probes_the_default_driver(demo):
@@ -230,7 +233,7 @@ def test_gpu_by_index_address_and_uuid(demo_ro):
 
 
 def test_unknown_vm(demo_ro):
-    with pytest.raises(RequestError, match="no VM named 'ghost'.*build-1"):
+    with pytest.raises(RequestError, match="unknown VM ghost; known VMs: build-1"):
         plan_passthrough(demo_ro, demo_ro.snapshot(), IDLE, vm="ghost")
 
 

@@ -1,0 +1,218 @@
+"""Release: a GPU back to the host, as the inverse of its passthrough.
+
+`plan_release` puts back what the passthroughs of the GPU still in effect changed (the audit log holds
+each step's inverse: drivers, driver_override, driverctl or modprobe.d persistence, the hostdevs added
+to a VM's config), each thing as it was before the oldest of them, and says what it leaves alone (a VM
+config that named the GPU before, an override that is older). Without such a record (the GPU was passed
+through by hand or by another tool) it plans from the host's state: out of every VM config that holds
+the GPU, no persistence, the host's drivers; an unbound GPU goes to its host driver. A running VM that
+holds the GPU in its persistent config only (it gets it at its next start) is taken out of that config;
+a VM running with it is a refusal. It only plans: the runner applies.
+"""
+from __future__ import annotations
+
+import shlex
+from typing import Any
+
+from nodeconsole.actions.gpu_holders import INACTIVE, config_only, passthroughs_in_effect
+from nodeconsole.actions.host_steps import (
+    MODPROBE_FILE,
+    driverctl_state,
+    modprobe_ids,
+    pci_state,
+    read_raw,
+    render_modprobe,
+)
+from nodeconsole.actions.passthrough import (
+    VFIO,
+    add_steps,
+    companions,
+    gpu_label,
+    group_members,
+    pci_id,
+    resolve_gpu,
+    source_checks,
+    vms_with,
+)
+from nodeconsole.actions.plan import Check, Op, Plan, unreadable_vm_check, vms_known_check
+from nodeconsole.actions.runner import ActionHost
+from nodeconsole.console.model import Gpu, HostSnapshot
+
+_RELEASE_KINDS = ("vm_hostdev", "driverctl", "file", "pci_driver")
+
+
+def _live_users(snap: HostSnapshot, members: list[str], cfg_only: dict[str, str]) -> list[str]:
+    return [v.name for v in snap.vms if v.state not in INACTIVE and v.name not in cfg_only
+            and any(h.type == "pci" and h.address in members for h in v.hostdevs)]
+
+
+def plan_release(host: ActionHost, snap: HostSnapshot, gpu_text: str) -> Plan:
+    """Plan giving the GPU back to the host: the inverse of its passthroughs in effect, else (none
+    recorded) out of every VM config, no persistence, host drivers."""
+    gpu = resolve_gpu(snap, gpu_text)
+    plan = Plan(action="release", title=f"Give {gpu_label(gpu)} back to the host",
+                request={"gpu": gpu.address, "given": gpu_text},
+                rebuild=lambda: plan_release(host, host.snapshot(), gpu.address))
+    plan.checks += source_checks(snap)
+    plan.checks += vms_known_check(snap, f"GPU {gpu.address}")
+    if not plan.ok:
+        return plan
+    members = group_members(snap, gpu)
+    unreadable: dict[str, str] = {}
+    in_configs = vms_with(host, snap, set(members), unreadable)
+    cfg_only = config_only(host, snap, gpu.address, members, in_configs)
+    running = _live_users(snap, members, cfg_only)
+    if running:
+        plan.checks.append(Check("no running VM uses the GPU", False, f"VM {', '.join(running)} is running with it",
+                                 "shut it down first (virsh shutdown NAME)"))
+        return plan
+    if cfg_only:
+        plan.checks.append(Check("no running VM uses the GPU", True,
+                                 f"VM {', '.join(sorted(cfg_only))} holds it in its config only"))
+    plan.checks += unreadable_vm_check(unreadable)
+    if not plan.ok:
+        return plan
+    records = passthroughs_in_effect(host, gpu.address)
+    if records:
+        ops = _inverse_ops(host, snap, gpu, members, records, in_configs, plan)
+    else:
+        ops = _host_state_ops(host, snap, gpu, members, in_configs, plan)
+    losing = sorted({op["vm"] for op in ops if op["kind"] == "vm_hostdev"})
+    for name in losing:
+        if name in cfg_only:
+            plan.notes.append(f"VM {name} is running without the GPU ({cfg_only[name]}): release takes it out "
+                              "of its config only; the running VM is not touched")
+    if losing:
+        plan.confirm_text = gpu.address
+    if others := [n for n in losing if n not in cfg_only]:
+        plan.notes.append(f"VM {', '.join(others)} loses the GPU from its config")
+    add_steps(host, plan, ops)
+    return plan
+
+
+def _op_key(op: Any, members: list[str]) -> tuple[str, ...] | None:
+    """What an inverse operation of a passthrough record changes (None: not one release puts back)."""
+    if not isinstance(op, dict) or op.get("kind") not in _RELEASE_KINDS:
+        return None
+    kind = op["kind"]
+    if kind == "file":
+        return (kind, MODPROBE_FILE) if op.get("path") == MODPROBE_FILE else None
+    if kind == "vm_hostdev":
+        ok = op.get("address") in members and not op.get("present") and isinstance(op.get("vm"), str)
+        return (kind, op["vm"], op["address"]) if ok else None
+    return (kind, op["device"]) if op.get("device") in members else None
+
+
+def _inverse_ops(host: ActionHost, snap: HostSnapshot, gpu: Gpu, members: list[str],
+                 records: list[dict[str, Any]], in_configs: dict[str, list[str]], plan: Plan) -> list[Op]:
+    """The inverse operations of `records` (newest first, in each record's undo order), one per thing
+    changed: the state before the oldest record that changed it. Notes what release leaves alone."""
+    ids = ", ".join(r["id"] for r in records)
+    what = f"passthrough {ids}"
+    by_key: dict[tuple[str, ...], Op] = {}
+    for r in reversed(records):
+        for op in r.get("undo") or []:
+            key = _op_key(op, members)
+            if key is not None:
+                by_key[key] = dict(op)  # an older record's wins; the place stays the newest's
+    defined = set(host.domains.names()) if host.domains is not None else set()
+    ops: list[Op] = []
+    for key, op in by_key.items():
+        if key[0] == "vm_hostdev" and op["vm"] not in defined:
+            plan.notes.append(f"VM {op['vm']} (given the GPU by {what}) is no longer defined: nothing to remove")
+            continue
+        if key[0] == "file":
+            op = _modprobe_inverse(host, snap, members, records, op)
+            if op is None:
+                continue
+        ops.append(op)
+    plan.notes.insert(0, f"release undoes what {what} did for this GPU; what was there before stays")
+    covered = {op["vm"] for op in ops if op["kind"] == "vm_hostdev"} | \
+              {op["vm"] for op in by_key.values() if op["kind"] == "vm_hostdev"}
+    for name in sorted(set(in_configs) - covered):
+        plan.notes.append(f"{name}'s config names the GPU too; {what} did not put it there: left alone "
+                          f"(virsh edit {shlex.quote(name)} to remove it)")
+    bound = {op["device"] for op in ops if op["kind"] == "pci_driver"}
+    for a in members:
+        override, driver = pci_state(host.root, a)
+        if a not in bound and VFIO in (driver, override):
+            plan.notes.append(f"{a} stays on vfio-pci: it was there before {what}")
+    pinned = {op["device"] for op in ops if op["kind"] == "driverctl"}
+    for a in members:
+        if a not in pinned and driverctl_state(host.root, a) is not None:
+            plan.notes.append(f"the driverctl override of {a} is older than {what}: left alone "
+                              f"(driverctl unset-override {a})")
+    return ops
+
+
+def _modprobe_inverse(host: ActionHost, snap: HostSnapshot, members: list[str], records: list[dict[str, Any]],
+                      inverse: Op) -> Op | None:
+    """The recorded content of the modprobe.d file when it is still what the newest passthrough wrote;
+    after another change of it, only this GPU's devices and ids come out."""
+    written = [op.get("content") for r in records for st in r.get("steps") or []
+               if isinstance(op := st.get("op"), dict) and op.get("kind") == "file" and op.get("path") == MODPROBE_FILE]
+    if written and read_raw(host.root, MODPROBE_FILE) == written[-1]:
+        return inverse
+    return _modprobe_removal(host, snap, members)
+
+
+def _modprobe_removal(host: ActionHost, snap: HostSnapshot, members: list[str]) -> Op | None:
+    """The modprobe.d file without this GPU's devices and the ids only they needed (None: no change)."""
+    current = read_raw(host.root, MODPROBE_FILE)
+    if current is None:
+        return None
+    ids, deps, devices = modprobe_ids(current)
+    rest = [d for d in devices if d not in members]
+    mine = {pci_id(dev) for a in members if (dev := snap.pci(a))}
+    still = {pci_id(dev) for d in rest if (dev := snap.pci(d))}
+    keep = [i for i in ids if i not in mine or i in still]  # ids written by hand stay
+    if keep == ids and rest == devices:
+        return None
+    return {"kind": "file", "path": MODPROBE_FILE, "content": render_modprobe(keep, deps, rest) if keep else None}
+
+
+def _previous(host: ActionHost, address: str) -> tuple[str | None, str | None] | None:
+    """(override, driver) the device had before its latest recorded passthrough, None when unknown."""
+    try:
+        records = host.audit.records()
+    except OSError:  # an unreadable log (not root): the kernel's default driver will do
+        return None
+    for rec in reversed(records):
+        for s in rec.get("steps", []):
+            op, inv = s.get("op") or {}, s.get("inverse") or {}
+            if op.get("kind") == "pci_driver" and op.get("device") == address and op.get("driver") == VFIO:
+                return inv.get("override"), inv.get("driver")
+    return None
+
+
+def _host_state_ops(host: ActionHost, snap: HostSnapshot, gpu: Gpu, members: list[str],
+                    in_configs: dict[str, list[str]], plan: Plan) -> list[Op]:
+    """Release planned from the host's state (no passthrough of this GPU recorded): out of every VM
+    config that holds it, no persistence, host drivers; an unbound GPU goes to its host driver."""
+    ops: list[Op] = []
+    for name, addrs in sorted(in_configs.items()):
+        ops += [{"kind": "vm_hostdev", "vm": name, "address": a, "present": False, "managed": True} for a in addrs]
+    for a in members:
+        if driverctl_state(host.root, a) is not None:
+            ops.append({"kind": "driverctl", "device": a, "driver": None})
+    modprobe = _modprobe_removal(host, snap, members)
+    if modprobe is not None:
+        ops.append(modprobe)
+    card = set(companions(snap, gpu))
+    unbound = []
+    for a in members:
+        override, driver = pci_state(host.root, a)
+        if driver == VFIO or override == VFIO:
+            prev = _previous(host, a)
+            want_override, want_driver = prev if prev is not None else (None, "*")
+            if want_override == VFIO:
+                want_override = None
+            ops.append({"kind": "pci_driver", "device": a, "override": want_override,
+                        "driver": want_driver if want_driver not in (VFIO, None) else "*", "group": gpu.iommu_group})
+        elif driver is None and a in card:
+            unbound.append(a)
+            ops.append({"kind": "pci_driver", "device": a, "override": None, "driver": "*", "group": gpu.iommu_group})
+    if gpu.address in unbound:
+        plan.notes.insert(0, f"{gpu_label(gpu)} has no driver: release binds it to its host driver (the one the "
+                             "kernel picks for it, not vfio-pci)")
+    return ops
