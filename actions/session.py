@@ -55,12 +55,14 @@ class Pin:
     vm: str
     cpus: str | None = None
     reserve: str | None = None
+    allow_overlap: bool = False  # share other VMs' CPUs on purpose when nothing else fits
 
 
 @dataclass(frozen=True)
 class PinAll:
     label: ClassVar[str] = "pin all"
     reserve: str | None = None
+    allow_overlap: bool = False
 
 
 @dataclass(frozen=True)
@@ -250,8 +252,8 @@ def _builder(r: Request) -> Builder:
         from nodeconsole.actions.pinning import plan_pin, plan_pin_all
 
         if isinstance(r, PinAll):
-            return lambda h, s: plan_pin_all(h, s, reserve=r.reserve)
-        return lambda h, s: plan_pin(h, s, r.vm, cpus=r.cpus, reserve=r.reserve)
+            return lambda h, s: plan_pin_all(h, s, reserve=r.reserve, allow_overlap=r.allow_overlap)
+        return lambda h, s: plan_pin(h, s, r.vm, cpus=r.cpus, reserve=r.reserve, allow_overlap=r.allow_overlap)
     if isinstance(r, MigLayout):
         from nodeconsole.actions.mig import plan_mig
 

@@ -12,11 +12,10 @@ import argparse
 from typing import TYPE_CHECKING
 
 from nodeconsole.console.cli import UsageError, subcommand
-from nodeconsole.console.commands.change import change_args, run_request, session_for
+from nodeconsole.console.commands.change import change_args, run_request
 
 if TYPE_CHECKING:
-    from nodeconsole.actions.plan import Plan
-    from nodeconsole.actions.session import ActionSession, Request
+    from nodeconsole.actions.session import Request
 
 
 @subcommand("pin", "pin a VM's vCPUs, emulator threads and memory to its GPUs' NUMA node")
@@ -43,23 +42,6 @@ def run_pin(args: argparse.Namespace) -> int:
         raise UsageError("name one VM, or --all for every unpinned GPU VM")
     if args.all and args.cpus is not None:
         raise UsageError("--cpus chooses the CPUs of one VM: it does not go with --all")
-    request: Request = PinAll(reserve=args.reserve) if args.all else \
-        Pin(args.vm, cpus=args.cpus, reserve=args.reserve)
-    return run_request(args, request, _overlapping(args) if args.allow_overlap else None)
-
-
-def _overlapping(args: argparse.Namespace) -> ActionSession:
-    """The session on the chosen host, planning pin requests that may share other VMs' CPUs."""
-    from nodeconsole.actions.pinning import plan_pin, plan_pin_all
-    from nodeconsole.actions.session import ActionSession, Pin, PinAll
-
-    class Overlapping(ActionSession):
-        def plan(self, request: Request) -> Plan:
-            if isinstance(request, PinAll):
-                return plan_pin_all(self.host, self.host.snapshot(), request.reserve, allow_overlap=True)
-            if isinstance(request, Pin):
-                return plan_pin(self.host, self.host.snapshot(), request.vm, request.cpus, request.reserve,
-                                allow_overlap=True)
-            return super().plan(request)
-
-    return Overlapping(session_for(args).host)
+    request: Request = PinAll(reserve=args.reserve, allow_overlap=args.allow_overlap) if args.all else \
+        Pin(args.vm, cpus=args.cpus, reserve=args.reserve, allow_overlap=args.allow_overlap)
+    return run_request(args, request)
