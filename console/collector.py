@@ -216,7 +216,9 @@ def assemble(sysfs: SysfsData | None, nvml: NvmlData | None, virt: LibvirtData |
         nvml_driver_version=nvml.driver_version if nvml else None,
     )
     from nodeconsole.console.checks import find_problems
+    from nodeconsole.console.nics import build_nics
 
+    snap = replace(snap, nics=build_nics(snap, sysfs.net_functions if sysfs else ()))
     return replace(snap, problems=find_problems(snap))
 
 

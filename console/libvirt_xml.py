@@ -107,6 +107,15 @@ def _pci_from_address(addr: ET.Element | None) -> str | None:
         return None
 
 
+def _guest_address(dev: ET.Element) -> str | None:
+    """The PCI address the guest sees a device at: its own <address type='pci' .../> (libvirt writes
+    one when it defines the domain), None when absent."""
+    addr = dev.find("./address")
+    if addr is None or addr.get("type", "pci") != "pci":
+        return None
+    return _pci_from_address(addr)
+
+
 def _hostdevs(root: ET.Element) -> list[Hostdev]:
     out: list[Hostdev] = []
     devices = root.find("./devices")
@@ -123,7 +132,8 @@ def _hostdevs(root: ET.Element) -> list[Hostdev]:
         if kind == "pci":
             address = _pci_from_address(dev.find("./source/address"))
             if address:
-                out.append(Hostdev(type="pci", address=address, managed=managed))
+                out.append(Hostdev(type="pci", address=address, managed=managed,
+                                   guest_address=_guest_address(dev)))
         elif kind == "mdev":
             addr = dev.find("./source/address")
             uuid = addr.get("uuid") if addr is not None else None

@@ -61,13 +61,16 @@ def gpu_functions(gpu: GpuSpec, *, driver: str | None = "nvidia", override: str 
     return tuple(fns)
 
 
-def nic_functions(numvfs: int = 0, vf_drivers: dict[int, str] | None = None, label: str = "") -> tuple[PciDev, ...]:
-    """A ConnectX-7 port on mlx5_core with `numvfs` VFs enabled (VF i on vf_drivers[i] or mlx5_core)."""
+def nic_functions(numvfs: int = 0, vf_drivers: dict[int, str] | None = None, label: str = "",
+                  link_layer: str = "InfiniBand") -> tuple[PciDev, ...]:
+    """A ConnectX-7 port on mlx5_core with `numvfs` VFs enabled (VF i on vf_drivers[i] or mlx5_core); the
+    port and every VF on mlx5_core have an RDMA device (mlx5_N) with one active 400 Gb/s port."""
     vfs = tuple(VfSpec(driver=(vf_drivers or {}).get(i, "mlx5_core"), default_driver="mlx5_core",
                        driver_override=("vfio-pci" if (vf_drivers or {}).get(i) == "vfio-pci" else None))
                 for i in range(numvfs))
     return (PciDev(0, 0, MELLANOX, CX7, 0x020000, MELLANOX, 0x0041, driver="mlx5_core", link=Link(5, 16),
-                   sriov=SriovSpec(16, CX7_VF, vfs, vf_driver="mlx5_core"), acs=True, label=label),)
+                   sriov=SriovSpec(16, CX7_VF, vfs, vf_driver="mlx5_core"), acs=True, label=label,
+                   rdma_link_layer=link_layer),)
 
 
 def nvme_functions(label: str = "") -> tuple[PciDev, ...]:

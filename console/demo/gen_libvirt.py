@@ -69,6 +69,14 @@ def libvirt_xml(spec: HostSpec, lay: CpuLayout) -> str:
     return "".join(out)
 
 
+FIRST_GUEST_BUS = 0x07  # buses 1-6 hold a q35 guest's usual devices (network, USB, serial, disk, balloon, RNG)
+
+
+def guest_address(bus: int) -> str:
+    """The <address> element of a device at guest PCI address 0000:BUS:00.0."""
+    return f"<address type='pci' domain='0x0000' bus='0x{bus:02x}' slot='0x00' function='0x0'/>"
+
+
 def _domain(spec: HostSpec, vm: VmSpec) -> str:
     kib = vm.memory_mib * 1024
     x = [f"  <domain type='test' xmlns:test='{TEST_NS}'>\n",
@@ -93,17 +101,19 @@ def _domain(spec: HostSpec, vm: VmSpec) -> str:
     x.append(f"    <cpu mode='host-passthrough'>\n      <topology sockets='1' dies='1' "
              f"cores='{vm.vcpus // threads}' threads='{threads}'/>\n    </cpu>\n")
     x.append("    <devices>\n")
-    for hd in vm.hostdevs:
+    for i, hd in enumerate(vm.hostdevs):
+        # the guest side, as libvirt assigns it on q35: each device on its own pcie-root-port's bus
+        guest = f"        {guest_address(FIRST_GUEST_BUS + i)}\n"
         if hd.mdev_uuid:
             x.append("      <hostdev mode='subsystem' type='mdev' managed='no' model='vfio-pci'>\n"
                      f"        <source>\n          <address uuid='{hd.mdev_uuid}'/>\n        </source>\n"
-                     "      </hostdev>\n")
+                     f"{guest}      </hostdev>\n")
         else:
             dom, bus, rest = parse_pci_address(hd.address or "").split(":")
             slot, fn = rest.split(".")
             x.append(f"      <hostdev mode='subsystem' type='pci' managed='{'yes' if hd.managed else 'no'}'>\n"
                      f"        <source>\n          <address domain='0x{dom}' bus='0x{bus}' slot='0x{slot}' "
-                     f"function='0x{fn}'/>\n        </source>\n      </hostdev>\n")
+                     f"function='0x{fn}'/>\n        </source>\n{guest}      </hostdev>\n")
     x.append("    </devices>\n")
     x.append(f"    <test:runstate>{RUNSTATE[vm.state]}</test:runstate>\n  </domain>\n")
     return "".join(x)

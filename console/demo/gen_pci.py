@@ -6,6 +6,7 @@ import uuid as uuidlib
 from dataclasses import dataclass, field
 
 from nodeconsole.console.cpulist import format_cpulist
+from nodeconsole.console.demo import sim_rdma
 from nodeconsole.console.demo import sysfs_ops as ops
 from nodeconsole.console.demo.fstree import TreeWriter
 from nodeconsole.console.demo.gen_cpu import CpuLayout, format_cpumask
@@ -188,6 +189,7 @@ def write_pci(w: TreeWriter, spec: HostSpec, lay: CpuLayout, pci: PciLayout) -> 
             ops.join_group(w, d, addr, f.group, group_type)
     for name in sorted(drivers):
         ops.write_driver_dir(w, name)
+    _write_rdma(w, pci)
     w.raw("sys/bus/pci/drivers_probe", "")
     w.attr("sys/bus/pci/drivers_autoprobe", 1)
     w.mkdir(ops.GROUPS)
@@ -195,6 +197,18 @@ def write_pci(w: TreeWriter, spec: HostSpec, lay: CpuLayout, pci: PciLayout) -> 
     ops.save_sim(w.base, "default_drivers.json", default_drivers)
     for g in sorted(pci.groups):
         ops.refresh_vfio(w.base, g)
+
+
+def _write_rdma(w: TreeWriter, pci: PciLayout) -> None:
+    """RDMA devices and netdevs of the NIC functions on an RDMA driver: PFs first (they probe at boot),
+    then VFs, each in address order; the link layer of each NIC noted for the simulated kernel."""
+    layers = {a: f.dev.rdma_link_layer for a, f in pci.funcs.items() if f.dev is not None and f.dev.rdma_link_layer}
+    ops.save_sim(w.base, sim_rdma.LINKS, layers)
+    funcs = [f for f in pci.funcs.values() if f.driver in sim_rdma.RDMA_DRIVERS]
+    for f in sorted(funcs, key=lambda f: (f.physfn is not None, f.addr)):
+        layer = layers.get(f.addr) or (layers.get(f.physfn) if f.physfn else None)
+        if layer:
+            sim_rdma.add(w, f.path, f.addr, layer)
 
 
 def _write_function_attrs(w: TreeWriter, lay: CpuLayout, nbits: int, f: Func) -> None:

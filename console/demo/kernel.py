@@ -12,7 +12,7 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from nodeconsole.console.demo import sim_vgpu
+from nodeconsole.console.demo import sim_rdma, sim_vgpu
 from nodeconsole.console.demo import sysfs_ops as ops
 from nodeconsole.console.demo.fstree import TreeWriter
 from nodeconsole.console.root import Root
@@ -61,7 +61,7 @@ class WriteRecord:
 class SimulatedKernel:
     """A kernel over a generated host root. Reacts to: driver_override, drivers/NAME/{bind,unbind,
     new_id,remove_id}, drivers_probe, mdev create/remove, VF nvidia/current_vgpu_type, sriov_numvfs,
-    reset, nr_hugepages and /proc/sys/kernel/numa_balancing; `load_module` / `unload_module` stand for
+    sriov_drivers_autoprobe, reset, nr_hugepages and /proc/sys/kernel/numa_balancing; `load_module` / `unload_module` stand for
     modprobe / modprobe -r. Any other existing attribute is read-only (PermissionError, as for a sysfs
     file without a store method)."""
 
@@ -111,7 +111,7 @@ class SimulatedKernel:
 
     # where the simulated kernel itself writes, besides the device directory of the write
     _TREES = ("sys/devices", ops.PCI_DEVICES, ops.PCI_DRIVERS, ops.GROUPS, "sys/bus/mdev", "sys/class/mdev_bus",
-              "dev/vfio", ops.SIM)
+              "dev/vfio", ops.SIM, sim_rdma.IB_CLASS, sim_rdma.NET_CLASS)
 
     def _contained(self, resolved: str) -> None:
         """Every directory a write changes resolves inside the demo root (a link planted in the tree,
@@ -153,6 +153,8 @@ class SimulatedKernel:
             sim_vgpu.set_vgpu_type(self, os.path.dirname(parent), value)
         elif name == "sriov_numvfs" and self._is_pci_dir(parent):
             sim_vgpu.set_numvfs(self, parent, value)
+        elif name == "sriov_drivers_autoprobe" and self._is_pci_dir(parent):
+            self._store_bool(rel, value)
         elif name == "reset" and self._is_pci_dir(parent):
             self._reset(parent, value)
         elif _HUGEPAGES.match(rel):
@@ -235,6 +237,7 @@ class SimulatedKernel:
         ops.set_uevent_driver(self.base, dev_dir, driver)
         if driver == "nvidia":
             sim_vgpu.nvidia_bound(self, addr, dev_dir)
+        sim_rdma.bound(self.base, dev_dir, addr, driver)
         self._refresh_group(dev_dir)
 
     def detach(self, addr: str, driver: str) -> None:
@@ -243,6 +246,7 @@ class SimulatedKernel:
             raise _err(errno.ENODEV, f"{addr} is not bound to {driver}")
         if driver == "nvidia":
             sim_vgpu.nvidia_unbinding(self, addr, dev_dir)  # raises EBUSY while vGPUs exist
+        sim_rdma.unbinding(self.base, dev_dir, driver)
         ops.unbind_links(self.base, dev_dir, addr, driver)
         ops.set_uevent_driver(self.base, dev_dir, None)
         self._refresh_group(dev_dir)

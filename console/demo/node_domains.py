@@ -14,7 +14,10 @@ from collections.abc import Callable
 from pathlib import Path
 
 from nodeconsole.actions.libvirt_edit import DomainConfig, DomainConfigError
+from nodeconsole.console.demo.gen_libvirt import FIRST_GUEST_BUS
+from nodeconsole.console.domain_edits import pci_hostdev_spec, put_hostdev
 from nodeconsole.console.libvirt_xml import parse_domain
+from nodeconsole.console.pciaddr import parse_pci_address
 
 _XML_REF = re.compile(r"&(?:#([0-9]+)|#x([0-9a-fA-F]+)|(amp|lt|gt|quot|apos));")
 _XML_NAMED = {"amp": "&", "lt": "<", "gt": ">", "quot": '"', "apos": "'"}
@@ -90,6 +93,22 @@ class NodeFileDomainConfig(DomainConfig):
         indent = _indent_before(text, start)
         _atomic_write(where, text[:start] + _reindent(xml, indent) + text[end:])
 
+    def add_hostdev(self, vm: str, address: str, managed: bool = True, index: int | None = None) -> None:
+        """Add a PCI hostdev with a guest address of its own, as libvirt does when it defines the domain
+        (the lowest free guest bus from FIRST_GUEST_BUS on, slot 0)."""
+        want = parse_pci_address(address)
+
+        def change(text: str) -> str:
+            if any(h.type == "pci" and h.address == want for h in parse_domain(text).hostdevs):
+                return text
+            tag, attrs, kids = pci_hostdev_spec(want, managed)
+            bus = _free_guest_bus(text)
+            guest = ("address", (("type", "pci"), ("domain", "0x0000"), ("bus", f"0x{bus:02x}"), ("slot", "0x00"),
+                                 ("function", "0x0")), ())
+            return put_hostdev(text, (tag, attrs, (*kids, guest)), index)
+
+        self.edit(vm, change)
+
     def edit(self, vm: str, change: Callable[[str], str]) -> None:
         """`change` gets the domain's text exactly as the file holds it (console/domain_edits.py splices
         it), so what it does not touch stays byte for byte, and an edit plus its undo leave the file as
@@ -100,6 +119,25 @@ class NodeFileDomainConfig(DomainConfig):
         if new != text[start:end]:
             parse_domain(new)  # refuse a broken document before touching the file
             _atomic_write(where, text[:start] + new + text[end:])
+
+def _free_guest_bus(text: str) -> int:
+    """The lowest guest PCI bus from FIRST_GUEST_BUS on that no device of the domain uses."""
+    import xml.etree.ElementTree as ET
+
+    used = set()
+    devices = ET.fromstring(text).find("./devices")
+    for dev in devices if devices is not None else ():
+        addr = dev.find("./address")
+        if addr is not None and addr.get("type") == "pci":
+            try:
+                used.add(int(addr.get("bus", "0"), 0))
+            except ValueError:
+                continue
+    bus = FIRST_GUEST_BUS
+    while bus in used:
+        bus += 1
+    return bus
+
 
 def _indent_before(text: str, start: int) -> str:
     line_start = text.rfind("\n", 0, start) + 1

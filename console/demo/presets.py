@@ -64,6 +64,10 @@ def demo_spec() -> HostSpec:
     - 0000:9b:00.0 vfio-pci → train-b (pinned across both nodes)
     - 0000:ba:00.0 unbound, in a non-viable IOMMU group (switch without ACS, with an NVMe and a NIC)
     - 0000:bb:00.0 host nvidia, link downtrained to x8 of x16, same non-viable group
+
+    The ConnectX-7 NICs (InfiniBand, RDMA devices mlx5_N) sit on the GPUs' switches: NIC0 (1a:00.0) with
+    4 VFs (VF0 → net-fw, VF1 → train-a beside its GPU, VF2 → train-c across the sockets), NIC1 (3c:00.0)
+    and NIC3 (bc:00.0) without VFs, NIC2 (9c:00.0) with 2 VFs (VF0 → train-b beside its GPU).
     """
     cpu = CpuSpec(sockets=2, cores_per_socket=32, threads_per_core=2)
     host = "gpu-node-01"
@@ -108,7 +112,7 @@ def _demo_pci_layout(gpus: dict[str, GpuSpec]) -> tuple[HostBridge, ...]:
         HostBridge(0x15, 0, (switch(1, 0x15, [
             gpu_functions(gpus["busy"], label="gpu0"),
             gpu_functions(gpus["train-a"], label="gpu1", **vfio),
-            nic_functions(4, {0: "vfio-pci"}, label="nic0")], label="sw0"),)),
+            nic_functions(4, {0: "vfio-pci", 1: "vfio-pci"}, label="nic0")], label="sw0"),)),
         HostBridge(0x37, 0, (switch(1, 0x37, [
             gpu_functions(gpus["mig"], label="gpu2",
                           sriov=SriovSpec(32, 0x2330, mig_vfs, offset=4, vf_driver="nvidia")),
@@ -118,7 +122,7 @@ def _demo_pci_layout(gpus: dict[str, GpuSpec]) -> tuple[HostBridge, ...]:
         HostBridge(0x97, 1, (switch(1, 0x97, [
             gpu_functions(gpus["idle"], label="gpu4", link=Link(1, 16, 5, 16)),
             gpu_functions(gpus["train-b"], label="gpu5", **vfio),
-            nic_functions(2, label="nic2")], label="sw2"),)),
+            nic_functions(2, {0: "vfio-pci"}, label="nic2")], label="sw2"),)),
         HostBridge(0xB7, 1, (switch(1, 0xB7, [
             gpu_functions(gpus["unbound"], label="gpu6", driver=None),
             gpu_functions(gpus["slow"], label="gpu7", link=Link(5, 8, 5, 16)),
@@ -133,11 +137,13 @@ def _demo_vms(cpu: CpuSpec, mdevs: tuple[MdevSpec, ...]) -> tuple[VmSpec, ...]:
     house = core_cpus(cpu, 0, range(0, 2))  # cores the host keeps for itself
     vms = (
         VmSpec("train-a", "running", 16, 131072, pins(cpu, 0, 2, 16), house, ("strict", (0,)), 2,
-               _pci_hostdevs("0000:19:00.0"), hugepages_kib=1048576),
+               _pci_hostdevs("0000:19:00.0") + (HostdevSpec("0000:1a:00.2"),), hugepages_kib=1048576),
         VmSpec("train-b", "running", 16, 131072, pins(cpu, 0, 10, 8) + pins(cpu, 1, 2, 8),
-               core_cpus(cpu, 1, range(0, 2)), ("interleave", (0, 1)), 2, _pci_hostdevs("0000:9b:00.0")),
+               core_cpus(cpu, 1, range(0, 2)), ("interleave", (0, 1)), 2,
+               _pci_hostdevs("0000:9b:00.0") + (HostdevSpec("0000:9c:00.1"),)),
+        # train-c's VF is on NIC0, across the sockets from its GPU (SYS): the Overview says so
         VmSpec("train-c", "shut off", 16, 131072, pins(cpu, 1, 16, 16), (), ("strict", (1,)), 2,
-               _pci_hostdevs("0000:9a:00.0")),
+               _pci_hostdevs("0000:9a:00.0") + (HostdevSpec("0000:1a:00.3"),)),
         VmSpec("vgpu-desk-1", "running", 4, 16384, pins(cpu, 0, 14, 4), house, None, 2,
                (HostdevSpec(mdev_uuid=mdevs[0].uuid, managed=False),)),
         VmSpec("vgpu-desk-2", "paused", 4, 16384, (), (), None, 1,

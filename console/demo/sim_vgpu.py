@@ -7,6 +7,7 @@ import os
 import re
 from typing import TYPE_CHECKING
 
+from nodeconsole.console.demo import sim_rdma
 from nodeconsole.console.demo import sysfs_ops as ops
 from nodeconsole.console.demo.fstree import TreeWriter
 from nodeconsole.console.demo.spec import vf_address_at
@@ -154,6 +155,7 @@ def _disable_vfs(k: SimulatedKernel, pf_dir: str, count: int) -> None:
         assert vf_dir is not None, f"VF {va} is listed by {pf_dir}/virtfn{i} but is no PCI device"
         drv = ops.link_name(k.base, f"{vf_dir}/driver")
         if drv:
+            sim_rdma.unbinding(k.base, vf_dir, drv)
             ops.unbind_links(k.base, vf_dir, va, drv)
         group = ops.link_name(k.base, f"{vf_dir}/iommu_group")
         if group is not None:

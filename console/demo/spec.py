@@ -154,6 +154,8 @@ class PciDev:
     sriov: SriovSpec | None = None
     gpu: GpuSpec | None = None
     label: str = ""  # a name for presets and tests ("gpu3"), written nowhere
+    rdma_link_layer: str | None = None  # NICs: the link layer ("InfiniBand", "Ethernet") of the RDMA device
+    # mlx5_core registers for the function and its VFs; None: no RDMA device
 
     @property
     def is_bridge(self) -> bool:

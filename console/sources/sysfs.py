@@ -13,6 +13,7 @@ from nodeconsole.console.iommu import read_iommu
 from nodeconsole.console.model import Cpu, HostInfo, NumaNode
 from nodeconsole.console.pciids import PciIds, default_ids
 from nodeconsole.console.root import Root
+from nodeconsole.console.sources.sysfs_nic import read_net_functions
 from nodeconsole.console.sources.sysfs_pci import read_pci, read_vgpu
 from nodeconsole.console.sources.sysfs_root import SysfsRoot, to_cpulist, to_cpumask, to_int
 from nodeconsole.console.sources.types import SourceError, SysfsData
@@ -36,10 +37,11 @@ def read_sysfs(root: Root, ids: PciIds | None = None) -> SysfsData:
         pci, nvidia_dirs = read_pci(fs, nodes, ids or default_ids())
         iommu = read_iommu(fs, host.cmdline, host.cpu_vendor, {d.address: d for d in pci})
         types, instances = read_vgpu(fs, nvidia_dirs)
+        net = read_net_functions(fs, pci)
     except PermissionError as e:
         raise SourceError(f"permission denied reading {e.filename or root.path}") from e
     return SysfsData(host=host, cpus=cpus, numa_nodes=nodes, pci_devices=pci, iommu=iommu,
-                     vgpu_types=types, vgpu_instances=instances)
+                     vgpu_types=types, vgpu_instances=instances, net_functions=net)
 
 
 # -- helpers --------------------------------------------------------------------------------------

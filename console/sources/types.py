@@ -11,6 +11,7 @@ from nodeconsole.console.model import (
     HostInfo,
     Iommu,
     Mig,
+    NetFunction,
     NumaNode,
     PciDevice,
     VgpuInstance,
@@ -32,6 +33,7 @@ class SysfsData:
     iommu: Iommu  # groups with viable/reason computed from sysfs drivers
     vgpu_types: tuple[VgpuType, ...] = ()  # mdev_supported_types and nvidia/creatable_vgpu_types
     vgpu_instances: tuple[VgpuInstance, ...] = ()  # mdev devices and VFs with current_vgpu_type != 0
+    net_functions: tuple[NetFunction, ...] = ()  # RDMA devices, netdevs of network functions (PFs and VFs)
 
 
 @dataclass(frozen=True)

@@ -86,8 +86,9 @@ def test_parse_domain():
         emulator_pins=(0, 1),
         numa_mode="preferred",
         numa_nodeset=(0, 1, 3),
-        # the guest-side <address> of the PCI hostdev is not the host device; capabilities hostdevs skipped
-        hostdevs=(Hostdev(type="pci", address="0000:17:00.0", managed=True),
+        # the guest-side <address> of the PCI hostdev is where the guest sees it, not the host device;
+        # capabilities hostdevs skipped
+        hostdevs=(Hostdev(type="pci", address="0000:17:00.0", managed=True, guest_address="0000:06:00.0"),
                   Hostdev(type="mdev", uuid="c0ffee00-0000-4000-8000-000000000001", managed=False)),
         threads_per_core=2,
         vcpus=8,
