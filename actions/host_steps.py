@@ -198,8 +198,9 @@ def _pci_driver_text(address: str, want_override: str | None, want: str | None, 
 
 @step_kind("file")
 def file_step(host: ActionHost, op: Op) -> Step | None:
-    """`{"kind": "file", "path": REL, "content": STR|None, "remove_dirs": [REL...]}`: the file under the
-    root has exactly `content` (None: it does not exist; then empty `remove_dirs` are removed too)."""
+    """`{"kind": "file", "path": REL, "content": STR|None, "remove_dirs": [REL...], "why": STR}`: the file under
+    the root has exactly `content` (None: it does not exist; then empty `remove_dirs` are removed too); `why`
+    (optional) says what the file is for."""
     rel = op["path"].lstrip("/")
     if ".." in rel.split("/"):
         raise StepError(f"refusing a path outside the root: {rel}")
@@ -211,6 +212,8 @@ def file_step(host: ActionHost, op: Op) -> Step | None:
         return None
     made = missing_dirs(root, rel)
     inverse = {"kind": "file", "path": rel, "content": current, "remove_dirs": made if current is None else []}
+    if isinstance(op.get("why"), str):
+        inverse["why"] = "as it was before"
 
     def apply() -> None:
         path = target_path(root, rel)
@@ -243,7 +246,9 @@ def file_step(host: ActionHost, op: Op) -> Step | None:
     if content is None:
         return Step(f"Remove /{rel}", "nothing needs it any more", (f"rm /{rel}",), dict(op), inverse,
                     apply, verify)
-    return Step(f"Write /{rel}", "bind the devices to vfio-pci at every boot (before nvidia can take them)",
+    why = op["why"] if isinstance(op.get("why"), str) else \
+        "bind the devices to vfio-pci at every boot (before nvidia can take them)"
+    return Step(f"Write /{rel}", why,
                 (f"cat > /{rel} <<'EOF'  # content below",), dict(op), inverse, apply, verify, detail=content)
 
 

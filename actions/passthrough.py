@@ -177,18 +177,26 @@ def _group_check(snap: HostSnapshot, gpu: Gpu, members: list[str]) -> Check:
 
 
 def plan_passthrough(host: ActionHost, snap: HostSnapshot, gpu_text: str, vm: str | None = None,
-                     persist: bool = False) -> Plan:
-    """Plan giving the GPU to vfio-pci (and to `vm`'s config; across reboots with `persist`).
-    Raises RequestError for an unknown GPU or VM."""
+                     persist: bool = False, with_nic: bool = False, allow_far_nic: bool = False) -> Plan:
+    """Plan giving the GPU to vfio-pci (and to `vm`'s config; across reboots with `persist`; with
+    `with_nic`, the free NIC VF closest to the GPU too, actions/nic.py). Raises RequestError for an
+    unknown GPU or VM."""
     gpu = resolve_gpu(snap, gpu_text)
+    if (with_nic or allow_far_nic) and vm is None:
+        raise RequestError("--with-nic gives the NIC VF to a VM: name it with --vm VM")
+    if allow_far_nic and not with_nic:
+        raise RequestError("--allow-far-nic goes with --with-nic")
     target = resolve_vm(snap, vm) if vm is not None else None
     title = f"Pass {gpu_label(gpu)} through" + (f" to VM {vm}" if vm else " (vfio-pci)") + \
-            (", persistent across reboot" if persist else "")
+            (" with a NIC VF beside it" if with_nic else "") + (", persistent across reboot" if persist else "")
     request = {"gpu": gpu.address, "given": gpu_text, "vm": vm, "persist": persist}
+    if with_nic:
+        request["with_nic"] = True
     if target is not None:  # a running VM gets the GPU in its config only: release reads this back
         request["vm_state"] = target.state
     plan = Plan(action="passthrough", title=title, request=request,
-                rebuild=lambda: plan_passthrough(host, host.snapshot(), gpu.address, vm, persist))
+                rebuild=lambda: plan_passthrough(host, host.snapshot(), gpu.address, vm, persist, with_nic,
+                                                 allow_far_nic))
     plan.checks += source_checks(snap)
     plan.checks.append(_iommu_check(snap, gpu))
     if not plan.ok:
@@ -222,6 +230,14 @@ def plan_passthrough(host: ActionHost, snap: HostSnapshot, gpu_text: str, vm: st
         note = memory_note(host, snap, target, gpu)
         if note:
             plan.notes.append(note)
+    if with_nic and vm is not None:
+        from nodeconsole.actions.nic import nic_for_gpu
+
+        loading = any(op["kind"] == "module" for op in ops)
+        ops += [op for op in nic_for_gpu(host, snap, gpu, vm, allow_far_nic, plan)
+                if not (loading and op["kind"] == "module")]
+        if not plan.ok:
+            return plan
     others = sorted(n for n in in_configs if n != vm)
     if others and vm is not None:
         # two VM configs with one GPU: the admin types the address to show this is meant

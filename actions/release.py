@@ -38,7 +38,7 @@ from nodeconsole.actions.plan import Check, Op, Plan, unreadable_vm_check, vms_k
 from nodeconsole.actions.runner import ActionHost
 from nodeconsole.console.model import Gpu, HostSnapshot
 
-_RELEASE_KINDS = ("vm_hostdev", "driverctl", "file", "pci_driver")
+_RELEASE_KINDS = ("vm_hostdev", "driverctl", "file", "pci_driver", "sriov_numvfs", "sriov_autoprobe")
 
 
 def _live_users(snap: HostSnapshot, members: list[str], cfg_only: dict[str, str]) -> list[str]:
@@ -74,7 +74,9 @@ def plan_release(host: ActionHost, snap: HostSnapshot, gpu_text: str) -> Plan:
         return plan
     records = passthroughs_in_effect(host, gpu.address)
     if records:
-        ops = _inverse_ops(host, snap, gpu, members, records, in_configs, plan)
+        from nodeconsole.actions.nic import nic_release_keys
+
+        ops = _inverse_ops(host, snap, gpu, members, records, in_configs, plan, nic_release_keys(records))
     else:
         ops = _host_state_ops(host, snap, gpu, members, in_configs, plan)
     losing = sorted({op["vm"] for op in ops if op["kind"] == "vm_hostdev"})
@@ -104,15 +106,17 @@ def _op_key(op: Any, members: list[str]) -> tuple[str, ...] | None:
 
 
 def _inverse_ops(host: ActionHost, snap: HostSnapshot, gpu: Gpu, members: list[str],
-                 records: list[dict[str, Any]], in_configs: dict[str, list[str]], plan: Plan) -> list[Op]:
+                 records: list[dict[str, Any]], in_configs: dict[str, list[str]], plan: Plan,
+                 nic: list[str] | None = None) -> list[Op]:
     """The inverse operations of `records` (newest first, in each record's undo order), one per thing
-    changed: the state before the oldest record that changed it. Notes what release leaves alone."""
+    changed: the state before the oldest record that changed it. `nic`: the NIC VF and PF a record gave
+    the VM with the GPU (--with-nic), whose changes go back too. Notes what release leaves alone."""
     ids = ", ".join(r["id"] for r in records)
     what = f"passthrough {ids}"
     by_key: dict[tuple[str, ...], Op] = {}
     for r in reversed(records):
         for op in r.get("undo") or []:
-            key = _op_key(op, members)
+            key = _op_key(op, members + (nic or []))
             if key is not None:
                 by_key[key] = dict(op)  # an older record's wins; the place stays the newest's
     defined = set(host.domains.names()) if host.domains is not None else set()

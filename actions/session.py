@@ -24,7 +24,8 @@ if TYPE_CHECKING:
     from nodeconsole.console.model import HostSnapshot
     from nodeconsole.console.seams import Seams
 
-__all__ = ["ActionSession", "DoctorFix", "MigLayout", "MigRestore", "MigSave", "NothingToDo", "Passthrough", "Pin",
+__all__ = ["ActionSession", "DoctorFix", "MigLayout", "MigRestore", "MigSave", "NicPassthrough", "NicVfs",
+           "NothingToDo", "Passthrough", "Pin",
            "PinAll", "Redo", "Release", "Request", "RequestError", "StepError", "Undo", "VgpuCreate",
            "VgpuRemove"]
 
@@ -41,6 +42,26 @@ class Passthrough:
     gpu: str  # console index, PCI address or UUID
     vm: str | None = None
     persist: bool = False
+    with_nic: bool = False  # also the free NIC VF closest to the GPU (actions/nic.py)
+    allow_far_nic: bool = False  # that VF may be across the sockets (SYS)
+
+
+@dataclass(frozen=True)
+class NicVfs:
+    """A NIC's SR-IOV VF count (0 removes them); `host_driver` lets the host's driver probe new VFs."""
+    label: ClassVar[str] = "nic vfs"
+    pf: str  # the physical function's PCI address
+    count: int
+    persist: bool = False
+    host_driver: bool = False
+
+
+@dataclass(frozen=True)
+class NicPassthrough:
+    """One NIC VF to vfio-pci and a VM's definition."""
+    label: ClassVar[str] = "nic passthrough"
+    vf: str
+    vm: str
 
 
 @dataclass(frozen=True)
@@ -123,7 +144,7 @@ class Redo:
 
 
 Request = (Passthrough | Release | Pin | PinAll | MigLayout | MigSave | MigRestore | VgpuCreate | VgpuRemove
-           | DoctorFix | Undo | Redo)
+           | DoctorFix | Undo | Redo | NicVfs | NicPassthrough)
 
 
 class ActionSession:
@@ -247,7 +268,14 @@ def _builder(r: Request) -> Builder:
 
         if isinstance(r, Release):
             return lambda h, s: plan_release(h, s, r.gpu)
-        return lambda h, s: plan_passthrough(h, s, r.gpu, vm=r.vm, persist=r.persist)
+        return lambda h, s: plan_passthrough(h, s, r.gpu, vm=r.vm, persist=r.persist, with_nic=r.with_nic,
+                                             allow_far_nic=r.allow_far_nic)
+    if isinstance(r, NicVfs | NicPassthrough):
+        from nodeconsole.actions.nic import plan_nic_passthrough, plan_nic_vfs
+
+        if isinstance(r, NicVfs):
+            return lambda h, s: plan_nic_vfs(h, s, r.pf, r.count, persist=r.persist, host_driver=r.host_driver)
+        return lambda h, s: plan_nic_passthrough(h, s, r.vf, r.vm)
     if isinstance(r, Pin | PinAll):
         from nodeconsole.actions.pinning import plan_pin, plan_pin_all
 

@@ -4,6 +4,8 @@ Ordered by severity; each says what is wrong and, where we know, how to fix it.
 """
 from __future__ import annotations
 
+import shlex
+
 from nodeconsole.console.cpulist import format_cpulist
 from nodeconsole.console.iommu import blocker_reasons, slot_of
 from nodeconsole.console.model import NA, Gpu, HostSnapshot, PciDevice, Problem, VcpuPin, Vm
@@ -50,6 +52,7 @@ def find_problems(snap: HostSnapshot) -> tuple[Problem, ...]:
     for g in snap.gpus:
         out += _gpu_problems(snap, g, by_addr)
     out += _vm_problems(snap)
+    out += _nic_problems(snap)
     out.sort(key=lambda p: _RANK.get(p.severity, 3))
     return tuple(out)
 
@@ -126,6 +129,40 @@ def _vm_problems(snap: HostSnapshot) -> list[Problem]:
         elif align == "unpinned" and vm.state == "running":
             out.append(Problem("info", vm.name, f"VM {vm.name}: GPU VM with unpinned vCPUs",
                                f"`nodeconsole pin {vm.name}`"))
+    return out
+
+
+def _nic_problems(snap: HostSnapshot) -> list[Problem]:
+    """VMs with whole GPUs: a NIC function across the sockets from all their GPUs (GPUDirect RDMA over
+    the inter-socket link), or none at all while the host has SR-IOV RDMA NICs to give them."""
+    from nodeconsole.console.nics import closest_free_vf, distance_to, vm_gpu_addresses, vm_nic_functions
+
+    out: list[Problem] = []
+    rdma_vfs = any(n.rdma and n.sriov_totalvfs for n in snap.nics)
+    for vm in snap.vms:
+        gpus = vm_gpu_addresses(snap, vm.name)
+        if not gpus:
+            continue
+        held = vm_nic_functions(snap, vm.name)
+        labels = ", ".join(f"GPU {g.index}" for a in gpus if (g := snap.gpu(a)) is not None)
+        pick = closest_free_vf(snap, gpus[0])
+        first = snap.gpu(gpus[0])
+        if pick is not None:
+            better = (f"`nodeconsole nic passthrough {pick[1].address} --vm {shlex.quote(vm.name)}` gives it a free "
+                      f"VF of {pick[0].label} ({pick[2]} from GPU {first.index if first else '?'})")
+        else:
+            better = ("create VFs on a NIC beside its GPU (`nodeconsole nic vfs PF N`), then `nodeconsole nic "
+                      "passthrough VF --vm VM`")
+        for nic, vf in held:
+            if all(distance_to(nic, g) == "SYS" for g in gpus):
+                what = f"VF {vf.address}" if vf is not None else f"NIC {nic.address}"
+                out.append(Problem("warning", vm.name,
+                                   f"VM {vm.name}: its {what} ({nic.label}, NUMA node {nic.numa_node}) is across the "
+                                   f"sockets from {labels} (SYS): GPUDirect RDMA crosses the inter-socket link",
+                                   better + f"; then take {vf.address if vf else nic.address} out of its config"))
+        if not held and rdma_vfs:
+            out.append(Problem("info", vm.name, f"VM {vm.name}: {labels} but no NIC VF: multi-node training "
+                               "goes through the host's network stack", better))
     return out
 
 

@@ -102,3 +102,52 @@ def vm_gpu_addresses(snap: HostSnapshot, vm_name: str) -> list[str]:
         if h.type == "pci" and h.address and snap.gpu(h.address) is not None and h.address not in out:
             out.append(h.address)
     return out
+
+
+def distance_to(nic: Nic, gpu_address: str) -> str:
+    """The distance between a NIC (PF or any of its VFs: they hang off the same port) and a GPU."""
+    return next((g.distance for g in nic.gpus if g.address == gpu_address), "SYS")
+
+
+def group_blockers(snap: HostSnapshot, address: str) -> list[str]:
+    """Why the function's IOMMU group cannot go to vfio-pci with it: each other non-bridge member a
+    host driver holds ([] when none, or when the snapshot has no group for it)."""
+    dev = snap.pci(address)
+    grp = snap.group(dev.iommu_group) if dev is not None else None
+    if grp is None:
+        return []
+    out = []
+    for a in grp.devices:
+        other = snap.pci(a)
+        if a == address or (other is not None and (other.is_bridge or other.driver in (None, "vfio-pci", "pci-stub",
+                                                                                          "pcieport"))):
+            continue
+        what = (other.class_name or "device") if other is not None else "device"
+        out.append(f"shares group {grp.id} with {a} {what} bound to {other.driver if other else '?'}")
+    return out
+
+
+def free_vfs(snap: HostSnapshot) -> list[tuple[Nic, NicVf]]:
+    """VFs no VM's definition holds, in NIC order."""
+    return [(n, v) for n in snap.nics for v in n.vfs if v.vm is None]
+
+
+def vf_preference(vf: NicVf) -> int:
+    """Among free VFs at one distance: unbound or on vfio-pci first, then those a host driver uses."""
+    return 0 if vf.driver in (None, "vfio-pci") else 1
+
+
+def closest_free_vf(snap: HostSnapshot, gpu_address: str, allow_sys: bool = False,
+                    skip: Iterable[str] = ()) -> tuple[Nic, NicVf, str] | None:
+    """The free VF (its group passable to a VM) nearest the GPU: PIX, then PXB, PHB, NODE; SYS only with
+    `allow_sys`. None when there is none."""
+    skipped = set(skip)
+    best: tuple[tuple[int, int, str], tuple[Nic, NicVf, str]] | None = None
+    for nic, vf in free_vfs(snap):
+        level = distance_to(nic, gpu_address)
+        if vf.address in skipped or (level == "SYS" and not allow_sys) or group_blockers(snap, vf.address):
+            continue
+        key = (distance_rank(level), vf_preference(vf), vf.address)
+        if best is None or key < best[0]:
+            best = (key, (nic, vf, level))
+    return best[1] if best else None

@@ -22,6 +22,10 @@ def configure_passthrough(p: argparse.ArgumentParser) -> None:
     p.add_argument("--vm", metavar="VM", help="also add the GPU and its companion functions to VM's config")
     p.add_argument("--persist", action="store_true",
                    help="keep the GPU on vfio-pci across reboots (driverctl, else a modprobe.d file)")
+    p.add_argument("--with-nic", action="store_true",
+                   help="with --vm: also give the VM the free NIC VF closest to the GPU (PIX, PXB, PHB, then NODE)")
+    p.add_argument("--allow-far-nic", action="store_true",
+                   help="with --with-nic: take a VF across the sockets (SYS) when none is nearer")
     change_args(p)
     p.set_defaults(func=run_passthrough)
 
@@ -51,7 +55,8 @@ def configure_undo(p: argparse.ArgumentParser) -> None:
 def run_passthrough(args: argparse.Namespace) -> int:
     from nodeconsole.actions.session import Passthrough
 
-    return run_request(args, Passthrough(args.gpu, vm=args.vm, persist=args.persist))
+    return run_request(args, Passthrough(args.gpu, vm=args.vm, persist=args.persist, with_nic=args.with_nic,
+                                         allow_far_nic=args.allow_far_nic))
 
 
 def run_release(args: argparse.Namespace) -> int:

@@ -1,0 +1,529 @@
+"""NIC VFs for VMs: how many VFs a NIC has (`nic vfs`), one VF given to a VM (`nic passthrough`), and the
+VF that goes with a GPU (`passthrough GPU --vm VM --with-nic`).
+
+Step kinds (each records the state it changes as its inverse, so `undo` and a failed run put it back):
+- `sriov_autoprobe`: the PF's sriov_drivers_autoprobe (0: new VFs stay without a driver, for VMs);
+- `sriov_numvfs`: the PF's VF count. Linux takes a new count only from 0, so a change from a nonzero count
+  writes 0 first: every VF is removed and created again. The operation may name VFs and the
+  (driver_override, driver) each must have afterwards; the inverse names every VF there was, so an undo
+  brings the VFs back on the drivers they had.
+A VF itself is bound with actions/host_steps.py's `pci_driver` step and added to a VM with
+actions/libvirt_edit.py's `vm_hostdev` step.
+
+Persistence (`nic vfs --persist`) is a udev rule, /etc/udev/rules.d/70-nodeconsole-sriov.rules: on the
+PF's driver `bind` event it sets sriov_drivers_autoprobe, then sriov_numvfs. A rule rather than a systemd
+unit because it runs whenever the PF's driver binds (at boot, and after a driver reload), not once.
+"""
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from nodeconsole.actions.acs_path import acs_note
+from nodeconsole.actions.gpu_holders import STUB_DRIVERS
+from nodeconsole.actions.host_steps import pci_state, read_raw
+from nodeconsole.actions.passthrough import VFIO, add_steps, resolve_vm, source_checks, vms_with
+from nodeconsole.actions.plan import (
+    Check,
+    Op,
+    Plan,
+    RequestError,
+    Step,
+    StepError,
+    build_step,
+    step_kind,
+    unreadable_vm_check,
+    vms_known_check,
+)
+from nodeconsole.actions.runner import ActionHost
+from nodeconsole.console.argtypes import did_you_mean
+from nodeconsole.console.hosttext import visible
+from nodeconsole.console.model import Gpu, HostSnapshot, Nic, NicVf
+from nodeconsole.console.nics import (
+    distance_rank,
+    distance_to,
+    group_blockers,
+    nic_of,
+    vf_preference,
+    vm_gpu_addresses,
+    vm_nic_functions,
+)
+from nodeconsole.console.pciaddr import format_pci_address, parse_pci_address
+
+UDEV_FILE = "etc/udev/rules.d/70-nodeconsole-sriov.rules"
+_RULE_PF = re.compile(r'KERNEL=="([0-9a-fA-F:.]+)"')
+_DEV = "sys/bus/pci/devices"
+NEAR = ("PIX", "PXB", "PHB", "NODE")  # what --with-nic takes without --allow-far-nic
+
+
+# -- reading the host ---------------------------------------------------------------------------------
+
+def numvfs(host: ActionHost, pf: str) -> int | None:
+    return host.root.read_int(f"{_DEV}/{pf}/sriov_numvfs")
+
+
+def vf_addresses(host: ActionHost, pf: str) -> list[str]:
+    """The PF's VFs in virtfn order, from its virtfnN links."""
+    names = [n for n in host.root.listdir(f"{_DEV}/{pf}") if n.startswith("virtfn") and n[6:].isdigit()]
+    out = []
+    for n in sorted(names, key=lambda n: int(n[6:])):
+        target = host.root.link_name(f"{_DEV}/{pf}/{n}")
+        try:
+            out.append(parse_pci_address(target or ""))
+        except ValueError:
+            continue
+    return out
+
+
+def vf_address(host: ActionHost, pf: str, index: int) -> str | None:
+    """Where VF `index` of the PF appears once created: the PF's routing id plus sriov_offset and
+    index × sriov_stride (None when the PF does not say)."""
+    offset = host.root.read_int(f"{_DEV}/{pf}/sriov_offset")
+    stride = host.root.read_int(f"{_DEV}/{pf}/sriov_stride")
+    if offset is None or stride is None:
+        return None
+    dom, bus, rest = pf.split(":")
+    dev, fn = rest.split(".")
+    rid = (int(bus, 16) << 8 | int(dev, 16) << 3 | int(fn)) + offset + index * stride
+    return format_pci_address(int(dom, 16), rid >> 8, (rid >> 3) & 0x1F, rid & 7)
+
+
+def _states(host: ActionHost, addresses: list[str]) -> dict[str, list[str | None]]:
+    return {a: list(pci_state(host.root, a)) for a in addresses}
+
+
+# -- step kinds ---------------------------------------------------------------------------------------
+
+@step_kind("sriov_autoprobe")
+def sriov_autoprobe_step(host: ActionHost, op: Op) -> Step | None:
+    """`{"kind": "sriov_autoprobe", "device": PF, "value": 0|1}`: whether host drivers probe new VFs."""
+    pf = parse_pci_address(op["device"])
+    value = int(op["value"])
+    if value not in (0, 1):
+        raise StepError(f"sriov_drivers_autoprobe takes 0 or 1, not {value}")
+    path = f"{_DEV}/{pf}/sriov_drivers_autoprobe"
+    current = host.root.read_int(path)
+    if current is None:
+        raise StepError(f"{pf} has no sriov_drivers_autoprobe (not an SR-IOV physical function)")
+    if current == value:
+        return None
+
+    def apply() -> None:
+        host.kernel.write(path, str(value))
+
+    def verify() -> str | None:
+        now = host.root.read_int(path)
+        return None if now == value else f"sriov_drivers_autoprobe of {pf} is {now}, expected {value}"
+
+    if value == 0:
+        title = f"Keep host drivers off new VFs of {pf} (sriov_drivers_autoprobe=0)"
+        why = ("the VFs are meant for VMs: with autoprobe on, the host's driver takes each new VF (an RDMA device "
+               "and a netdev on the host) and passthrough has to take it back")
+    else:
+        title = f"Let host drivers probe new VFs of {pf} again (sriov_drivers_autoprobe=1)"
+        why = "as it was before"
+    return Step(title, why, (f"echo {value} > /{path}",), dict(op, device=pf),
+                {"kind": "sriov_autoprobe", "device": pf, "value": current}, apply, verify)
+
+
+def _want_states(op: Op) -> dict[str, tuple[str | None, str | None]]:
+    raw = op.get("vfs") or {}
+    if not isinstance(raw, dict):
+        raise StepError("malformed sriov_numvfs operation: 'vfs' must map VF addresses to [override, driver]")
+    out = {}
+    for a, st in raw.items():
+        if not (isinstance(st, list | tuple) and len(st) == 2 and all(x is None or isinstance(x, str) for x in st)):
+            raise StepError(f"malformed sriov_numvfs operation: the state of {a} must be [override, driver]")
+        out[parse_pci_address(a)] = (st[0], st[1])
+    return out
+
+
+@step_kind("sriov_numvfs")
+def sriov_numvfs_step(host: ActionHost, op: Op) -> Step | None:
+    """`{"kind": "sriov_numvfs", "device": PF, "count": N, "vfs": {VF: [override, driver], ...}}`: the PF
+    has N VFs, and each VF named is on that override and driver (driver null: none)."""
+    pf = parse_pci_address(op["device"])
+    count = int(op["count"])
+    want = _want_states(op)
+    base = f"{_DEV}/{pf}"
+    if not host.root.exists(base):
+        raise StepError(f"PCI device {pf} is gone from this host")
+    current = numvfs(host, pf)
+    if current is None:
+        raise StepError(f"{pf} has no sriov_numvfs (not an SR-IOV physical function)")
+    total = host.root.read_int(f"{base}/sriov_totalvfs")
+    if count < 0 or (total is not None and count > total):
+        raise StepError(f"{pf} takes 0 to {total} VFs, not {count}")
+    if current == count and all(tuple(pci_state(host.root, a)) == st for a, st in want.items()):
+        return None
+    existing = vf_addresses(host, pf)
+    inverse = {"kind": "sriov_numvfs", "device": pf, "count": current, "vfs": _states(host, existing)}
+
+    def bind(address: str, state: tuple[str | None, str | None]) -> None:
+        override, driver = state
+        group = host.root.link_name(f"{_DEV}/{address}/iommu_group")
+        step = build_step(host, {"kind": "pci_driver", "device": address, "override": override, "driver": driver,
+                                 "group": int(group) if group and group.isdigit() else None,
+                                 "vfio_node": driver == VFIO})
+        if step is not None:
+            step.apply()
+
+    def apply() -> None:
+        now = numvfs(host, pf)
+        if now != count:
+            if now:
+                host.kernel.write(f"{base}/sriov_numvfs", "0")
+            if count:
+                host.kernel.write(f"{base}/sriov_numvfs", str(count))
+        for address, state in want.items():
+            bind(address, state)
+
+    def verify() -> str | None:
+        now = numvfs(host, pf)
+        if now != count:
+            return f"{pf} has {now} VFs, expected {count}"
+        for address, (override, driver) in want.items():
+            got = pci_state(host.root, address)
+            if got != (override, driver):
+                return (f"VF {address} is on {got[1] or 'no driver'} (override {got[0] or 'none'}), expected "
+                        f"{driver or 'no driver'} (override {override or 'none'})")
+        return None
+
+    cmds = []
+    if current != count:
+        if current and count:
+            cmds.append(f"echo 0 > /{base}/sriov_numvfs  # Linux changes a nonzero count only from 0")
+        cmds.append(f"echo {count} > /{base}/sriov_numvfs")
+    for address, (override, driver) in want.items():
+        if override:
+            cmds.append(f"echo {override} > /{_DEV}/{address}/driver_override")
+        if driver:
+            cmds.append(f"echo {address} > /sys/bus/pci/drivers_probe  # onto {driver}")
+    if current == count:
+        title, why = f"Put the VFs of {pf} back on their drivers", "as they were before"
+    elif count == 0:
+        title, why = f"Remove the {current} VFs of {pf}", "sriov_numvfs=0 removes every VF of the PF"
+    elif current == 0:
+        title, why = f"Create {count} VF(s) on {pf}", "each VF is a PCI function a VM can be given"
+    else:
+        title = f"Change the VFs of {pf} from {current} to {count}"
+        why = "Linux takes a new count only from 0: every VF is removed, then the new ones are created"
+    if want and current != count:
+        why += "; " + ", ".join(f"{a} then goes to {st[1] or 'no driver'}" for a, st in list(want.items())[:4])
+    return Step(title, why, tuple(cmds), dict(op, device=pf), inverse, apply, verify)
+
+
+# -- resolving a NIC or a VF ------------------------------------------------------------------------
+
+def _nic_listing(snap: HostSnapshot) -> str:
+    return ", ".join(f"{n.label} {n.address}" for n in snap.nics) or "none"
+
+
+def resolve_nic_function(snap: HostSnapshot, text: str) -> tuple[Nic, NicVf | None]:
+    """The NIC (and VF) a PCI address names. RequestError for anything else."""
+    try:
+        address = parse_pci_address(text or "")
+    except ValueError:
+        raise RequestError(f"{visible(repr(text))} is not a PCI address (DDDD:BB:DD.F); this host's NICs: "
+                           f"{_nic_listing(snap)}") from None
+    found = nic_of(snap, address)
+    if found is not None:
+        return found
+    dev = snap.pci(address)
+    known = [n.address for n in snap.nics] + [v.address for n in snap.nics for v in n.vfs]
+    if dev is None:
+        raise RequestError(f"no PCI device {address} on this host{did_you_mean(address, known)}; its NICs: "
+                           f"{_nic_listing(snap)}")
+    raise RequestError(f"{address} is not a network controller ({dev.class_name or f'class {dev.class_id:06x}'} "
+                       f"{dev.device_name}); this host's NICs: {_nic_listing(snap)}")
+
+
+def resolve_pf(snap: HostSnapshot, text: str) -> Nic:
+    nic, vf = resolve_nic_function(snap, text)
+    if vf is not None:
+        raise RequestError(f"{vf.address} is VF {vf.index} of {nic.label} {nic.address}: give the physical function")
+    if not nic.sriov_totalvfs:
+        raise RequestError(f"{nic.label} {nic.address} ({nic.name}) does not support SR-IOV (no sriov_totalvfs)")
+    return nic
+
+
+def _who(holders: dict[str, list[str]]) -> str:
+    return "; ".join(f"{', '.join(addrs)} in VM {name}'s definition" for name, addrs in sorted(holders.items()))
+
+
+# -- nic vfs ------------------------------------------------------------------------------------------
+
+def udev_rule(pf: str, count: int, autoprobe: int) -> str:
+    return (f'ACTION=="bind", SUBSYSTEM=="pci", KERNEL=="{pf}", ATTR{{sriov_drivers_autoprobe}}="{autoprobe}", '
+            f'ATTR{{sriov_numvfs}}="{count}"')
+
+
+def render_udev(current: str | None, pf: str, count: int, autoprobe: int) -> str | None:
+    """The rules file with the PF's rule replaced (count 0: removed); None when no rule is left."""
+    rules = [ln for ln in (current or "").splitlines()
+             if ln.strip() and not ln.lstrip().startswith("#") and not ((m := _RULE_PF.search(ln)) and m.group(1) == pf)]
+    if count:
+        rules.append(udev_rule(pf, count, autoprobe))
+    if not rules:
+        return None
+    head = ["# Written by nodeconsole (nic vfs --persist): the SR-IOV VFs each PF gets when its driver binds",
+            "# (at boot, and after a driver reload). `nodeconsole log` shows who changed it."]
+    return "\n".join(head + sorted(rules, key=_rule_key)) + "\n"
+
+
+def _rule_key(line: str) -> str:
+    m = _RULE_PF.search(line)
+    return m.group(1) if m else line
+
+
+def plan_nic_vfs(host: ActionHost, snap: HostSnapshot, pf_text: str, count: int, persist: bool = False,
+                 host_driver: bool = False) -> Plan:
+    """Plan giving the PF `count` VFs (0 removes them), kept free of host drivers unless `host_driver`,
+    persisted by a udev rule with `persist`. RequestError for a bad PF or count."""
+    nic = resolve_pf(snap, pf_text)
+    pf = nic.address
+    total = nic.sriov_totalvfs or 0
+    if count < 0 or count > total:
+        raise RequestError(f"{nic.label} {pf} supports at most {total} VFs (sriov_totalvfs), not {count}")
+    current = nic.sriov_numvfs or 0
+    title = f"Give {nic.label} {pf} ({nic.name}) {count} VF(s)" + (", persistent across reboot" if persist else "")
+    plan = Plan(action="nic vfs", title=title,
+                request={"pf": pf, "given": pf_text, "count": count, "persist": persist, "host_driver": host_driver},
+                rebuild=lambda: plan_nic_vfs(host, host.snapshot(), pf, count, persist, host_driver))
+    plan.checks += source_checks(snap)
+    if current != count and current:
+        plan.checks += vms_known_check(snap, f"the VFs of {pf}")
+    if not plan.ok:
+        return plan
+    if not nic.driver:
+        plan.checks.append(Check(f"{pf} has a driver", False, "SR-IOV is enabled through the PF's driver, and it has none",
+                                 f"bind it to its driver first (echo {pf} > /sys/bus/pci/drivers_probe)"))
+        return plan
+    going = [v.address for v in nic.vfs] if current != count and current else []
+    unreadable: dict[str, str] = {}
+    held = vms_with(host, snap, set(going), unreadable)
+    if held:
+        plan.checks.append(Check(
+            "no VM holds a VF that goes away", False,
+            f"{_who(held)}: changing the count removes every VF of {pf} (Linux takes a new count only from 0)",
+            "take the VFs out of those VMs first (`nodeconsole undo` of the change that gave them, or virsh "
+            "detach-device VM --config), then plan again"))
+        return plan
+    plan.checks += unreadable_vm_check(unreadable)
+    if going:
+        plan.checks.append(Check("no VM holds a VF that goes away", True,
+                                 f"none of the {len(going)} VF(s) of {pf} is in a VM's definition"))
+    if not plan.ok:
+        return plan
+    ops: list[Op] = []
+    autoprobe = 1 if nic.sriov_drivers_autoprobe in (True, None) else 0
+    if count and not host_driver and autoprobe:
+        ops.append({"kind": "sriov_autoprobe", "device": pf, "value": 0})
+        autoprobe = 0
+        plan.notes.append("the new VFs stay without a driver (sriov_drivers_autoprobe=0): they are meant for VMs, and "
+                          "passthrough (or libvirt's managed='yes') binds each to vfio-pci; pass --host-driver to "
+                          "let the host's driver take them")
+    keep = {v.address: [v.driver_override, v.driver] for v in nic.vfs if v.index < count} if going and count else {}
+    op: Op = {"kind": "sriov_numvfs", "device": pf, "count": count}
+    if keep:
+        op["vfs"] = keep
+        plan.notes.append(f"VF(s) {', '.join(keep)} come back at the same address(es), on the driver each has now")
+    ops.append(op)
+    lost = [v for v in nic.vfs if v.index >= count] if current != count else []
+    for v in lost:
+        if v.rdma or v.netdevs:
+            plan.notes.append(f"VF {v.address} goes away with its host RDMA device {', '.join(v.rdma) or '-'} and "
+                              f"netdev {', '.join(v.netdevs) or '-'}")
+    if persist:
+        current_rules = read_raw(host.root, UDEV_FILE)
+        content = render_udev(current_rules, pf, count, autoprobe)
+        if content != current_rules:
+            ops.append({"kind": "file", "path": UDEV_FILE, "content": content,
+                        "why": "the VFs come back at every boot: a udev rule sets sriov_drivers_autoprobe, then "
+                               "sriov_numvfs, when the PF's driver binds"})
+        plan.notes.append(f"persistence: the udev rule /{UDEV_FILE} (on the PF's driver bind event, so it also holds "
+                          "after a driver reload; a systemd unit would run once at boot); undo puts back what the "
+                          "file held")
+    elif count != current:
+        rule = next((ln for ln in (read_raw(host.root, UDEV_FILE) or "").splitlines()
+                     if (m := _RULE_PF.search(ln)) and m.group(1) == pf), None)
+        if rule is not None:
+            plan.notes.append(f"not persistent: the udev rule in /{UDEV_FILE} still sets this PF's VFs at boot "
+                              "(--persist changes it)")
+        else:
+            plan.notes.append("not persistent: after a reboot the PF has the VFs its boot configuration gives it "
+                              "(--persist writes a udev rule)")
+    add_steps(host, plan, ops)
+    return plan
+
+
+# -- nic passthrough ----------------------------------------------------------------------------------
+
+def _iommu_checks(snap: HostSnapshot, address: str) -> list[Check]:
+    dev = snap.pci(address)
+    if not snap.iommu.enabled or dev is None or dev.iommu_group is None:
+        return [Check("IOMMU is on", False, f"{address} has no IOMMU group" if snap.iommu.enabled else
+                      "no IOMMU is active, so no device can be given to a VM",
+                      snap.iommu.how_to_enable or "check the firmware's IOMMU settings")]
+    blockers = group_blockers(snap, address)
+    title = f"IOMMU group {dev.iommu_group} of {address} can be handed over"
+    if blockers:
+        return [Check(title, False, "; ".join(blockers),
+                      "use a VF of a NIC under a port with ACS (its VFs get IOMMU groups of their own)")]
+    return [Check(title, True, f"{address} is alone in it")]
+
+
+def _vf_ops(snap: HostSnapshot, host: ActionHost, address: str, vm: str) -> list[Op]:
+    """Bind the VF to vfio-pci (loading it first if needed) and add it to the VM's definition."""
+    ops: list[Op] = []
+    dev = snap.pci(address)
+    if dev is not None and dev.driver not in STUB_DRIVERS:
+        if not host.root.exists(f"sys/bus/pci/drivers/{VFIO}"):
+            ops.append({"kind": "module", "name": VFIO})
+        ops.append({"kind": "pci_driver", "device": address, "override": VFIO, "driver": VFIO,
+                    "group": dev.iommu_group, "vfio_node": True})
+    ops.append({"kind": "vm_hostdev", "vm": vm, "address": address, "present": True, "managed": True})
+    return ops
+
+
+def _host_use_note(vf: NicVf) -> str | None:
+    if vf.driver and vf.driver not in STUB_DRIVERS:
+        extra = ", ".join(x for x in (f"RDMA device {', '.join(vf.rdma)}" if vf.rdma else "",
+                                      f"netdev {', '.join(vf.netdevs)}" if vf.netdevs else "") if x)
+        return f"VF {vf.address} leaves the host's {vf.driver}" + (f" (its {extra} go away)" if extra else "")
+    return None
+
+
+def distance_notes(host: ActionHost, snap: HostSnapshot, nic: Nic, nic_address: str,
+                   gpus: list[str]) -> list[str]:
+    """The distance from the NIC function to each GPU, and what the ACS state on the path costs."""
+    out = []
+    # a VF still to be created hangs off the PF's port: the path to the PF is its path
+    probe = nic_address if host.root.exists(f"{_DEV}/{nic_address}") else nic.address
+    for a in gpus:
+        g = snap.gpu(a)
+        level = distance_to(nic, a)
+        label = f"GPU {g.index} ({a})" if g else a
+        out.append(f"{nic_address} ({nic.label}) is {level} from {label}: {acs_note(host.root, a, probe, level)}")
+    return out
+
+
+def plan_nic_passthrough(host: ActionHost, snap: HostSnapshot, vf_text: str, vm: str) -> Plan:
+    """Plan giving one VF to a VM's definition (bound to vfio-pci)."""
+    nic, vf = resolve_nic_function(snap, vf_text)
+    if vf is None:
+        free = [v.address for v in nic.vfs if v.vm is None]
+        hint = f"its free VFs: {', '.join(free)}" if free else f"create VFs first: nodeconsole nic vfs {nic.address} N"
+        raise RequestError(f"{nic.address} is the physical function of {nic.label}: give one of its VFs ({hint})")
+    target = resolve_vm(snap, vm)
+    plan = Plan(action="nic passthrough", title=f"Pass VF {vf.address} of {nic.label} ({nic.name}) through to VM {vm}",
+                request={"vf": vf.address, "pf": nic.address, "given": vf_text, "vm": vm, "vm_state": target.state},
+                rebuild=lambda: plan_nic_passthrough(host, host.snapshot(), vf.address, vm))
+    plan.checks += source_checks(snap)
+    plan.checks += vms_known_check(snap, f"VF {vf.address}")
+    if host.domains is None:
+        plan.checks.append(Check("libvirt reachable", False, "this host has no libvirt connection", "pass --libvirt URI"))
+    if not plan.ok:
+        return plan
+    plan.checks += _iommu_checks(snap, vf.address)
+    unreadable: dict[str, str] = {}
+    others = {n: a for n, a in vms_with(host, snap, {vf.address}, unreadable).items() if n != vm}
+    if others:
+        plan.checks.append(Check("the VF is free", False, _who(others),
+                                 "take it out of that VM first, or pick a free VF (nodeconsole nic list)"))
+    plan.checks += unreadable_vm_check(unreadable)
+    if not plan.ok:
+        return plan
+    ops = _vf_ops(snap, host, vf.address, vm)
+    if target.state != "shut off":
+        plan.notes.append(f"VM {vm} is {target.state}: it gets the VF at its next start")
+    if (note := _host_use_note(vf)) is not None:
+        plan.notes.append(note)
+    gpus = vm_gpu_addresses(snap, vm)
+    plan.notes += distance_notes(host, snap, nic, vf.address, gpus)
+    if gpus and all(distance_to(nic, g) == "SYS" for g in gpus):
+        plan.notes.append(f"warning: {nic.label} is across the sockets from every GPU of VM {vm}: GPUDirect RDMA "
+                          "crosses the inter-socket link; a VF of a NIC on the GPU's switch is better")
+    add_steps(host, plan, ops)
+    return plan
+
+
+# -- the VF that goes with a GPU ----------------------------------------------------------------------
+
+Candidate = tuple[tuple[int, int, int, str], Nic, NicVf | None, str, str]
+
+
+def _candidates(host: ActionHost, snap: HostSnapshot, gpu: Gpu, configs: set[str]) -> list[Candidate]:
+    """(rank, NIC, free VF or None for one to create, its address, distance) of every VF the GPU could get."""
+    out: list[Candidate] = []
+    for nic in snap.nics:
+        level = distance_to(nic, gpu.address)
+        for vf in nic.vfs:
+            if vf.vm is None and vf.address not in configs and not group_blockers(snap, vf.address):
+                out.append(((distance_rank(level), 0, vf_preference(vf), vf.address), nic, vf, vf.address, level))
+        creatable = nic.sriov_totalvfs and not nic.sriov_numvfs and nic.driver and not group_blockers(snap, nic.address)
+        if creatable and (address := vf_address(host, nic.address, 0)) is not None:
+            out.append(((distance_rank(level), 1, 0, address), nic, None, address, level))
+    return sorted(out, key=lambda c: c[0])
+
+
+def nic_for_gpu(host: ActionHost, snap: HostSnapshot, gpu: Gpu, vm: str, allow_far: bool,
+                plan: Plan) -> list[Op]:
+    """The operations that give VM `vm` the free VF closest to `gpu` (creating one on an idle NIC when
+    that is closer), with checks and notes added to `plan`; [] when the VM already has a NIC beside it."""
+    mine = [(n, v) for n, v in vm_nic_functions(snap, vm) if distance_to(n, gpu.address) != "SYS"]
+    if mine:
+        n, v = mine[0]
+        plan.notes.append(f"VM {vm} already holds {v.address if v else n.address} ({n.label}, "
+                          f"{distance_to(n, gpu.address)} from GPU {gpu.index}): no other VF added")
+        return []
+    held = vms_with(host, snap, {v.address for n in snap.nics for v in n.vfs})
+    configs = {a for addrs in held.values() for a in addrs}
+    cands = _candidates(host, snap, gpu, configs)
+    allowed = [c for c in cands if c[4] in NEAR or allow_far]
+    if not allowed:
+        far = next((c for c in cands if c[4] == "SYS"), None)
+        what = f"free VF is {far[3]} of {far[1].label}" if far and far[2] is not None else \
+            f"VF would be one created on {far[1].label}" if far else ""
+        reason = (f"the nearest {what}, across the sockets (SYS)" if far
+                  else "no NIC has a free VF (every VF is in a VM's definition) or room for one")
+        fix = ("pass --allow-far-nic to take it anyway (GPUDirect RDMA then crosses the inter-socket link), or "
+               "create VFs on a NIC beside the GPU: nodeconsole nic vfs PF N") if far else \
+            "create VFs on a NIC beside the GPU: nodeconsole nic vfs PF N"
+        plan.checks.append(Check(f"a free NIC VF near GPU {gpu.index}", False, reason, fix))
+        return []
+    _rank, nic, vf, address, level = allowed[0]
+    plan.checks.append(Check(f"a free NIC VF near GPU {gpu.index}", True,
+                             f"{address} of {nic.label} ({nic.name}), {level}" +
+                             ("" if vf is not None else ": created on the NIC, which has no VFs yet")))
+    plan.request["nic"] = {"vf": address, "pf": nic.address, "distance": level, "created": vf is None}
+    if level == "SYS":
+        plan.notes.append(f"warning: {nic.label} is across the sockets from GPU {gpu.index} (--allow-far-nic): "
+                          "GPUDirect RDMA crosses the inter-socket link")
+    plan.notes += distance_notes(host, snap, nic, address, [gpu.address])
+    if vf is not None:
+        if (note := _host_use_note(vf)) is not None:
+            plan.notes.append(note)
+        return _vf_ops(snap, host, address, vm)
+    ops: list[Op] = []
+    if not host.root.exists(f"sys/bus/pci/drivers/{VFIO}"):
+        ops.append({"kind": "module", "name": VFIO})
+    if nic.sriov_drivers_autoprobe is not False:
+        ops.append({"kind": "sriov_autoprobe", "device": nic.address, "value": 0})
+    ops.append({"kind": "sriov_numvfs", "device": nic.address, "count": 1, "vfs": {address: [VFIO, VFIO]}})
+    ops.append({"kind": "vm_hostdev", "vm": vm, "address": address, "present": True, "managed": True})
+    plan.notes.append(f"{nic.label} gets one VF ({address}), kept off the host's driver (sriov_drivers_autoprobe=0) "
+                      "and bound to vfio-pci; not persistent across reboot (nodeconsole nic vfs "
+                      f"{nic.address} 1 --persist)")
+    return ops
+
+
+def nic_release_keys(records: list[dict[str, Any]]) -> list[str]:
+    """The NIC VF and PF addresses the passthrough records gave a VM (request["nic"])."""
+    out: list[str] = []
+    for r in records:
+        nic = (r.get("request") or {}).get("nic")
+        if isinstance(nic, dict):
+            out += [a for a in (nic.get("vf"), nic.get("pf")) if isinstance(a, str) and a not in out]
+    return out
+
