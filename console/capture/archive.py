@@ -181,7 +181,8 @@ def extract(entries: Mapping[str, Entry], dest: Path) -> None:
             os.symlink(target, path)
         except FileExistsError:
             raise ArchiveError(f"link {name!r} collides with another member") from None
-    for name, _target in links:  # a chain of links that leads out (b -> .., a -> b/b/b/x)
+    for name, _target in links:  # a chain of links that leads out (q -> ., r -> q/.., p -> r/../x)
+        top = os.path.join(base, name.split("/", 1)[0])
         real = os.path.realpath(os.path.join(base, name))
-        if not (real == base or real.startswith(base + os.sep)):
+        if not (real == top or real.startswith(top + os.sep)):
             raise ArchiveError(f"link {name!r} leads out of the archive")

@@ -1,5 +1,5 @@
-"""Opening a capture for replay: the archive checked and extracted into a private directory (removed when
-the process ends), and what the console says about it (`Replay`: whose host, captured when). The
+"""Opening a capture for replay: the archive checked and extracted into a private directory (mode 0700,
+memory-backed where the system offers it, removed when the process ends), and what the console says about it (`Replay`: whose host, captured when). The
 seams over the extracted capture are made in console/seams.py (replay_host), which chooses the
 simulated NVML library that serves the captured state.
 """
@@ -91,6 +91,15 @@ class ReplayDir:
         return (self.dir / AUDIT).is_file()
 
 
+def _scratch() -> str | None:
+    """Where to extract: memory-backed when the system has it ($XDG_RUNTIME_DIR, /dev/shm; a capture is
+    thousands of small files), else the temporary directory."""
+    for d in (os.environ.get("XDG_RUNTIME_DIR"), "/dev/shm"):
+        if d and os.path.isdir(d) and os.access(d, os.W_OK | os.X_OK):
+            return d
+    return None
+
+
 def open_replay(path: str | os.PathLike[str]) -> ReplayDir:
     """Check and extract the capture at `path` (once per process for the same file). ArchiveError
     says why it cannot be opened."""
@@ -107,7 +116,7 @@ def open_replay(path: str | os.PathLike[str]) -> ReplayDir:
         manifest = manifest_of(entries)
         if not any(name == ROOT_DIR or name.startswith(ROOT_DIR + "/") for name in entries):
             raise ArchiveError(f"no {ROOT_DIR}/ tree in the capture")
-        dest = Path(tempfile.mkdtemp(prefix="nodeconsole-replay-"))
+        dest = Path(tempfile.mkdtemp(prefix="nodeconsole-replay-", dir=_scratch()))
         atexit.register(shutil.rmtree, dest, True)
         try:
             extract(entries, dest)
