@@ -1,7 +1,7 @@
 """Opening a capture for replay: the archive checked and extracted into a private directory (mode 0700,
-memory-backed where the system offers it, removed when the process ends), and what the console says about it (`Replay`: whose host, captured when). The
-seams over the extracted capture are made in console/seams.py (replay_host), which chooses the
-simulated NVML library that serves the captured state.
+memory-backed where the system offers it, removed when the process ends), and what the console says
+about it (`Replay`: whose host, captured when). The seams over the extracted capture are made in
+console/seams.py (replay_host), which chooses the simulated NVML library that serves the captured state.
 """
 from __future__ import annotations
 
