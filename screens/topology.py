@@ -11,6 +11,7 @@ from textual.widgets import Static
 from nodeconsole.console.cpulist import format_cpulist
 from nodeconsole.console.hosttext import LINE_MAX, show
 from nodeconsole.console.model import HostSnapshot
+from nodeconsole.console.nics import distance_rank, distance_to, vm_gpu_addresses
 from nodeconsole.console.topology import matrix, tree
 from nodeconsole.screens.base import SnapshotScreen
 
@@ -29,6 +30,39 @@ def tree_text(snap: HostSnapshot) -> Text:
 
         for i, t in enumerate(tops):
             walk(t, "", i == len(tops) - 1)
+    return out
+
+
+def nics_text(snap: HostSnapshot) -> Text:
+    """One line per NIC (link layer, RDMA port, VFs, the closest GPUs) and one per VF with the VM holding it
+    and its distance to that VM's GPUs; host strings (names, drivers, VMs) as plain text."""
+    out = Text()
+    if not snap.nics:
+        out.append("no network controllers\n", style="dim")
+        return out
+    gpu_label = {g.address: f"GPU{g.index}" for g in snap.gpus}
+    vm_gpus = {v.name: vm_gpu_addresses(snap, v.name) for v in snap.vms}
+    for n in snap.nics:
+        port = n.ports[0] if n.ports else None
+        rate = f"{port.rate_gbps:g} Gb/s" if port and port.rate_gbps else show(port.rate if port else "")
+        state = f"{show(port.device)} {show(port.state)} {rate}" if port else "no RDMA device"
+        near = n.closest
+        closest = f"{', '.join(gpu_label.get(g.address, '?') for g in near)} ({near[0].distance})" if near else "-"
+        vfs = f"VFs {n.sriov_numvfs or 0} of {n.sriov_totalvfs}" if n.sriov_totalvfs else "no SR-IOV"
+        out.append(f"{n.label:5}", style="bold")
+        out.append(f" {n.address}  {show(n.link_layer or '?')}  {state}  NUMA "
+                   f"{'-' if n.numa_node is None else n.numa_node}\n")
+        out.append(f"      {vfs}, closest {closest}\n")
+        for v in n.vfs:
+            out.append(f"      VF {v.address} {show(v.driver or 'no driver'):10}")
+            if v.vm is None:
+                out.append(" free\n", style="dim")
+                continue
+            out.append(f" → {show(v.vm, LINE_MAX)}")
+            levels = sorted({distance_to(n, g) for g in vm_gpus.get(v.vm, [])}, key=distance_rank)
+            if levels:
+                out.append(f"  {levels[0]} from its GPU", style="red" if levels[0] == "SYS" else "")
+            out.append("\n")
     return out
 
 
@@ -64,15 +98,20 @@ class TopologyScreen(SnapshotScreen):
             yield Static("X self  PIX one switch  PXB several switches  PHB host bridge  NODE same "
                          "NUMA node  SYS across sockets", classes="legend")
             yield Static(id="matrix")
+            yield Static("NICs", classes="section")
+            yield Static(id="nics")
             yield Static("PCIe tree", classes="section")
             yield Static(id="tree")
         self._sig = None
 
     def render_snapshot(self, snap: HostSnapshot) -> None:
         # The topology is static: re-render only when devices or drivers change.
-        sig = tuple((d.address, d.driver) for d in snap.pci_devices)
+        sig = (tuple((d.address, d.driver) for d in snap.pci_devices),
+               tuple((v.address, v.vm) for n in snap.nics for v in n.vfs),
+               tuple((p.device, p.state, p.rate) for n in snap.nics for p in n.ports))
         if sig == getattr(self, "_sig", None):
             return
         self._sig = sig
         self.query_one("#matrix", Static).update(matrix_table(snap))
+        self.query_one("#nics", Static).update(nics_text(snap))
         self.query_one("#tree", Static).update(tree_text(snap))

@@ -6,7 +6,9 @@
   their reasons) and the command a check would run; with --run, run it with progress row by row, a
   notice when it looks stalled, and judge the result against the topology (exit 1 on an error finding).
   With --vm, the check runs inside that VM (over ssh or the guest agent), for GPUs the host cannot use.
-- `nccl command`: the mpirun / torchrun line of a multi-node check (printed, never launched).
+- `nccl command`: the mpirun / torchrun line of a multi-node check (printed, never launched); with --vm,
+  the environment NCCL needs inside that VM's guest.
+- `nccl topo --vm VM [-o FILE]`: the NCCL topology file for the VM (actions/nccl/topo_xml.py).
 """
 from __future__ import annotations
 
@@ -74,9 +76,14 @@ def configure(p: argparse.ArgumentParser) -> None:
     sc.set_defaults(func=run_check)
 
     sm = sub.add_parser("command", parents=[common], help="print the command line of a multi-node check",
-                        description="Build (never launch) the mpirun or torchrun command of a multi-node check.")
-    sm.add_argument("--hosts", required=True, metavar="H1,H2", help="host names, comma separated")
-    sm.add_argument("--gpus-per-host", required=True, type=count(1, 1024, "GPU count"), metavar="N")
+                        description="Build (never launch) the mpirun or torchrun command of a multi-node check; "
+                                    "with --vm, print the environment NCCL needs inside that VM.")
+    sm.add_argument("--hosts", metavar="H1,H2", help="host names, comma separated (required without --vm)")
+    sm.add_argument("--gpus-per-host", type=count(1, 1024, "GPU count"), metavar="N",
+                    help="GPUs per host (required without --vm)")
+    sm.add_argument("--vm", metavar="NAME", help="print the NCCL environment for this VM's guest instead")
+    sm.add_argument("--topo-path", metavar="PATH", default=None,
+                    help="with --vm: where the guest keeps the topology file (default /etc/nccl/topo.xml)")
     sm.add_argument("--launcher", choices=("mpirun", "torchrun"), default="mpirun")
     sm.add_argument("--binary", default=None, metavar="PATH",
                     help="all_reduce_perf path on the hosts (mpirun only; default all_reduce_perf)")
@@ -85,6 +92,15 @@ def configure(p: argparse.ArgumentParser) -> None:
     sm.add_argument("--json", action="store_true", help="print the command(s) as JSON")
     _sweep_options(sm)
     sm.set_defaults(func=run_command)
+
+    st = sub.add_parser("topo", parents=[common], help="write the NCCL topology file of a VM",
+                        description="The NCCL topology XML (NCCL_TOPO_FILE) of a VM: its GPUs and NICs as the "
+                                    "host sees them (NUMA nodes, PCIe switches, links), at the PCI addresses the "
+                                    "guest sees them.")
+    st.add_argument("--vm", required=True, metavar="NAME", help="the VM")
+    st.add_argument("-o", "--output", metavar="FILE", help="write it to FILE (mode 0644; a symlink is refused) "
+                                                           "instead of printing it")
+    st.set_defaults(func=run_topo)
 
 
 def _sweep_options(p: argparse.ArgumentParser) -> None:
@@ -458,6 +474,12 @@ def _run_vm_check(args: argparse.Namespace, plan: GuestPlan, topo: Topology, out
 def run_command(args: argparse.Namespace) -> int:
     from nodeconsole.actions.nccl.commands import format_command, mpirun_command, torchrun_commands, validate_env
 
+    if args.vm is not None:
+        return _vm_env(args)
+    if args.topo_path is not None:
+        raise UsageError("--topo-path goes with --vm NAME")
+    if args.hosts is None or args.gpus_per_host is None:
+        raise UsageError("the following arguments are required: --hosts, --gpus-per-host (or --vm NAME)")
     if args.launcher == "torchrun" and args.binary is not None:
         raise UsageError("--binary is for --launcher mpirun (torchrun runs the PyTorch benchmark)")
     hosts = [h.strip() for h in args.hosts.split(",")]
@@ -489,4 +511,96 @@ def run_command(args: argparse.Namespace) -> int:
         if host:
             print(f"# on {host}:")
         print(format_command(argv, envs))
+    return 0
+
+
+# -- topo and command --vm -------------------------------------------------------------------------------
+def _vm_topology(args: argparse.Namespace):  # -> VmTopology
+    from nodeconsole.actions.nccl.topo_xml import vm_topology
+    from nodeconsole.actions.plan import RequestError
+    from nodeconsole.console.collector import Collector
+
+    seams = seams_from_args(args)
+    snap = Collector(seams).collect()
+    try:
+        return vm_topology(snap, args.vm, cpuinfo=seams.root.read("proc/cpuinfo") or "")
+    except RequestError as e:
+        raise UsageError(str(e)) from None
+
+
+def run_topo(args: argparse.Namespace) -> int:
+    topo = _vm_topology(args)
+    if args.output is None:
+        sys.stdout.write(topo.xml)
+    else:
+        write_file(args.output, topo.xml)
+        print(f"wrote {args.output}: the NCCL topology of VM {topo.vm} ({len(topo.gpus)} GPU(s), "
+              f"{len(topo.nics)} NIC function(s)); in the guest: NCCL_TOPO_FILE=<its path there>", file=sys.stderr)
+    for note in topo.notes:
+        print(f"note: {note}", file=sys.stderr)
+    return 0
+
+
+def write_file(path: str, text: str) -> None:
+    """Write `text` to `path` with mode 0644, never through a symlink: a new file beside it, renamed over
+    it (a link at `path` is refused, as is anything but a regular file)."""
+    import tempfile
+
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        st = None
+    except OSError as e:
+        raise UsageError(f"{path}: {e.strerror or e}") from None
+    if st is not None and stat.S_ISLNK(st.st_mode):
+        raise UsageError(f"{path} is a symbolic link: not followed (give the file itself)")
+    if st is not None and not stat.S_ISREG(st.st_mode):
+        raise UsageError(f"{path}: not a regular file")
+    folder = os.path.dirname(os.path.abspath(path))
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=".nccl-topo.", dir=folder)
+    except OSError as e:
+        raise UsageError(f"{path}: cannot write there ({e.strerror or e})") from None
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+            os.fchmod(f.fileno(), 0o644)
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        raise
+
+
+def _vm_env(args: argparse.Namespace) -> int:
+    from nodeconsole.actions.nccl.topo_xml import DEFAULT_TOPO_PATH, guest_env
+
+    for flag, value in (("--hosts", args.hosts), ("--gpus-per-host", args.gpus_per_host),
+                        ("--binary", args.binary)):
+        if value is not None:
+            raise UsageError(f"{flag} does not go with --vm (the guest's environment is printed, no command)")
+    if args.env or args.launcher != "mpirun":
+        raise UsageError("--env and --launcher do not go with --vm (the guest's environment is printed, no command)")
+    path = args.topo_path or DEFAULT_TOPO_PATH
+    if not path.startswith("/") or any(c.isspace() or c in "'\"$`\\;&|<>" for c in path):
+        raise UsageError(f"--topo-path {path!r}: give an absolute path without spaces or shell characters")
+    topo = _vm_topology(args)
+    items = guest_env(topo, path)
+    if args.json:
+        print(json.dumps({"vm": topo.vm, "env": {i.name: i.value for i in items if i.value is not None},
+                          "unknown": {i.name: i.note for i in items if i.value is None},
+                          "notes": {i.name: i.note for i in items if i.value is not None and i.note},
+                          "topology_notes": topo.notes}, indent=2))
+        return 0
+    print(f"# NCCL environment for VM {topo.vm} ({len(topo.gpus)} GPU(s), {len(topo.nics)} NIC function(s)): set it "
+          "in the guest")
+    for i in items:
+        if i.value is None:
+            print(f"# export {i.name}=...  # {i.note}")
+        else:
+            print(f"export {i.name}={i.value}" + (f"  # {i.note}" if i.note else ""))
+    for note in topo.notes:
+        print(f"# note: {note}")
     return 0
