@@ -314,7 +314,8 @@ class Runner:
         if plan.needs_reboot:
             which = ", ".join(str(i) for i, s in enumerate(plan.steps, 1) if s.needs_reboot)
             msg += f"; reboot once for step(s) {which} to take effect (pending reboot)"
-        return RunResult(DONE, f"{msg}; undo with `nodeconsole undo {rid}`", record_id=rid, warnings=outcomes)
+        return RunResult(DONE, f"{msg}; undo with `nodeconsole undo {rid} --apply`", record_id=rid,
+                         warnings=outcomes)
 
     def _steps(self, plan: Plan, emit: Callable[[Progress], None],
                fault: FaultSwitch) -> tuple[list[int], tuple[int, str] | None, str | None]:

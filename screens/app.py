@@ -296,8 +296,10 @@ class NodeConsoleApp(App):
         self.action_results.append(result)
         for warning in result.warnings:  # e.g. a lock a dead run left, and the change it was making
             self.call_from_thread(self.notify, warning, severity="warning", timeout=20)
-        self.call_from_thread(self.notify, f"{plan.action}: {result.status} — {result.message}",
-                              severity="information" if result.ok else "error", timeout=10)
+        message = f"{plan.action}: {result.status} — {result.message}"
+        if result.ok and result.record_id:  # the CLI's undo command is in the message; here it is a key
+            message += "\nin the console: 8 Changes → " + ("r redoes it" if plan.undoes else "u undoes it")
+        self.call_from_thread(self.notify, message, severity="information" if result.ok else "error", timeout=10)
         self.call_from_thread(self.poll_now_if_idle)
 
     def poll_now_if_idle(self) -> None:
