@@ -283,6 +283,8 @@ class NodeConsoleApp(App):
         def answered(yes: bool | None) -> None:
             if yes:
                 self._apply_worker(session, plan)
+            elif yes is False:  # Esc or "No": say so, or a dialog that closed looks like it applied
+                self.notify(f"{plan.title}: cancelled, nothing was changed", severity="warning", timeout=6)
 
         self.push_screen(PlanModal(title, plan.lines(), can_apply, session.typed_confirmation(plan)), answered)
 

@@ -1,55 +1,102 @@
-"""Plan confirmation: the whole plan, "No" focused; changes to a GPU a VM config uses need its
-address typed before "Yes" does anything."""
+"""Plan confirmation: the whole plan, then the way out and the way on.
+
+The plan body scrolls on its own; the typed confirmation and the buttons stay below it, on screen at any
+terminal size. A plan that can be applied asks "No" / "Yes, apply" with "No" focused — or, when it
+changes a GPU that a VM's config uses, asks for the GPU's address: the cursor starts in the box, Enter
+confirms only when the text matches exactly (else the dialog says what is wrong and stays open). A plan
+with one outcome (refused, nothing to do) only has "OK".
+
+The modal answers True (apply), False (cancelled: Esc or "No") or None (an "OK" on a plan with nothing
+to apply); the caller says "cancelled" for False.
+"""
 from __future__ import annotations
 
 from textual.app import ComposeResult
 from textual.binding import Binding
-from textual.containers import Horizontal, VerticalScroll
+from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Button, Input, Static
 
 from nodeconsole.console.hosttext import LINE_MAX
+from nodeconsole.screens.widgets.hanging import hanging
 from nodeconsole.screens.widgets.text import plain_text
 
 
-class PlanModal(ModalScreen[bool]):
+class PlanModal(ModalScreen[bool | None]):
     BINDINGS = [Binding("escape", "no", "No")]
 
     def __init__(self, title: str, lines: list[str], can_apply: bool, typed: str | None = None) -> None:
         super().__init__()
-        self._title, self._lines, self._can_apply, self._typed = title, lines, can_apply, typed
+        self._title, self._lines, self._can_apply = title, lines, can_apply
+        self._typed = typed if can_apply else None
 
     def compose(self) -> ComposeResult:
-        with VerticalScroll(id="plan"):
+        with Vertical(id="plan"):
             # names come from the host: plain text with visible escapes, never markup
             yield Static(plain_text(self._title, limit=LINE_MAX), id="plan-title")
             # the plan's own first line is its title, already shown above
             body = self._lines[1:] if self._lines and self._title.startswith(self._lines[0]) else self._lines
-            yield Static(plain_text("\n".join(body)), id="plan-body")
-            if self._typed and self._can_apply:
-                yield Static(plain_text(f"A VM's config uses this GPU: type {self._typed} to confirm"),
-                             id="plan-typed-hint")
-                yield Input(placeholder=self._typed, id="plan-typed")
-            with Horizontal(id="plan-buttons"):
-                yield Button("No", id="no", variant="primary")
-                if self._can_apply:  # a refused or empty plan only has a way out
-                    yield Button("Yes, apply", id="yes", variant="error")
+            with VerticalScroll(id="plan-scroll"):
+                yield Static(hanging("\n".join(body)), id="plan-body")
+            with Vertical(id="plan-foot"):  # docked below the body: never scrolled out of sight
+                if self._typed:
+                    yield Static(plain_text(f"A VM's config uses this device: type {self._typed} and press "
+                                            "Enter to apply (Esc cancels)"), id="plan-typed-hint")
+                    yield Input(placeholder="type it here", id="plan-typed")
+                    yield Static("", id="plan-typed-error")
+                with Horizontal(id="plan-buttons"):
+                    if self._can_apply:
+                        yield Button("No", id="no", variant="primary")
+                        yield Button("Yes, apply", id="yes", variant="error")
+                    else:  # a refused or empty plan has one outcome: it was read
+                        yield Button("OK", id="ok", variant="primary")
 
     def on_mount(self) -> None:
-        self.query_one("#no", Button).focus()  # the safe answer is the default
-        # focusing the button scrolls to the bottom: the admin reads from the title down
-        self.call_after_refresh(lambda: self.query_one("#plan").scroll_home(animate=False))
+        if not self._focus_answer():
+            self.call_after_refresh(self._focus_answer)  # not there yet: once the screen has refreshed
+
+    def _focus_answer(self) -> bool:
+        # a typed confirmation is answered in its box; else the safe answer ("No", or the only "OK")
+        where = "#plan-typed" if self._typed else "#no" if self._can_apply else "#ok"
+        for widget in self.query(where):
+            widget.focus()
+            return True
+        return False
 
     def on_button_pressed(self, event: Button.Pressed) -> None:
+        event.stop()
         if event.button.id == "no":
             self.dismiss(False)
+        elif event.button.id == "ok":
+            self.dismiss(None)
         elif event.button.id == "yes":
-            if self._typed:
-                typed = self.query_one("#plan-typed", Input).value.strip()
-                if typed != self._typed:
-                    self.notify(f"type {self._typed} exactly to apply", severity="warning")
-                    return
-            self.dismiss(True)
+            self._confirm()
+
+    def on_input_submitted(self, event: Input.Submitted) -> None:
+        if event.input.id == "plan-typed":
+            event.stop()
+            self._confirm()
+
+    def _confirm(self) -> None:
+        if self._typed:
+            typed = self.query_one("#plan-typed", Input).value.strip()
+            if typed != self._typed:
+                self._wrong(typed)
+                return
+        self.dismiss(True)
+
+    def _wrong(self, typed: str) -> None:
+        """Say what is wrong with the typed text; the dialog stays open, the cursor in the box."""
+        if not typed:
+            why = f"nothing typed: type {self._typed} exactly to apply, or Esc to cancel"
+        else:
+            why = f"{typed!r} is not {self._typed}: type it exactly to apply, or Esc to cancel"
+        error = self.query_one("#plan-typed-error", Static)
+        error.update(plain_text(why, limit=LINE_MAX))
+        error.display = True
+        box = self.query_one("#plan-typed", Input)
+        box.focus()
+        box.select_all()
 
     def action_no(self) -> None:
-        self.dismiss(False)
+        self.dismiss(False if self._can_apply else None)
