@@ -84,8 +84,9 @@ class Collector:
         self._nvml_reinit_at = -1e9
         self._names: dict[str, str] = {}
         self._lock = threading.Lock()
-        # Fault injection for tests and the demo ("kill the source mid-run"): name → reason
-        self.disabled: dict[str, str] = {}
+        # Fault injection for tests and the demo ("kill the source mid-run"): name → reason; a replay
+        # starts with the sources its capture could not read (Seams.unavailable)
+        self.disabled: dict[str, str] = dict(seams.unavailable)
 
     def invalidate(self) -> None:
         """Forget cached static facts (after an action changed the host)."""

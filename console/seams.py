@@ -42,6 +42,9 @@ class Seams:
     writes: HostWrites | None = None
     # A capture being replayed (`--replay FILE`): whose host, captured when. Every action on it refuses.
     replay: Replay | None = None
+    # Sources this host cannot be read through, with the reason the collector reports (a replay: the
+    # sources its capture could not read, e.g. libvirtd was down). Source name → reason.
+    unavailable: dict[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.writes is None and self.demo_dir is not None:
@@ -161,7 +164,10 @@ def replay_host(path: str | os.PathLike[str]) -> Seams:
         frozen = at if at is not None else 0.0
         lib = SimulatedNvml(state, root=root, clock=lambda: frozen, privileged=False)
     node = opened.node_file
+    unavailable = {name: status.removeprefix("unavailable: ") for name, status in opened.snapshot_sources.items()
+                   if status != "ok" and not (name == "nvml" and lib is not None)
+                   and not (name == "libvirt" and node is not None)}
     # The test driver's CPU time follows the wall clock: a VM's CPU use is not measured in a replay.
     return Seams(root=root, libvirt_uri=f"test://{node}" if node is not None else None, nvml_lib=lib,
                  use_real_nvml=False, state_dir=opened.audit_dir, vm_load=lambda *_args: None,
-                 writes=ReplayWrites(opened.programs), replay=opened.replay)
+                 writes=ReplayWrites(opened.programs), unavailable=unavailable, replay=opened.replay)

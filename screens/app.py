@@ -37,6 +37,7 @@ if TYPE_CHECKING:  # the actions and the NCCL screen are imported on first use
     from nodeconsole.actions.plan import Plan
     from nodeconsole.actions.runner import Progress, RunResult
     from nodeconsole.actions.session import ActionSession, Request
+    from nodeconsole.screens.changes import ChangesScreen
     from nodeconsole.screens.nccl import NcclScreen
     from nodeconsole.screens.setup import SetupScreen
 
@@ -48,7 +49,7 @@ class NodeConsoleApp(App):
     CSS_PATH = CSS_PATH
     MODES = {"overview": OverviewScreen, "topology": TopologyScreen, "iommu": IommuScreen,
              "gpus": GpusScreen, "vms": VmsScreen, "nccl": lambda: _nccl_screen(),
-             "setup": lambda: _setup_screen()}
+             "setup": lambda: _setup_screen(), "changes": lambda: _changes_screen()}
     BINDINGS: ClassVar[list[BindingType]] = [*bindings()]
 
     def __init__(self, seams: Seams | Callable[[], Seams], interval: float = 1.0, theme: str | None = None,
@@ -254,6 +255,34 @@ class NodeConsoleApp(App):
 
         self._plan_worker(PinAll())
 
+    def action_undo(self) -> None:
+        """Plan rolling back the latest change still in effect (the Changes screen's `u` undoes the
+        selected one)."""
+        from nodeconsole.actions.session import Undo
+
+        self._plan_worker(Undo())
+
+    def action_redo(self) -> None:
+        """Plan putting back the change the latest undo reverted (the Changes screen's `r` redoes the
+        selected one). The log is read in a worker."""
+        self._redo_worker()
+
+    @work(thread=True, exclusive=True, group="action", exit_on_error=False)
+    def _redo_worker(self) -> None:
+        from nodeconsole.actions.session import Redo
+        from nodeconsole.screens.changes import latest_redo
+
+        try:
+            rid = latest_redo(self.new_session().host.audit.records())
+        except Exception as exc:
+            self.call_from_thread(self.notify, f"redo: {exc}", severity="error", timeout=8)
+            return
+        if rid is None:
+            self.call_from_thread(self.notify, "redo: nothing to redo (no recorded change is undone)",
+                                  severity="warning")
+            return
+        self.call_from_thread(self._plan_worker, Redo(rid))
+
     def new_session(self) -> ActionSession:
         """A session on the console's host (called in workers: building it may open libvirt); applied
         changes invalidate the collector's caches. RuntimeError until the first poll has read the host."""
@@ -356,6 +385,13 @@ def _setup_screen() -> SetupScreen:
     from nodeconsole.screens.setup import SetupScreen
 
     return SetupScreen()
+
+
+def _changes_screen() -> ChangesScreen:
+    # imported on first use, like the NCCL screen
+    from nodeconsole.screens.changes import ChangesScreen
+
+    return ChangesScreen()
 
 
 def run_app(seams: Seams | Callable[[], Seams], interval: float = 1.0, theme: str | None = None) -> int:

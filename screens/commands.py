@@ -15,6 +15,7 @@ class Command:
     help: str
     group: str = "General"
     footer: bool = True
+    global_key: bool = True  # False: the key belongs to one screen; the app lists it in help and palette only
 
 
 COMMANDS: tuple[Command, ...] = (
@@ -26,6 +27,8 @@ COMMANDS: tuple[Command, ...] = (
     Command("6", "show('nccl')", "NCCL", "Quick NCCL checks: preflight, run, verdict", "Screens", footer=False),
     Command("7", "show('setup')", "Setup", "Host readiness (doctor) and the guided first-time setup", "Screens",
             footer=False),
+    Command("8", "show('changes')", "Changes", "The audit log of changes, newest first; undo and redo them",
+            "Screens", footer=False),
     Command("slash", "filter", "Filter", "Filter the rows of the current table", "Table"),
     Command("enter", "details", "Details", "Open the details of the selected row", "Table", footer=False),
     Command("a", "passthrough", "Passthrough", "Plan giving the selected GPU to vfio-pci (GPUs screen)",
@@ -36,6 +39,10 @@ COMMANDS: tuple[Command, ...] = (
             footer=False),
     Command("n", "pin", "Pin", "Plan NUMA-aware pinning for the selected VM (VMs screen)", "Actions"),
     Command("N", "pin_all", "Pin all", "One plan pinning every unpinned GPU VM", "Actions", footer=False),
+    Command("u", "undo", "Undo last change", "Plan rolling back the latest change (Changes screen: the "
+            "selected one)", "Actions", footer=False),
+    Command("r", "redo", "Redo", "Plan putting back the change the latest undo reverted (Changes screen: the "
+            "selected one)", "Actions", footer=False, global_key=False),
     Command("r", "nccl('run_check')", "Run check", "Run the NCCL check (NCCL screen)", "Actions", footer=False),
     Command("c", "nccl('cancel_check')", "Cancel check", "Cancel a running NCCL check, killing its processes "
             "(NCCL screen)", "Actions", footer=False),
@@ -50,7 +57,8 @@ KEY_LABELS = {"slash": "/", "question_mark": "?", "enter": "Enter"}
 
 def bindings() -> list[Binding]:
     # Enter is handled by the tables themselves (row selected); it is listed for help only.
-    return [Binding(c.key, c.action, c.title, show=c.footer) for c in COMMANDS if c.key != "enter"]
+    return [Binding(c.key, c.action, c.title, show=c.footer) for c in COMMANDS
+            if c.key != "enter" and c.global_key]
 
 
 def key_label(c: Command) -> str:

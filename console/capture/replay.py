@@ -87,6 +87,12 @@ class ReplayDir:
         return {str(k): v if isinstance(v, str) else None for k, v in value.items()} if isinstance(value, dict) else {}
 
     @property
+    def snapshot_sources(self) -> dict[str, str]:
+        """The collector's status of each source at capture time ("ok" or "unavailable: reason")."""
+        value = self.manifest.get("snapshot_sources")
+        return {str(k): str(v) for k, v in value.items() if isinstance(v, str)} if isinstance(value, dict) else {}
+
+    @property
     def has_audit(self) -> bool:
         return (self.dir / AUDIT).is_file()
 

@@ -29,7 +29,7 @@ from nodeconsole.console.cli import main
 from nodeconsole.console.collector import Collector
 from nodeconsole.console.root import Root
 from nodeconsole.console.sources.kernel_log import parse
-from tests.console.test_sysfs_hosts import TREES, _find_root
+from tests.console.test_sysfs_hosts import TREES, _find_root, _tree_names
 
 MAC = "52:54:00:AB:cd:ef"
 KMSG = [
@@ -450,4 +450,24 @@ def test_real_trees_replay_as_captured(trees, name, tmp_path):
     live = Collector(real_host(str(root))).collect()
     replayed = Collector(replay_host(archive)).collect()
     assert live.sources.sysfs == "ok" and live.cpus
+    assert blank_live(replayed.to_dict()) == blank_live(live.to_dict())
+
+
+def test_a_source_that_failed_at_capture_fails_the_same_on_replay(trees, tmp_path):
+    """libvirt down when the capture was taken: recorded as failed, and the replay's snapshot says what
+    the host's said (not that a captured tree has no libvirt)."""
+    from nodeconsole.console.seams import real_host, replay_host
+
+    root = trees(_tree_names()[-1])
+    uri = f"test://{tmp_path}/no-such-node.xml"
+    archive = tmp_path / "down.tar.gz"
+    rc, _, err = cli("capture", "--root", str(root), "--libvirt", uri, "-o", str(archive))
+    assert rc == 0 and "libvirt failed" in err
+    manifest = json.loads(members(archive)[MANIFEST][2])
+    assert manifest["sources"]["libvirt"]["status"] == "failed" and "no-such-node.xml" in \
+        manifest["sources"]["libvirt"]["reason"]
+    live = Collector(real_host(str(root), uri)).collect()
+    replayed = Collector(replay_host(archive)).collect()
+    assert live.sources.libvirt.startswith("unavailable: cannot connect")
+    assert replayed.sources == live.sources
     assert blank_live(replayed.to_dict()) == blank_live(live.to_dict())
