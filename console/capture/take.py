@@ -165,13 +165,19 @@ def _context(rec: RecordingRoot) -> None:
             rec.read_bytes(rel)
         except OSError:  # permission, or a process that exited
             pass
+
+    def listdir(rel: str) -> list[str]:
+        try:
+            return rec.listdir(rel)
+        except OSError:
+            return []
     for rel in LOAD_FILES:
         read(rel)
     for rel in CONTEXT_DIRS:
-        rec.listdir(rel)
-    for gpu in rec.listdir("proc/driver/nvidia/gpus"):
+        listdir(rel)
+    for gpu in listdir("proc/driver/nvidia/gpus"):
         read(f"proc/driver/nvidia/gpus/{gpu}/information")
-    for pid in rec.listdir("proc"):
+    for pid in listdir("proc"):
         if pid.isdigit():
             read(f"proc/{pid}/comm")
     # the boot loader and its files: the doctor's fixes edit them
