@@ -31,7 +31,7 @@ def mig_text(g) -> str:
 
 def gpu_rows(snap: HostSnapshot):
     for g in snap.gpus:
-        yield g.address, (str(g.index), g.address, owner_text(g)[:20], mig_text(g),
+        yield g.address, (str(g.index), g.address, owner_text(g, 20), mig_text(g),
                           str(len(g.vgpu.instances)) if g.vgpu.instances or g.vgpu.types else "-",
                           metric(g.ecc_volatile_uncorrected), str(len(g.processes)), link_text(g))
 

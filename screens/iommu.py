@@ -24,7 +24,8 @@ def _members(snap: HostSnapshot, grp) -> list[str]:
         if d is not None and d.is_bridge:
             continue  # bridges never block passthrough; they are listed in the details
         tag = "GPU " if a in gpu_addrs else ""
-        names.append(f"{tag}{a}[{show(d.driver if d and d.driver else '-')}]")
+        # an unbound device says so: a bare "-" reads as a value that could not be read
+        names.append(f"{tag}{a}[{show(d.driver) if d and d.driver else 'no driver'}]")
     return names
 
 

@@ -26,7 +26,7 @@ def gpu_rows(snap: HostSnapshot):
         if g.owner.kind == "vfio":
             running = any(v.state == "running" and any(h.gpu == g.address for h in v.hostdevs) for v in snap.vms)
             util = "(in VM)" if running else "(vfio)"
-        yield g.address, (str(g.index), g.address, short_name(g.name), owner_text(g)[:16],
+        yield g.address, (str(g.index), g.address, short_name(g.name), owner_text(g, 16),
                           util, memory_text(g), metric(g.temperature_c, "C"), link_text(g))
 
 
