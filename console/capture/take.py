@@ -120,6 +120,9 @@ def take_capture(seams: Seams, *, changes: Sequence[Mapping[str, Any]] = (), aud
 
     vm_names: list[str] = []
     hostnames = [snap.host.hostname] if snap is not None and snap.host.hostname else []
+    for rel in ("proc/sys/kernel/hostname", "etc/hostname"):  # both, when they differ (an FQDN)
+        text = (rec.files.get(rel) or b"").decode("utf-8", "replace").strip()
+        hostnames += text.split()[:1]
     if seams.libvirt_uri is None:
         sources["libvirt"] = {"status": "skipped", "reason": "no libvirt URI for this host"}
     else:
@@ -171,7 +174,7 @@ def _context(rec: RecordingRoot) -> None:
             return rec.listdir(rel)
         except OSError:
             return []
-    for rel in LOAD_FILES:
+    for rel in (*LOAD_FILES, "etc/hostname"):
         read(rel)
     for rel in CONTEXT_DIRS:
         listdir(rel)
