@@ -342,7 +342,7 @@ class NodeConsoleApp(App):
         self.poll_now()
 
     def action_nccl(self, what: str) -> None:
-        """The NCCL screen's run/cancel, reachable from the palette; the screen binds r/c itself."""
+        """The NCCL screen's run/cancel/GPU pick, reachable from the palette; the screen binds r/c/g itself."""
         from nodeconsole.screens.nccl import NcclScreen
 
         screen = self.screen
@@ -351,7 +351,9 @@ class NodeConsoleApp(App):
             return
         if what == "run_check":
             screen.action_run_check()
-        else:
+        elif what == "pick_gpus":
+            screen.action_pick_gpus()
+        elif what == "cancel_check":
             screen.action_cancel_check()
 
     def action_help(self) -> None:

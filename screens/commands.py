@@ -44,6 +44,8 @@ COMMANDS: tuple[Command, ...] = (
     Command("r", "redo", "Redo", "Plan putting back the change the latest undo reverted (Changes screen: the "
             "selected one)", "Actions", footer=False, global_key=False),
     Command("r", "nccl('run_check')", "Run check", "Run the NCCL check (NCCL screen)", "Actions", footer=False),
+    Command("g", "nccl('pick_gpus')", "NCCL GPUs", "Choose the GPUs of the next NCCL check (NCCL screen)",
+            "Actions", footer=False, global_key=False),
     Command("c", "nccl('cancel_check')", "Cancel check", "Cancel a running NCCL check, killing its processes "
             "(NCCL screen)", "Actions", footer=False),
     Command("p", "toggle_pause", "Pause", "Pause or resume the live refresh"),
