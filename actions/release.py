@@ -189,13 +189,26 @@ def _previous(host: ActionHost, address: str) -> tuple[str | None, str | None] |
     return None
 
 
+def _place(host: ActionHost, vm: str, address: str) -> int:
+    """The index of the address's hostdev among the VM's <hostdev> elements (-1 when unknown)."""
+    try:
+        place = host.domains.hostdev_place(vm, address) if host.domains is not None else None
+    except Exception:  # an unreadable definition: the plan's own checks say so
+        place = None
+    return place[0] if place is not None else -1
+
+
 def _host_state_ops(host: ActionHost, snap: HostSnapshot, gpu: Gpu, members: list[str],
                     in_configs: dict[str, list[str]], plan: Plan) -> list[Op]:
     """Release planned from the host's state (no passthrough of this GPU recorded): out of every VM
     config that holds it, no persistence, host drivers; an unbound GPU goes to its host driver."""
     ops: list[Op] = []
     for name, addrs in sorted(in_configs.items()):
-        ops += [{"kind": "vm_hostdev", "vm": name, "address": a, "present": False, "managed": True} for a in addrs]
+        # last in the definition first: each removal's recorded place then holds when the undo puts them
+        # back in the reverse order (the earlier ones are still out of it)
+        places = {a: _place(host, name, a) for a in addrs}
+        ops += [{"kind": "vm_hostdev", "vm": name, "address": a, "present": False, "managed": True}
+                for a in sorted(addrs, key=lambda a: -places[a])]
     for a in members:
         if driverctl_state(host.root, a) is not None:
             ops.append({"kind": "driverctl", "device": a, "driver": None})

@@ -10,7 +10,8 @@ from nodeconsole.actions.plan import StepError, build_step
 from nodeconsole.actions.runner import ActionHost, Runner, plan_undo
 from nodeconsole.console.seams import demo_host
 
-PLAIN = "<address domain='0x0000' bus='0x9a' slot='0x00' function='0x0'/>\n        </source>\n      </hostdev>"
+PLAIN = ("<address domain='0x0000' bus='0x9a' slot='0x00' function='0x0'/>\n        </source>\n"
+         "        <address type='pci' domain='0x0000' bus='0x07' slot='0x00' function='0x0'/>\n      </hostdev>")
 RICH = ("<address domain='0x0000' bus='0x9a' slot='0x00' function='0x0'/>\n        </source>\n"
         "        <!-- set by hand -->\n        <rom bar='off'/>\n        <boot order='2'/>\n"
         "        <address type='pci' domain='0x0000' bus='0x07' slot='0x00' function='0x0'/>\n      </hostdev>")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import time
@@ -361,7 +362,11 @@ def test_plan_reads_sockets_models_and_nic_speeds(host_env: Path) -> None:
     assert plan.topology.gpu_models == (snap.gpus[0].name, snap.gpus[4].name)
     assert plan.topology.nvlink and plan.nvlink_known and plan.expected.basis.startswith("H100/H200")
     assert plan.gpu_numa == {snap.gpus[0].address: snap.gpus[0].numa_node, snap.gpus[4].address: snap.gpus[4].numa_node}
-    assert nic_speeds(snap, seams.root) == ()  # the demo tree has no sys/class/net
+    # the demo's RDMA ports: its 4 NICs and the 3 VFs on mlx5_core, all active at 400 Gb/s
+    assert nic_speeds(snap, seams.root) == (400.0,) * 7
+    for cls in ("sys/class/infiniband", "sys/class/net"):  # the rest builds its own
+        shutil.rmtree(seams.root.p(cls))
+    assert nic_speeds(snap, seams.root) == ()
     # an interface of a physical NIC that is up, one that is down, one of a VF, one virtual
     nic = next(d for d in snap.pci_devices if d.base_class == 0x02 and d.physfn is None)
     vf = next(d for d in snap.pci_devices if d.physfn is not None)
