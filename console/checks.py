@@ -88,6 +88,14 @@ def _gpu_problems(snap: HostSnapshot, g: Gpu, by_addr: dict[str, PciDevice]) -> 
         if isinstance(v, int) and v > 0:
             out.append(Problem("error", g.address, f"{label}: {v} {what}",
                                "drain the GPU and reset it; replace if it repeats"))
+    agg = g.ecc_aggregate_uncorrected
+    if isinstance(agg, int) and agg > 0 and not (isinstance(g.ecc_volatile_uncorrected, int)
+                                                and g.ecc_volatile_uncorrected > 0):
+        out.append(Problem("warning", g.address, f"{label}: {agg} uncorrected ECC errors in its lifetime "
+                           "(aggregate; none since the driver loaded)",
+                           "check `nvidia-smi -q -d ROW_REMAPPER,ECC -i " + g.address + "`; a pending row remap "
+                           "needs a GPU reset; if they keep coming, drain the GPU and RMA it"))
+    out += _health_problems(g, label)
     if isinstance(g.remapped_rows_pending, int) and g.remapped_rows_pending > 0:
         out.append(Problem("warning", g.address, f"{label}: row remapping pending",
                            "reset the GPU when idle to apply the remap"))
@@ -111,6 +119,42 @@ def _gpu_problems(snap: HostSnapshot, g: Gpu, by_addr: dict[str, PciDevice]) -> 
     if g.owner.kind == "vfio" and not g.owner.vms:
         out.append(Problem("info", g.address, f"{label}: on vfio-pci but no VM uses it",
                            f"`nodeconsole release {g.address}` gives it back to the host"))
+    return out
+
+
+# Clock-event reasons that mean the hardware is protecting itself (not a setting, not idleness).
+HW_SLOWDOWN = ("hw_slowdown", "hw_thermal_slowdown", "hw_power_brake_slowdown", "sw_thermal_slowdown")
+PCIE_REPLAY_WARN = 100  # retransmitted TLPs since boot: a handful happen, hundreds mean a marginal link
+
+
+def _health_problems(g: Gpu, label: str) -> list[Problem]:
+    """Hardware slowdown, NVLinks down or erroring, the fabric not joined, PCIe replays."""
+    out: list[Problem] = []
+    events = g.clock_events if isinstance(g.clock_events, tuple) else ()
+    slow = [e for e in events if e in HW_SLOWDOWN]
+    if slow:
+        out.append(Problem("warning", g.address, f"{label}: clocks held down by {', '.join(slow)}",
+                           "check cooling and power delivery (`nvidia-smi -q -d PERFORMANCE,TEMPERATURE,POWER`)"))
+    if isinstance(g.nvlinks, tuple) and g.nvlinks:
+        down = [lk.link for lk in g.nvlinks if not lk.active]
+        if down and len(down) < len(g.nvlinks):
+            out.append(Problem("warning", g.address,
+                               f"{label}: NVLink {','.join(map(str, down))} down ({len(g.nvlinks) - len(down)} of "
+                               f"{len(g.nvlinks)} active)", "reset the GPU; if the link stays down, the baseboard "
+                               "needs service (`nvidia-smi nvlink -s`)"))
+        bad = [lk for lk in g.nvlinks if lk.active and (isinstance(lk.crc_data, int) and lk.crc_data
+                                                        or isinstance(lk.recovery, int) and lk.recovery)]
+        if bad:
+            out.append(Problem("warning", g.address, f"{label}: NVLink errors on link "
+                               f"{','.join(str(lk.link) for lk in bad)}", "watch `nvidia-smi nvlink -e`; growing "
+                               "counts mean a bad link: reset the GPU, then service"))
+    if g.fabric_state not in (None, NA, "completed"):
+        out.append(Problem("warning", g.address, f"{label}: NVLink fabric {g.fabric_state} "
+                           f"({g.fabric_status or '-'})", "start nvidia-fabricmanager; until the GPU is in the "
+                           "fabric, CUDA programs fail on it"))
+    if isinstance(g.pcie_replay_count, int) and g.pcie_replay_count >= PCIE_REPLAY_WARN:
+        out.append(Problem("warning", g.address, f"{label}: {g.pcie_replay_count} PCIe replays",
+                           "the link retransmits: reseat the card or check the riser/slot", check="pcie-link"))
     return out
 
 
@@ -140,10 +184,10 @@ def _nic_problems(snap: HostSnapshot) -> list[Problem]:
     out: list[Problem] = []
     rdma_vfs = any(n.rdma and n.sriov_totalvfs for n in snap.nics)
     for vm in snap.vms:
-        gpus = vm_gpu_addresses(snap, vm.name)
+        gpus = vm_gpu_addresses(snap, vm)
         if not gpus:
             continue
-        held = vm_nic_functions(snap, vm.name)
+        held = vm_nic_functions(snap, vm)
         labels = ", ".join(f"GPU {g.index}" for a in gpus if (g := snap.gpu(a)) is not None)
         pick = closest_free_vf(snap, gpus[0])
         first = snap.gpu(gpus[0])

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from nodeconsole.console.model import HostSnapshot, NetFunction, Nic, NicGpu, NicVf, PciDevice
+from nodeconsole.console.model import HostSnapshot, NetFunction, Nic, NicGpu, NicVf, PciDevice, Vm
 from nodeconsole.console.topology import is_nic, relation
 
 # nvidia-smi topo -m levels, nearest first (X: the device itself)
@@ -84,9 +84,13 @@ def nic_of(snap: HostSnapshot, address: str) -> tuple[Nic, NicVf | None] | None:
     return None
 
 
-def vm_nic_functions(snap: HostSnapshot, vm_name: str) -> list[tuple[Nic, NicVf | None]]:
+def _vm(snap: HostSnapshot, vm: Vm | str) -> Vm | None:
+    return snap.vm(vm) if isinstance(vm, str) else vm
+
+
+def vm_nic_functions(snap: HostSnapshot, vm_name: Vm | str) -> list[tuple[Nic, NicVf | None]]:
     """The NIC functions (VFs, or whole PFs) the VM's definition holds, in the order it lists them."""
-    vm = snap.vm(vm_name)
+    vm = _vm(snap, vm_name)
     out = []
     for h in vm.hostdevs if vm is not None else ():
         if h.type == "pci" and h.address and (found := nic_of(snap, h.address)) is not None:
@@ -94,12 +98,13 @@ def vm_nic_functions(snap: HostSnapshot, vm_name: str) -> list[tuple[Nic, NicVf 
     return out
 
 
-def vm_gpu_addresses(snap: HostSnapshot, vm_name: str) -> list[str]:
+def vm_gpu_addresses(snap: HostSnapshot, vm_name: Vm | str) -> list[str]:
     """The whole GPUs (not vGPU VFs or audio functions) the VM's definition holds."""
-    vm = snap.vm(vm_name)
-    out = []
+    vm = _vm(snap, vm_name)
+    out: list[str] = []
     for h in vm.hostdevs if vm is not None else ():
-        if h.type == "pci" and h.address and snap.gpu(h.address) is not None and h.address not in out:
+        # h.gpu names the GPU of any function of its card (or its VF): only the GPU itself counts
+        if h.type == "pci" and h.address and h.gpu == h.address and h.address not in out:
             out.append(h.address)
     return out
 
@@ -118,7 +123,7 @@ def group_blockers(snap: HostSnapshot, address: str) -> list[str]:
         return []
     out = []
     for a in grp.devices:
-        other = snap.pci(a)
+        other = snap.pci(a) if a != address else dev
         if a == address or (other is not None and (other.is_bridge or other.driver in (None, "vfio-pci", "pci-stub",
                                                                                           "pcieport"))):
             continue

@@ -41,7 +41,7 @@ def nics_text(snap: HostSnapshot) -> Text:
         out.append("no network controllers\n", style="dim")
         return out
     gpu_label = {g.address: f"GPU{g.index}" for g in snap.gpus}
-    vm_gpus = {v.name: vm_gpu_addresses(snap, v.name) for v in snap.vms}
+    vm_gpus = {v.name: vm_gpu_addresses(snap, v) for v in snap.vms}
     for n in snap.nics:
         port = n.ports[0] if n.ports else None
         rate = f"{port.rate_gbps:g} Gb/s" if port and port.rate_gbps else show(port.rate if port else "")
