@@ -373,6 +373,13 @@ class NodeConsoleApp(App):
             yield SystemCommand(c.title, c.help, lambda a=c.action: self.run_action(a))
         for name in NAMES:
             yield SystemCommand(f"Theme: {name}", "switch theme", lambda n=name: setattr(self, "theme", n))
+        yield SystemCommand("Diff against a capture…", "what changed on this host since a capture taken earlier",
+                            self.action_diff_against)
+
+    def action_diff_against(self) -> None:
+        from nodeconsole.screens.modals.diff import DiffModal
+
+        self.push_screen(DiffModal())
 
 
 def _nccl_screen() -> NcclScreen:
