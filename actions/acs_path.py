@@ -23,7 +23,9 @@ def acs_note(root: Root, gpu: str, nic: str, level: str) -> str:
     redirect = [p for p in ports if p.redirects]
     unknown = [p.address for p in ports if p.control is None]
     if redirect:
-        shown = "; ".join(f"{p.address}: {decode_acs(p.control or 0)}" for p in redirect)
+        bits = " ".join(b for b in decode_acs(redirect[0].control or 0).split() if "Redir+" in b or "Egress" in b
+                        and b.endswith("+"))
+        shown = f"{', '.join(p.address for p in redirect)}: {bits}"
         return (f"ACS redirect is on at the switch port(s) between them ({shown}): GPUDirect RDMA goes up to the "
                 f"root complex instead of across the switch, about half the bandwidth or less ({MEASURED}); in a VM "
                 "the IOMMU must translate the peer requests, so the redirect stays unless both devices use ATS and "

@@ -172,6 +172,9 @@ def sriov_numvfs_step(host: ActionHost, op: Op) -> Step | None:
         now = numvfs(host, pf)
         if now != count:
             if now:
+                held = _defined_holders(host, vf_addresses(host, pf))
+                if held:  # checked now: an earlier step of the same run may just have taken them out
+                    raise StepError(f"{_who(held)}: removing the VFs of {pf} would take them from the VM")
                 host.kernel.write(f"{base}/sriov_numvfs", "0")
             if count:
                 host.kernel.write(f"{base}/sriov_numvfs", str(count))
@@ -211,6 +214,22 @@ def sriov_numvfs_step(host: ActionHost, op: Op) -> Step | None:
     if want and current != count:
         why += "; " + ", ".join(f"{a} then goes to {st[1] or 'no driver'}" for a, st in list(want.items())[:4])
     return Step(title, why, tuple(cmds), dict(op, device=pf), inverse, apply, verify)
+
+
+def _defined_holders(host: ActionHost, addresses: list[str]) -> dict[str, list[str]]:
+    """VM name → which of `addresses` its persistent definition holds (every domain libvirt defines)."""
+    cfg = host.domains
+    if cfg is None or not addresses:
+        return {}
+    out = {}
+    for name in cfg.names():
+        try:
+            hit = sorted(set(addresses) & cfg.pci_hostdevs(name))
+        except Exception:  # an unreadable definition: the planners refuse over it; here it holds nothing
+            continue
+        if hit:
+            out[name] = hit
+    return out
 
 
 # -- resolving a NIC or a VF ------------------------------------------------------------------------
@@ -471,7 +490,12 @@ def nic_for_gpu(host: ActionHost, snap: HostSnapshot, gpu: Gpu, vm: str, allow_f
                 plan: Plan) -> list[Op]:
     """The operations that give VM `vm` the free VF closest to `gpu` (creating one on an idle NIC when
     that is closer), with checks and notes added to `plan`; [] when the VM already has a NIC beside it."""
-    mine = [(n, v) for n, v in vm_nic_functions(snap, vm) if distance_to(n, gpu.address) != "SYS"]
+    held_by_vm = vm_nic_functions(snap, vm)
+    mine = [(n, v) for n, v in held_by_vm if distance_to(n, gpu.address) != "SYS"]
+    far = [v.address if v else n.address for n, v in held_by_vm if distance_to(n, gpu.address) == "SYS"]
+    if far and not mine:
+        plan.notes.append(f"VM {vm} also holds {', '.join(far)}, across the sockets from GPU {gpu.index}: once it "
+                          "has the VF beside the GPU, take that out of its definition (virsh detach-device)")
     if mine:
         n, v = mine[0]
         plan.notes.append(f"VM {vm} already holds {v.address if v else n.address} ({n.label}, "

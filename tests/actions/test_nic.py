@@ -127,6 +127,22 @@ def test_nic_vfs_create_then_remove_round_trips(demo, capsys):
     assert _tree(demo) == before
 
 
+def test_undoing_vfs_a_vm_took_since_is_refused(demo, capsys):
+    before = _tree(demo)
+    ids = []
+    for argv in (("nic", "vfs", PF1, "2"), ("nic", "passthrough", "0000:3c:00.1", "--vm", "web-1")):
+        rc, out, _ = _cli(capsys, *argv, "--apply", "--yes")
+        assert rc == 0, out
+        ids.append(re.search(r"undo with `nodeconsole undo (\S+) --apply`", out).group(1))
+    rc, out, err = _cli(capsys, "undo", ids[0], "--apply", "--yes")  # the VFs, while web-1 holds one
+    assert rc == 1 and "0000:3c:00.1 in VM web-1's definition" in out + err
+    assert (demo / "root/sys/bus/pci/devices" / PF1 / "sriov_numvfs").read_text().strip() == "2"
+    for record in reversed(ids):
+        rc, out, _ = _cli(capsys, "undo", record, "--apply", "--yes")
+        assert rc == 0, out
+    assert _tree(demo) == before
+
+
 def test_removing_vfs_a_vm_holds_is_refused(demo, capsys):
     before = _tree(demo)
     rc, out, _ = _cli(capsys, "nic", "vfs", PF0, "0", "--apply", "--yes")
