@@ -492,9 +492,9 @@ def nic_for_gpu(host: ActionHost, snap: HostSnapshot, gpu: Gpu, vm: str, allow_f
     that is closer), with checks and notes added to `plan`; [] when the VM already has a NIC beside it."""
     held_by_vm = vm_nic_functions(snap, vm)
     mine = [(n, v) for n, v in held_by_vm if distance_to(n, gpu.address) != "SYS"]
-    far = [v.address if v else n.address for n, v in held_by_vm if distance_to(n, gpu.address) == "SYS"]
-    if far and not mine:
-        plan.notes.append(f"VM {vm} also holds {', '.join(far)}, across the sockets from GPU {gpu.index}: once it "
+    across = [v.address if v else n.address for n, v in held_by_vm if distance_to(n, gpu.address) == "SYS"]
+    if across and not mine:
+        plan.notes.append(f"VM {vm} also holds {', '.join(across)}, across the sockets from GPU {gpu.index}: once it "
                           "has the VF beside the GPU, take that out of its definition (virsh detach-device)")
     if mine:
         n, v = mine[0]
