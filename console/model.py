@@ -177,6 +177,25 @@ class GpuProcess:
     kind: str = "compute"
 
 
+@dataclass(frozen=True)
+class NvLink:
+    """One NVLink of a GPU as NVML reports it (read on the slow cadence; the remote end once per NVML
+    session). Counters follow Metric: NA when not supported, None when not read."""
+    link: int
+    active: bool
+    version: Metric = None  # NVLink generation (4 on H100)
+    remote: str | None = None  # PCI address of the other end: an NVSwitch on HGX, a GPU over a bridge
+    remote_type: str = ""  # "gpu", "switch", "ibmnpu", "" when unknown
+    replay: Metric = None  # data-link error counters (NVML_NVLINK_ERROR_DL_*)
+    recovery: Metric = None
+    crc_flit: Metric = None
+    crc_data: Metric = None
+
+    @property
+    def errors(self) -> int:
+        return sum(v for v in (self.replay, self.recovery, self.crc_flit, self.crc_data) if isinstance(v, int))
+
+
 @dataclass(frozen=True, kw_only=True)
 class GpuMetrics:
     """What NVML measures of a GPU; shared by the NVML source's record and the snapshot's Gpu
@@ -198,6 +217,47 @@ class GpuMetrics:
     pcie_max_gen: Metric = None
     pcie_max_width: Metric = None
     persistence_mode: Metric = None  # "enabled" / "disabled"; NA when the GPU does not support it
+    # -- health, read on the slow cadence --
+    clock_sm_mhz: Metric = None
+    clock_sm_max_mhz: Metric = None
+    clock_mem_mhz: Metric = None
+    clock_mem_max_mhz: Metric = None
+    # the active clock-event (throttle) reasons by name ("gpu_idle", "sw_power_cap", "hw_thermal_slowdown"
+    # …, see CLOCK_EVENT_NAMES); () none, NA when not supported
+    clock_events: tuple[str, ...] | str | None = None
+    ecc_volatile_corrected: Metric = None
+    ecc_aggregate_corrected: Metric = None
+    remapped_rows_correctable: Metric = None  # rows remapped for correctable / uncorrectable errors
+    remapped_rows_uncorrectable: Metric = None
+    pcie_replay_count: Metric = None
+    nvlinks: tuple[NvLink, ...] | str | None = None  # each link; NA when the GPU has no NVLink
+    fabric_state: Metric = None  # NVLink fabric: "completed", "in progress", "not started"; NA before Hopper
+    fabric_status: Metric = None  # "ok", or why the GPU could not join the fabric
+    fabric_clique_id: Metric = None
+
+
+# nvmlClocksEventReason* bits → the names `clock_events` uses (nvidia-smi -q, "Clocks Event Reasons").
+CLOCK_EVENT_NAMES: dict[int, str] = {
+    0x1: "gpu_idle", 0x2: "applications_clocks_setting", 0x4: "sw_power_cap", 0x8: "hw_slowdown",
+    0x10: "sync_boost", 0x20: "sw_thermal_slowdown", 0x40: "hw_thermal_slowdown",
+    0x80: "hw_power_brake_slowdown", 0x100: "display_clock_setting",
+}
+
+
+def clock_event_names(mask: int) -> tuple[str, ...]:
+    """The names of the bits set in a clock-event reason mask, lowest bit first ("bit N" when unknown)."""
+    return tuple(CLOCK_EVENT_NAMES.get(1 << b, f"bit {b}") for b in range(64) if mask >> b & 1)
+
+
+def nvlink_peers(a: Gpu, b: Gpu) -> int:
+    """NVLinks joining two GPUs, as `nvidia-smi topo -m` counts them (its NV#): the active links of `a`
+    that end on `b`, or on a switch that `b` also has an active link to (NVSwitch: each GPU reaches every
+    other through all of its links). 0 when NVML does not report NVLink for either."""
+    if not isinstance(a.nvlinks, tuple) or not isinstance(b.nvlinks, tuple) or a.address == b.address:
+        return 0
+    b_switches = {lk.remote for lk in b.nvlinks if lk.active and lk.remote_type == "switch"}
+    return sum(1 for lk in a.nvlinks if lk.active and lk.remote is not None
+               and (lk.remote == b.address or (lk.remote_type == "switch" and lk.remote in b_switches)))
 
 
 def metric_names() -> tuple[str, ...]:

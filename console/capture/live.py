@@ -8,7 +8,8 @@ from typing import Any
 
 SNAPSHOT_LIVE = ("taken_at",)
 LOAD_LIVE = ("cpu_percent", "load_avg", "memory_available_kib")
-GPU_LIVE = ("utilization_gpu", "utilization_memory", "memory_used_mib", "temperature_c", "power_w")
+GPU_LIVE = ("utilization_gpu", "utilization_memory", "memory_used_mib", "temperature_c", "power_w", "clock_sm_mhz",
+            "clock_mem_mhz", "clock_events")
 PROCESS_LIVE = ("used_memory_mib",)
 VM_LIVE = ("cpu_percent",)
 

@@ -9,6 +9,7 @@ The library under pynvml is chosen like the NVML source does it (`lib`: None for
 from __future__ import annotations
 
 import ctypes
+import uuid
 from collections.abc import Callable
 from typing import Any
 
@@ -157,7 +158,11 @@ def _health(handle: Any, gpu: dict[str, Any], unsupported: list[str]) -> None:
             break
         if isinstance(value, int):
             ecc[f"{scope}_uncorrected"] = value
+        value = _call(pynvml.nvmlDeviceGetTotalEccErrors, handle, pynvml.NVML_MEMORY_ERROR_TYPE_CORRECTED, counter)
+        if isinstance(value, int):
+            ecc[f"{scope}_corrected"] = value
     gpu["ecc"] = ecc
+    _clocks_links(handle, gpu, unsupported)
     pages: dict[str, int] = {}
     for key, cause in (("single_bit", pynvml.NVML_PAGE_RETIREMENT_CAUSE_MULTIPLE_SINGLE_BIT_ECC_ERRORS),
                        ("double_bit", pynvml.NVML_PAGE_RETIREMENT_CAUSE_DOUBLE_BIT_ECC_ERROR)):
@@ -173,6 +178,71 @@ def _health(handle: Any, gpu: dict[str, Any], unsupported: list[str]) -> None:
         unsupported.append("remapped_rows")
     elif isinstance(rows, tuple):
         gpu["remapped_rows"] = dict(zip(("correctable", "uncorrectable", "pending", "failure"), map(int, rows)))
+
+
+def _clocks_links(handle: Any, gpu: dict[str, Any], unsupported: list[str]) -> None:
+    """Clocks (maximum; the current ones and the clock-event mask as captured), the PCIe replay counter,
+    NVLink (each link's remote end, state and error counters) and the fabric state."""
+    captured = gpu.setdefault("captured", {})
+    clocks: dict[str, int] = {}
+    for key, fn, domain in (("sm_max", pynvml.nvmlDeviceGetMaxClockInfo, pynvml.NVML_CLOCK_SM),
+                            ("mem_max", pynvml.nvmlDeviceGetMaxClockInfo, pynvml.NVML_CLOCK_MEM),
+                            ("video_max", pynvml.nvmlDeviceGetMaxClockInfo, pynvml.NVML_CLOCK_VIDEO),
+                            ("clock_sm_mhz", pynvml.nvmlDeviceGetClockInfo, pynvml.NVML_CLOCK_SM),
+                            ("clock_mem_mhz", pynvml.nvmlDeviceGetClockInfo, pynvml.NVML_CLOCK_MEM)):
+        value = _call(fn, handle, domain)
+        if value is _NA and "clocks" not in unsupported:
+            unsupported.append("clocks")
+        if isinstance(value, int):
+            (captured if key.startswith("clock_") else clocks)[key] = value
+    gpu["clocks"] = clocks
+    mask = _call(pynvml.nvmlDeviceGetCurrentClocksEventReasons, handle)
+    if mask is _NA:
+        mask = _call(pynvml.nvmlDeviceGetCurrentClocksThrottleReasons, handle)
+    if mask is _NA:
+        unsupported.append("clock_events")
+    elif isinstance(mask, int):
+        captured["clock_events_mask"] = mask
+    replay = _call(pynvml.nvmlDeviceGetPcieReplayCounter, handle)
+    if replay is _NA:
+        unsupported.append("pcie_replay")
+    elif isinstance(replay, int):
+        gpu["pcie_replay"] = replay
+    links: dict[str, Any] = {"remotes": [], "remote_types": [], "down": [], "errors": {}}
+    for link in range(pynvml.NVML_NVLINK_MAX_LINKS):
+        try:
+            state = pynvml.nvmlDeviceGetNvLinkState(handle, link)
+        except pynvml.NVMLError_GpuIsLost:
+            raise _Lost() from None
+        except pynvml.NVMLError:
+            break  # NOT_SUPPORTED: no NVLink; INVALID_ARGUMENT: past the last link
+        if "version" not in links:
+            version = _call(pynvml.nvmlDeviceGetNvLinkVersion, handle, link)
+            links["version"] = version if isinstance(version, int) else 0
+        pci = _call(pynvml.nvmlDeviceGetNvLinkRemotePciInfo, handle, link)
+        links["remotes"].append(nvml_text(pci.busId) if pci not in (_NA, None) else "")
+        kind = _call(pynvml.nvmlDeviceGetNvLinkRemoteDeviceType, handle, link)
+        links["remote_types"].append({0: "gpu", 1: "ibmnpu", 2: "switch"}.get(kind, "unknown")
+                                     if isinstance(kind, int) else "unknown")
+        if state != pynvml.NVML_FEATURE_ENABLED:
+            links["down"].append(link)
+            continue
+        errors = {name: value for c, name in enumerate(("replay", "recovery", "crc_flit", "crc_data"))
+                  if isinstance(value := _call(pynvml.nvmlDeviceGetNvLinkErrorCounter, handle, link, c), int)
+                  and value}
+        if errors:
+            links["errors"][str(link)] = errors
+    if links["remotes"]:
+        gpu["nvlink"] = links
+    info: Any = pynvml.c_nvmlGpuFabricInfo_v2_t()
+    got = _call(pynvml.nvmlDeviceGetGpuFabricInfoV, handle, ctypes.byref(info))
+    if got is _NA:
+        info = pynvml.c_nvmlGpuFabricInfo_t()
+        got = _call(pynvml.nvmlDeviceGetGpuFabricInfo, handle, ctypes.byref(info))
+    states = {1: "not_started", 2: "in_progress", 3: "completed"}
+    if got not in (_NA, None) and int(info.state) in states:
+        gpu["fabric"] = {"state": states[int(info.state)], "status": int(info.status),
+                         "clique_id": int(info.cliqueId), "cluster_uuid": str(uuid.UUID(bytes=bytes(info.clusterUuid)))}
 
 
 def _mig(handle: Any, gpu: dict[str, Any], unsupported: list[str]) -> None:

@@ -46,10 +46,16 @@ def nvml_state(spec: HostSpec, pci: PciLayout) -> dict:
             "vgpu": {"supported_type_ids": supported, "active": _active_vgpus(spec, seed, pci, f, owners)},
             "processes": [{"pid": p.pid, "name": p.name, "used_mib": p.used_mib} for p in gpu.processes],
             "ecc": {"volatile_uncorrected": gpu.ecc_volatile_uncorrected,
-                    "aggregate_uncorrected": gpu.ecc_aggregate_uncorrected},
+                    "aggregate_uncorrected": gpu.ecc_aggregate_uncorrected,
+                    "volatile_corrected": gpu.ecc_volatile_corrected,
+                    "aggregate_corrected": gpu.ecc_aggregate_corrected},
             "retired_pages": gpu.retired_pages,
             "remapped_rows": {"pending": gpu.remapped_rows_pending, "failure": gpu.remapped_rows_failure},
-            "not_supported": list(gpu.not_supported),
+            "not_supported": _not_supported(gpu),
+            "clocks": dict(H100_SXM5_CLOCKS) if gpu.model == SXM5_MODEL else {},
+            "clock_events": list(gpu.clock_events),
+            "pcie_replay": gpu.pcie_replay,
+            **_nvlink(spec, gpu),
             "lost": gpu.lost,
             "persistence_mode": int(spec.persistence_mode),
             "load": {"base": gpu.load[0], "amplitude": gpu.load[1], "period_s": gpu.load[2]},
@@ -62,6 +68,40 @@ def nvml_state(spec: HostSpec, pci: PciLayout) -> dict:
         "vgpu_types": {str(tid): {"name": t.name, "framebuffer_mib": t.framebuffer_mib,
                                   "max_instances": t.max_instances} for tid, t in sorted(types.items())},
     }
+
+
+SXM5_MODEL = "H100-80GB-HBM3"  # the H100 SXM5 module (the PCIe card is "H100-PCIe")
+# An SXM module has no fans (nvidia-smi: Fan N/A); page retirement gave way to row remapping on Ampere. Its
+# display queries answer (Disabled: nvidia-smi's Disp.A Off), as on the real module.
+SXM5_NOT_SUPPORTED = ("fan", "retired_pages")
+H100_SXM5_CLOCKS = (("sm_max", 1980), ("mem_max", 2619), ("video_max", 1755), ("sm_idle", 345))
+H100_NVLINKS = 18  # NVLink 4 links of an H100 SXM5
+
+
+def nvswitch_address(i: int) -> str:
+    """The PCI address of the baseboard's NVSwitch `i` (buses 05-08, where HGX boards put them)."""
+    return f"0000:{5 + i:02x}:00.0"
+
+
+def _not_supported(gpu: GpuSpec) -> list[str]:
+    board = SXM5_NOT_SUPPORTED if gpu.model == SXM5_MODEL else ()
+    return sorted(set(gpu.not_supported) | set(board))
+
+
+def _nvlink(spec: HostSpec, gpu: GpuSpec) -> dict:
+    """NVLink and fabric state: on an NVSwitch baseboard the links go to the switches in turn (18 links over
+    4 switches: 5, 4, 5, 4), and the GPU is in the fabric (Fabric Manager done); nothing otherwise."""
+    if not spec.nvswitches or gpu.model != SXM5_MODEL:
+        return {}
+    n = spec.nvswitches
+    errors: dict[str, dict[str, int]] = {}
+    for link, counter, count in gpu.nvlink_errors:
+        errors.setdefault(str(link), {})[counter] = count
+    return {"nvlink": {"version": 4, "remote_type": "switch",
+                       "remotes": [nvswitch_address(link * n // H100_NVLINKS) for link in range(H100_NVLINKS)],
+                       "down": list(gpu.nvlink_down), "errors": errors},
+            "fabric": {"state": "completed", "status": 0, "clique_id": 0,
+                       "cluster_uuid": "00000000-0000-0000-0000-000000000000"}}
 
 
 def nvml_json(spec: HostSpec, pci: PciLayout) -> str:

@@ -78,8 +78,12 @@ def handle_value(arg: Any, symbol: str, pos: int) -> int | None:
 
 
 def out_ref(arg: Any, ctype: type | tuple[type, ...], symbol: str, pos: int) -> Any:
-    """The object behind an output pointer (`byref(x)` or `pointer(x)`), None when NULL. `ctype` is the
-    expected ctypes type; integer outputs accept any ctypes integer (the library writes through it)."""
+    """The object behind an output pointer (`byref(x)` or `pointer(x)`), None when NULL, seen as `ctype`
+    (the first of a tuple). The C library only sees memory: a caller's own struct class is accepted when
+    its size and field layout are the expected type's (nvitop declares its own copies of NVML's structs),
+    and the library then writes through a view of the expected type over the caller's memory; a struct of
+    another size or layout is refused, since the library would write past it or into the wrong fields.
+    Integer outputs accept any ctypes integer of the same size."""
     if arg is None:
         return None
     if isinstance(arg, ctypes._Pointer):
@@ -91,12 +95,54 @@ def out_ref(arg: Any, ctype: type | tuple[type, ...], symbol: str, pos: int) -> 
     else:
         raise NvmlAbiError(f"{symbol}: argument {pos} must be a pointer (ctypes.byref/pointer), got "
                            f"{_describe(arg)} by value; the real library would crash")
-    if not isinstance(obj, ctype):
-        want = ctype if isinstance(ctype, type) else ctype[0]
-        if not (_is_int_type(want) and _is_int_ctype(obj)):
-            raise NvmlAbiError(f"{symbol}: argument {pos} must point to {want.__name__}, "
-                               f"got a pointer to {_describe(obj)}")
-    return obj
+    wants = ctype if isinstance(ctype, tuple) else (ctype,)
+    if isinstance(obj, wants):
+        return obj
+    for want in wants:
+        if same_layout(want, type(obj)):
+            return view_as(obj, want)
+    want = wants[0]
+    raise NvmlAbiError(f"{symbol}: argument {pos} must point to {want.__name__} ({ctypes.sizeof(want)} bytes), "
+                       f"got a pointer to {_describe(obj)} ({ctypes.sizeof(obj)} bytes"
+                       f"{'' if ctypes.sizeof(obj) != ctypes.sizeof(want) else ', another layout'})")
+
+
+def view_as(obj: Any, want: Any) -> Any:
+    """`obj`'s memory seen as a `want` (a ctypes type of the same size): writes through it land in the
+    caller's object."""
+    return want.from_buffer(obj)
+
+
+_LAYOUTS: dict[type, tuple[Any, ...]] = {}
+
+
+def layout(t: type) -> tuple[Any, ...]:
+    """What C sees of a ctypes type: its size and alignment, and per field its offset, bit layout and the
+    layout of its type; names and Python classes do not count, nor signedness (the bytes are the same)."""
+    got = _LAYOUTS.get(t)
+    if got is not None:
+        return got
+    size, align = ctypes.sizeof(t), ctypes.alignment(t)
+    if issubclass(t, (ctypes.Structure, ctypes.Union)):
+        fields = tuple((getattr(t, f[0]).offset, getattr(t, f[0]).size, layout(f[1]))
+                       for f in getattr(t, "_fields_", ()))
+        out: tuple[Any, ...] = ("union" if issubclass(t, ctypes.Union) else "struct", size, align, fields)
+    elif issubclass(t, ctypes.Array):
+        arr: Any = t  # typeshed knows _type_/_length_ on concrete array types only
+        out = ("array", size, arr._length_, layout(arr._type_))
+    elif issubclass(t, (ctypes._Pointer, ctypes.c_void_p, ctypes.c_char_p, ctypes.c_wchar_p)):
+        out = ("pointer", size)
+    elif getattr(t, "_type_", None) in ("f", "d", "g"):
+        out = ("float", size)
+    else:
+        out = ("scalar", size)  # integers, char, bool: bytes the library writes as an integer
+    _LAYOUTS[t] = out
+    return out
+
+
+def same_layout(a: type, b: type) -> bool:
+    """Whether C would treat a `b` exactly like an `a` (see layout)."""
+    return a is b or layout(a) == layout(b)
 
 
 def out_handle(arg: Any, ptr_type: type, symbol: str, pos: int) -> Any:
@@ -112,15 +158,16 @@ def set_handle(obj: Any, value: int) -> None:
 
 
 def out_array(arg: Any, elem_type: type, symbol: str, pos: int) -> Any:
-    """A caller-allocated array (`(T * n)()`, passed as is or by reference); None for NULL."""
+    """A caller-allocated array (`(T * n)()`, passed as is or by reference); None for NULL. Elements of
+    the caller's own type are accepted when their layout is `elem_type`'s (seen through a view)."""
     if arg is None:
         return None
     obj = getattr(arg, "_obj", arg) if type(arg).__name__ == "CArgObject" else arg
     if isinstance(obj, ctypes.Array) and issubclass(obj._type_, elem_type):
         return obj
-    if isinstance(obj, ctypes.Array) and _is_int_type(elem_type) and _is_int_type(obj._type_) \
-            and ctypes.sizeof(obj._type_) == ctypes.sizeof(elem_type):
-        return obj
+    if isinstance(obj, ctypes.Array) and same_layout(elem_type, obj._type_):
+        elem: Any = elem_type
+        return view_as(obj, elem * len(obj))
     raise NvmlAbiError(f"{symbol}: argument {pos} must be an array of {elem_type.__name__}, got "
                        f"{_describe(obj)}")
 
@@ -144,15 +191,3 @@ def write_str(buf: Any, text: str, length: int | None, symbol: str) -> None:
     if len(data) + 1 > declared:
         raise NvmlReturn(7)  # NVML_ERROR_INSUFFICIENT_SIZE
     obj.value = data
-
-
-_INT_CODES = frozenset("bBhHiIlLqQ")  # the `_type_` codes of the ctypes integer types
-
-
-def _is_int_type(t: type) -> bool:
-    # typeshed declares `_type_` only on the concrete _SimpleCData subclasses: read it generically
-    return isinstance(t, type) and issubclass(t, ctypes._SimpleCData) and getattr(t, "_type_", None) in _INT_CODES
-
-
-def _is_int_ctype(obj: Any) -> bool:
-    return _is_int_type(type(obj))

@@ -41,8 +41,10 @@ from nodeconsole.console.demo.nvml_abi import (
     handle_value,
 )
 from nodeconsole.console.demo.nvml_sim_base import KIND_CI, KIND_DEVICE, KIND_GI, KIND_MIG, Target
+from nodeconsole.console.demo.nvml_sim_board import BoardSymbols
 from nodeconsole.console.demo.nvml_sim_ci import MigComputeSymbols
 from nodeconsole.console.demo.nvml_sim_device import DeviceSymbols
+from nodeconsole.console.demo.nvml_sim_health import HealthSymbols
 from nodeconsole.console.demo.nvml_sim_mig import MigSymbols
 from nodeconsole.console.demo.nvml_sim_system import SystemSymbols
 from nodeconsole.console.demo.nvml_sim_vgpu import VgpuSymbols
@@ -66,6 +68,18 @@ METRIC_SYMBOLS: dict[str, tuple[str, ...]] = {
     "pcie_max": ("nvmlDeviceGetMaxPcieLinkGeneration", "nvmlDeviceGetMaxPcieLinkWidth"),
     "serial": ("nvmlDeviceGetSerial",),
     "processes": ("nvmlDeviceGetComputeRunningProcesses_v3", "nvmlDeviceGetGraphicsRunningProcesses_v3"),
+    "clocks": ("nvmlDeviceGetClockInfo", "nvmlDeviceGetMaxClockInfo", "nvmlDeviceGetClock"),
+    "clock_events": ("nvmlDeviceGetCurrentClocksEventReasons", "nvmlDeviceGetCurrentClocksThrottleReasons",
+                     "nvmlDeviceGetSupportedClocksEventReasons"),
+    "pcie_replay": ("nvmlDeviceGetPcieReplayCounter",),
+    "nvlink": ("nvmlDeviceGetNvLinkState", "nvmlDeviceGetNvLinkVersion", "nvmlDeviceGetNvLinkRemotePciInfo_v2",
+               "nvmlDeviceGetNvLinkRemoteDeviceType", "nvmlDeviceGetNvLinkErrorCounter",
+               "nvmlDeviceGetNvLinkCapability"),
+    "fabric": ("nvmlDeviceGetGpuFabricInfo", "nvmlDeviceGetGpuFabricInfoV"),
+    # what a board without fans (an SXM module) answers NOT_SUPPORTED for; "display" for a board whose
+    # display queries fail
+    "fan": ("nvmlDeviceGetFanSpeed", "nvmlDeviceGetFanSpeed_v2", "nvmlDeviceGetNumFans"),
+    "display": ("nvmlDeviceGetDisplayActive", "nvmlDeviceGetDisplayMode"),
 }
 _NO_INIT = {"nvmlInitWithFlags", "nvmlInit_v2", "nvmlInit", "nvmlErrorString"}
 # A lost GPU still has a handle and the PCI identity the driver probed at boot; nothing else answers.
@@ -111,7 +125,8 @@ class _CFunction:
         return self._sim._dispatch(self._name, self._impl, args)
 
 
-class SimulatedNvml(SystemSymbols, DeviceSymbols, MigSymbols, MigComputeSymbols, VgpuSymbols):
+class SimulatedNvml(SystemSymbols, DeviceSymbols, HealthSymbols, BoardSymbols, MigSymbols, MigComputeSymbols,
+                    VgpuSymbols):
     """The simulated library. `state` is a dict or the path of an nvml.json file (changes to MIG are then
     written back atomically and changes by other processes are picked up). `root`: GPUs are visible only
     while root/sys/bus/pci/devices/ADDR/driver points at `nvidia`. `clock` drives utilization (defaults to

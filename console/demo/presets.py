@@ -54,8 +54,9 @@ def _pci_hostdevs(gpu_addr: str, audio: bool = True, managed: bool = True) -> tu
 
 
 def demo_spec() -> HostSpec:
-    """The demo server: 2 sockets × 32 cores × 2 threads, 8 H100 behind 4 PCIe switches, 4 ConnectX-7,
-    NVMe, BMC VGA, and 13 VMs. Every GPU ownership state is present:
+    """The demo server: 2 sockets × 32 cores × 2 threads, 8 H100 SXM5 behind 4 PCIe switches on an HGX
+    baseboard (18 NVLinks per GPU to 4 NVSwitches), 4 ConnectX-7, NVMe, BMC VGA, and 13 VMs. Every GPU
+    ownership state is present:
 
     - 0000:18:00.0 host nvidia, busy (processes)       - 0000:19:00.0 vfio-pci → train-a (same node)
     - 0000:3a:00.0 MIG 3g.40gb@0 2g.20gb@4 1g.10gb@6, MIG-backed vGPU on VFs 3a:00.4/.5
@@ -63,7 +64,8 @@ def demo_spec() -> HostSpec:
     - 0000:9a:00.0 host nvidia, idle: the passthrough candidate (train-c wants it)
     - 0000:9b:00.0 vfio-pci → train-b (pinned across both nodes)
     - 0000:ba:00.0 unbound, in a non-viable IOMMU group (switch without ACS, with an NVMe and a NIC)
-    - 0000:bb:00.0 host nvidia, link downtrained to x8 of x16, same non-viable group
+    - 0000:bb:00.0 host nvidia, link downtrained to x8 of x16 (PCIe replays counting), same non-viable
+      group, 2 uncorrectable ECC errors in its lifetime (aggregate) and a row remap pending
 
     The ConnectX-7 NICs (InfiniBand, RDMA devices mlx5_N) sit on the GPUs' switches: NIC0 (1a:00.0) with
     4 VFs (VF0 → net-fw, VF1 → train-a beside its GPU, VF2 → train-c across the sockets), NIC1 (3c:00.0)
@@ -75,7 +77,8 @@ def demo_spec() -> HostSpec:
     bridges = _demo_pci_layout(gpus)
     vms = _demo_vms(cpu, mdevs)
     return HostSpec(hostname=host, cmdline=DEMO_CMDLINE, cpu=cpu, memory_per_node_mib=524288,
-                    hugepages_1g_per_node=DEMO_HUGEPAGES_1G, iommu=True, host_bridges=bridges, vms=vms)
+                    hugepages_1g_per_node=DEMO_HUGEPAGES_1G, iommu=True, host_bridges=bridges, vms=vms,
+                    nvswitches=4)
 
 
 def _demo_gpus(host: str) -> tuple[dict[str, GpuSpec], tuple[MdevSpec, ...]]:
@@ -86,7 +89,8 @@ def _demo_gpus(host: str) -> tuple[dict[str, GpuSpec], tuple[MdevSpec, ...]]:
            mig_instance(H100, "1g.10gb", 6, 13))
     gpus = {
         "busy": GpuSpec(processes=(GpuProcessSpec(4242, "python3", 30208),
-                                   GpuProcessSpec(4310, "torchrun", 41984)), load=(78, 18, 45)),
+                                   GpuProcessSpec(4310, "torchrun", 41984)), load=(78, 18, 45),
+                        ecc_aggregate_corrected=14, nvlink_errors=((7, "crc_flit", 3),)),
         "train-a": GpuSpec(),
         "mig": GpuSpec(mig_enabled=True, mig_instances=mig),
         "vgpu": GpuSpec(vgpu_types=H100_TIME_SLICED, mdevs=mdevs, load=(35, 15, 50)),
@@ -94,7 +98,8 @@ def _demo_gpus(host: str) -> tuple[dict[str, GpuSpec], tuple[MdevSpec, ...]]:
         "train-b": GpuSpec(),
         "unbound": GpuSpec(),
         "slow": GpuSpec(processes=(GpuProcessSpec(6001, "ollama", 12288),), load=(22, 15, 90),
-                        remapped_rows_pending=1, ecc_aggregate_uncorrected=2),
+                        remapped_rows_pending=1, ecc_aggregate_uncorrected=2, ecc_aggregate_corrected=311,
+                        ecc_volatile_corrected=5, pcie_replay=1184),
     }
     return gpus, mdevs
 

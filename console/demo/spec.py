@@ -105,6 +105,12 @@ class GpuSpec:
     not_supported: tuple[str, ...] = ()
     lost: bool = False
     load: tuple[int, int, int] = (0, 0, 60)  # (base %, amplitude %, period s)
+    ecc_volatile_corrected: int = 0
+    ecc_aggregate_corrected: int = 0
+    pcie_replay: int = 0  # NVML's PCIe replay counter (retransmitted TLPs: a marginal link)
+    clock_events: tuple[str, ...] = ()  # clock-event reasons forced on (e.g. "hw_thermal_slowdown")
+    nvlink_errors: tuple[tuple[int, str, int], ...] = ()  # (link, counter, count): replay, recovery, crc_*
+    nvlink_down: tuple[int, ...] = ()  # links that are not active
 
 
 @dataclass(frozen=True)
@@ -230,6 +236,10 @@ class HostSpec:
     host_cores: tuple[int, ...] | None = None  # systemd CPUAffinity= drop-in; None: cores 0-1 of every
     # node and their hyperthread siblings; (): no drop-in
     persistenced_enabled: bool = True  # nvidia-persistenced.service wanted by multi-user.target
+    # -- the GPU baseboard --
+    # NVSwitch chips of an HGX baseboard: every GPU's NVLinks (18 on H100 SXM5) go to them, spread over the
+    # switches, and the GPUs are in the NVLink fabric. 0: no NVLink (each GPU answers NOT_SUPPORTED).
+    nvswitches: int = 0
 
 
 def walk(spec: HostSpec):

@@ -23,7 +23,17 @@ import pynvml
 
 from nodeconsole.console import nvml_mig
 from nodeconsole.console.mig_profiles import table_for_pci_device_id
-from nodeconsole.console.model import NA, GpuProcess, Metric, Mig, MigInstance, VgpuInstance, VgpuType
+from nodeconsole.console.model import (
+    NA,
+    GpuProcess,
+    Metric,
+    Mig,
+    MigInstance,
+    NvLink,
+    VgpuInstance,
+    VgpuType,
+    clock_event_names,
+)
 from nodeconsole.console.pciaddr import parse_pci_address
 from nodeconsole.console.sources.nvml_calls import MIB, GpuLost, nvml_call, nvml_text, watts
 from nodeconsole.console.sources.types import NvmlData, NvmlGpu, SourceError
@@ -50,6 +60,11 @@ class _Static:
     mig_profiles: dict[int, list[nvml_mig.GiProfileInfo]] = field(default_factory=dict)  # by MIG mode
     ci_profiles: dict[int, list[nvml_mig.CiProfileInfo]] = field(default_factory=dict)  # by GI profile id
     vgpu_max: dict[int, Metric] = field(default_factory=dict)
+    clock_sm_max: Metric = None
+    clock_mem_max: Metric = None
+    # NVLink: NA without NVLink, else per link (link, version, remote PCI address, remote type) — the remote
+    # end does not change while NVML stays initialised; None until read
+    nvlinks: tuple[tuple[int, Metric, str | None, str], ...] | str | None = None
 
 
 class NvmlSource:
@@ -176,6 +191,8 @@ class NvmlSource:
         static.uuid = nvml_text(uuid) if isinstance(uuid, (str, bytes)) and uuid != NA else None
         static.max_gen = nvml_call(pynvml.nvmlDeviceGetMaxPcieLinkGeneration, handle)
         static.max_width = nvml_call(pynvml.nvmlDeviceGetMaxPcieLinkWidth, handle)
+        static.clock_sm_max = nvml_call(pynvml.nvmlDeviceGetMaxClockInfo, handle, pynvml.NVML_CLOCK_SM)
+        static.clock_mem_max = nvml_call(pynvml.nvmlDeviceGetMaxClockInfo, handle, pynvml.NVML_CLOCK_MEM)
         return static
 
     def _memory(self, handle: Any) -> tuple[Metric, Metric]:
@@ -244,9 +261,98 @@ class NvmlSource:
             pcie_gen=nvml_call(pynvml.nvmlDeviceGetCurrPcieLinkGeneration, handle),
             pcie_width=nvml_call(pynvml.nvmlDeviceGetCurrPcieLinkWidth, handle),
             persistence_mode=_persistence(nvml_call(pynvml.nvmlDeviceGetPersistenceMode, handle)),
-            mig=self._mig(handle, static, gi_vms), vgpu_types=vgpu_types, vgpu_instances=vgpu_instances)
+            mig=self._mig(handle, static, gi_vms), vgpu_types=vgpu_types, vgpu_instances=vgpu_instances,
+            **self._health(handle, static, rows))
         self._slow[static.address] = (now, slow)
         return slow
+
+    # -- health (slow cadence) -------------------------------------------------------------------------
+    def _health(self, handle: Any, static: _Static, rows: Any) -> dict[str, Any]:
+        """Clocks, clock-event reasons, corrected ECC, remapped row counts, PCIe replays, NVLink, fabric."""
+        ecc = {f"ecc_{scope}_corrected": nvml_call(pynvml.nvmlDeviceGetTotalEccErrors, handle,
+                                                   pynvml.NVML_MEMORY_ERROR_TYPE_CORRECTED, counter)
+               for scope, counter in (("volatile", pynvml.NVML_VOLATILE_ECC), ("aggregate", pynvml.NVML_AGGREGATE_ECC))}
+        return dict(
+            clock_sm_mhz=nvml_call(pynvml.nvmlDeviceGetClockInfo, handle, pynvml.NVML_CLOCK_SM),
+            clock_mem_mhz=nvml_call(pynvml.nvmlDeviceGetClockInfo, handle, pynvml.NVML_CLOCK_MEM),
+            clock_sm_max_mhz=static.clock_sm_max, clock_mem_max_mhz=static.clock_mem_max,
+            clock_events=self._clock_events(handle),
+            remapped_rows_correctable=rows[0] if isinstance(rows, tuple) else rows,
+            remapped_rows_uncorrectable=rows[1] if isinstance(rows, tuple) else rows,
+            pcie_replay_count=nvml_call(pynvml.nvmlDeviceGetPcieReplayCounter, handle),
+            nvlinks=self._nvlinks(handle, static), **ecc, **self._fabric(handle))
+
+    @staticmethod
+    def _clock_events(handle: Any) -> tuple[str, ...] | str | None:
+        try:
+            mask = pynvml.nvmlDeviceGetCurrentClocksEventReasons(handle)
+        except pynvml.NVMLError_FunctionNotFound:  # drivers before 535 know the older name only
+            mask = nvml_call(pynvml.nvmlDeviceGetCurrentClocksThrottleReasons, handle)
+        except pynvml.NVMLError_GpuIsLost:
+            raise GpuLost() from None
+        except pynvml.NVMLError_NotSupported:
+            return NA
+        except pynvml.NVMLError:
+            return None
+        return clock_event_names(mask) if isinstance(mask, int) else mask
+
+    @staticmethod
+    def _link_ends(handle: Any) -> tuple[tuple[int, Metric, str | None, str], ...] | str | None:
+        """Every NVLink the GPU has (links are numbered from 0 until NVML says there is no such link) with
+        its version and remote end; NA when the GPU has no NVLink."""
+        out: list[tuple[int, Metric, str | None, str]] = []
+        for link in range(pynvml.NVML_NVLINK_MAX_LINKS):
+            try:
+                pynvml.nvmlDeviceGetNvLinkState(handle, link)
+            except pynvml.NVMLError_GpuIsLost:
+                raise GpuLost() from None
+            except (pynvml.NVMLError_NotSupported, pynvml.NVMLError_FunctionNotFound):
+                return tuple(out) if out else NA
+            except pynvml.NVMLError_InvalidArgument:
+                break  # past the GPU's last link
+            except pynvml.NVMLError:
+                return None
+            pci = nvml_call(pynvml.nvmlDeviceGetNvLinkRemotePciInfo, handle, link)
+            try:
+                remote = parse_pci_address(nvml_text(pci.busId)) if pci not in (NA, None) else None
+            except ValueError:
+                remote = None
+            kind = nvml_call(pynvml.nvmlDeviceGetNvLinkRemoteDeviceType, handle, link)
+            out.append((link, nvml_call(pynvml.nvmlDeviceGetNvLinkVersion, handle, link), remote,
+                        _REMOTE_TYPES.get(kind, "") if isinstance(kind, int) else ""))
+        return tuple(out) if out else NA
+
+    def _nvlinks(self, handle: Any, static: _Static) -> tuple[NvLink, ...] | str | None:
+        if static.nvlinks is None:
+            static.nvlinks = self._link_ends(handle)
+        if not isinstance(static.nvlinks, tuple):
+            return static.nvlinks
+        links = []
+        for link, version, remote, kind in static.nvlinks:
+            state = nvml_call(pynvml.nvmlDeviceGetNvLinkState, handle, link)
+            active = state == pynvml.NVML_FEATURE_ENABLED
+            counters = {name: nvml_call(pynvml.nvmlDeviceGetNvLinkErrorCounter, handle, link, c) if active else None
+                        for name, c in _NVLINK_COUNTERS}
+            links.append(NvLink(link=link, active=active, version=version, remote=remote, remote_type=kind,
+                                **counters))
+        return tuple(links)
+
+    @staticmethod
+    def _fabric(handle: Any) -> dict[str, Metric]:
+        """The GPU's state in the NVLink fabric (Hopper and later; NA before)."""
+        info: Any = pynvml.c_nvmlGpuFabricInfo_v2_t()
+        got = nvml_call(pynvml.nvmlDeviceGetGpuFabricInfoV, handle, ctypes.byref(info))
+        if got is NA:  # a driver without the versioned call (before 550) may still have the first one
+            info = pynvml.c_nvmlGpuFabricInfo_t()
+            got = nvml_call(pynvml.nvmlDeviceGetGpuFabricInfo, handle, ctypes.byref(info))
+        if got in (NA, None):
+            return dict(fabric_state=got, fabric_status=got, fabric_clique_id=got)
+        state = _FABRIC_STATES.get(int(info.state), f"state {int(info.state)}")
+        if state == NA:
+            return dict(fabric_state=NA, fabric_status=NA, fabric_clique_id=NA)
+        status = "ok" if int(info.status) == pynvml.NVML_SUCCESS else nvml_text(
+            pynvml.nvmlErrorString(int(info.status)))
+        return dict(fabric_state=state, fabric_status=status, fabric_clique_id=int(info.cliqueId))
 
     def _retired_pages(self, handle: Any) -> Metric:
         total = 0
@@ -366,6 +472,15 @@ class NvmlSource:
                 found[p.pid] = GpuProcess(pid=p.pid, name=nvml_text(name) if name not in (NA, None) else "",
                                           used_memory_mib=used, kind=kind)
         return tuple(sorted(found.values(), key=lambda p: p.pid))
+
+
+_REMOTE_TYPES = {pynvml.NVML_NVLINK_DEVICE_TYPE_GPU: "gpu", pynvml.NVML_NVLINK_DEVICE_TYPE_IBMNPU: "ibmnpu",
+                 pynvml.NVML_NVLINK_DEVICE_TYPE_SWITCH: "switch"}
+_NVLINK_COUNTERS = (("replay", pynvml.NVML_NVLINK_ERROR_DL_REPLAY), ("recovery", pynvml.NVML_NVLINK_ERROR_DL_RECOVERY),
+                    ("crc_flit", pynvml.NVML_NVLINK_ERROR_DL_CRC_FLIT), ("crc_data", pynvml.NVML_NVLINK_ERROR_DL_CRC_DATA))
+_FABRIC_STATES = {pynvml.NVML_GPU_FABRIC_STATE_NOT_SUPPORTED: NA, pynvml.NVML_GPU_FABRIC_STATE_NOT_STARTED: "not started",
+                  pynvml.NVML_GPU_FABRIC_STATE_IN_PROGRESS: "in progress",
+                  pynvml.NVML_GPU_FABRIC_STATE_COMPLETED: "completed"}
 
 
 def _persistence(mode: Metric) -> Metric:

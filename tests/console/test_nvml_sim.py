@@ -43,9 +43,9 @@ def test_calls_before_init_and_after_the_last_shutdown_are_uninitialized():
 def test_unknown_symbols_are_function_not_found(sim):
     h = pynvml.nvmlDeviceGetHandleByIndex(0)
     with pytest.raises(pynvml.NVMLError_FunctionNotFound):
-        pynvml.nvmlDeviceGetFanSpeed(h)
+        pynvml.nvmlDeviceGetBoardPartNumber(h)
     with pytest.raises(AttributeError):
-        sim.nvmlDeviceGetFanSpeed  # noqa: B018 - the raw lookup pynvml does
+        sim.nvmlDeviceGetBoardPartNumber  # noqa: B018 - the raw lookup pynvml does
     sim.fail_on("nvmlDeviceGetComputeRunningProcesses_v3", pynvml.NVML_ERROR_FUNCTION_NOT_FOUND)
     with pytest.raises(pynvml.NVMLLibraryMismatchError):  # pynvml's versioned-wrapper mapping
         pynvml.nvmlDeviceGetComputeRunningProcesses(h)
