@@ -42,9 +42,11 @@ TOPICS: dict[str, str] = {
     "doctor": "Doctor checks",
 }
 # Health counters: a change only when the count grew (a volatile counter resets at reboot).
-HEALTH = ("ecc_volatile_uncorrected", "ecc_aggregate_uncorrected", "retired_pages", "remapped_rows_pending",
-          "remapped_rows_failure")
+HEALTH = ("ecc_volatile_uncorrected", "ecc_aggregate_uncorrected", "ecc_volatile_corrected",
+          "ecc_aggregate_corrected", "retired_pages", "remapped_rows_pending", "remapped_rows_failure",
+          "remapped_rows_uncorrectable", "remapped_rows_correctable", "pcie_replay_count")
 HEALTH_PREFIXES = ("ecc_", "retired_", "remapped_")
+NVLINK_COUNTERS = ("replay", "recovery", "crc_flit", "crc_data")  # each link's data-link error counters
 # Configuration trees compared file by file (what the capture read of them: the doctor's and the
 # plans' files, the boot loader's).
 CONFIG_DIRS = ("etc", "boot")
@@ -576,8 +578,19 @@ def _health(ch: _Changes, a: Side, b: Side) -> None:
         keys = [k for k in y if k in HEALTH or k.startswith(HEALTH_PREFIXES)]
         for key in sorted(keys, key=lambda k: (k not in HEALTH, HEALTH.index(k) if k in HEALTH else 0, k)):
             before, after = x.get(key), y.get(key)
-            if isinstance(before, int) and isinstance(after, int) and not isinstance(after, bool) and after > before:
+            if _grew(before, after):
                 ch.add("health", addr, key, before, after)
+        la = {lk.get("link"): lk for lk in x.get("nvlinks") or () if isinstance(lk, dict)}
+        for link in y.get("nvlinks") or ():
+            if isinstance(link, dict) and link.get("link") in la:
+                for key in NVLINK_COUNTERS:
+                    if _grew(la[link["link"]].get(key), link.get(key)):
+                        ch.add("health", addr, f"nvlink {link['link']} {key}", la[link["link"]].get(key), link.get(key))
+
+
+def _grew(before: Any, after: Any) -> bool:
+    return (isinstance(before, int) and isinstance(after, int) and not isinstance(before, bool)
+            and not isinstance(after, bool) and after > before)
 
 
 def _event_key(e: Mapping[str, Any]) -> tuple[Any, ...]:

@@ -236,6 +236,11 @@ def test_live_metrics_are_no_change_and_counters_count_when_they_grew():
              vms=[vm(cpu_percent=190.0)], load={"load_avg": [9.0, 8, 7]})
     got = [(c.topic, c.what, c.before, c.after) for c in compare(a, b).changes]
     assert got == [("health", "ecc_aggregate_uncorrected", 3, 5), ("health", "retired_pages", 0, 2)]
+    links = [{"link": 0, "active": True, "replay": 1, "crc_flit": 0}, {"link": 1, "active": True, "replay": 0}]
+    grown = [{"link": 0, "active": True, "replay": 1, "crc_flit": 4}, {"link": 1, "active": False, "replay": 0}]
+    got = [(c.what, c.before, c.after) for c in compare(side(gpus=[gpu(nvlinks=links, pcie_replay_count=2)]),
+                                                        side(gpus=[gpu(nvlinks=grown, pcie_replay_count=9)])).changes]
+    assert got == [("pcie_replay_count", 2, 9), ("nvlink 0 crc_flit", 0, 4)]
     # a counter that went down (a volatile count after a reboot) is no change
     assert compare(side(gpus=[gpu(ecc_aggregate_uncorrected=5)]), side(gpus=[gpu()])).changes == []
 
