@@ -194,7 +194,8 @@ def vm_topology(snap: HostSnapshot, vm_name: str, cpuinfo: str = "",
                 renamed[b] = f"ffff:{len(renamed):02x}:00.0"
     notes = [f"bridge {b} is written as {n}: the guest has a device at {b}" for b, n in renamed.items()]
     ids = _Ids({d.host: i for i, d in enumerate(gpus)}, {d.host: d.guest for d in gpus},
-               {d.host: i for i, d in enumerate(nics)}, dict(nvlinks or {}))
+               {d.host: i for i, d in enumerate(nics)}, dict(nvlinks if nvlinks is not None else
+                                                            snapshot_nvlinks(snap, [d.host for d in gpus])))
     x = _Xml()
     x.open(0, "system", {"version": VERSION})
     for guest_node, host_node in enumerate(nodes):
@@ -216,6 +217,24 @@ class _Ids:
     gpu_guest: dict[str, str]  # host GPU address → guest bus id
     nic_dev: dict[str, int]  # host NIC function → NCCL net device number
     nvlinks: dict[str, Sequence[tuple[str, int]]]
+
+
+def snapshot_nvlinks(snap: HostSnapshot, gpus: list[str]) -> dict[str, list[tuple[str, int]]]:
+    """GPU → (remote, active link count) from the snapshot's NVLink state, where NVML read it (a GPU on
+    vfio-pci is invisible to NVML: its links are unknown and left out)."""
+    out: dict[str, list[tuple[str, int]]] = {}
+    for a in gpus:
+        g = snap.gpu(a)
+        links = getattr(g, "nvlinks", None) if g is not None else None
+        if not isinstance(links, tuple):
+            continue
+        counts: dict[str, int] = {}
+        for lk in links:
+            if lk.active and lk.remote:
+                counts[lk.remote] = counts.get(lk.remote, 0) + 1
+        if counts:
+            out[a] = sorted(counts.items())
+    return out
 
 
 def _tree(x: _Xml, devices: list[GuestDevice], chains: dict[str, list[str]], index: dict[str, PciDevice],
@@ -249,13 +268,16 @@ def _leaf(x: _Xml, d: GuestDevice, depth: int, index: dict[str, PciDevice], ids:
             attrs["sm"] = str(sm)
         attrs.update(rank=str(n), gdr="1")
         links = []
+        switched = 0  # NCCL writes every link to an NVSwitch as one element
         for remote, count in ids.nvlinks.get(d.host, ()):
             if remote in ids.gpu_guest:
                 links.append({"target": ids.gpu_guest[remote], "count": str(count), "tclass": GPU_CLASS})
             elif snap.gpu(remote) is None:  # an NVSwitch
-                links.append({"target": NVSWITCH_TARGET, "count": str(count), "tclass": NVSWITCH_CLASS})
+                switched += count
             else:
                 notes.append(f"the NVLink of GPU {d.host} to GPU {remote} is left out: that GPU is not in the VM")
+        if switched:
+            links.append({"target": NVSWITCH_TARGET, "count": str(switched), "tclass": NVSWITCH_CLASS})
         x.open(depth + 1, "gpu", attrs, empty=not links)
         if links:
             for link in links:

@@ -289,6 +289,17 @@ def test_nccl_topo_nvlink_and_several_numa_nodes(demo):
     links = {(g.get("dev"), n.get("target"), n.get("count")) for g in system.iter("gpu") for n in g.findall("nvlink")}
     assert links == {("0", "0000:0a:00.0", "18"), ("0", "fffffff:ffff:ff", "4"), ("1", "0000:07:00.0", "18")}
     assert any("left out" in n for n in topo.notes)  # the link to a GPU outside the VM
+    # without a mapping, the snapshot's NVLink state: active links counted per remote end
+    from nodeconsole.console.model import NvLink
+
+    gpu = snap.gpu("0000:19:00.0")
+    links = tuple(NvLink(i, active=i != 3, remote=f"0000:0{5 + i % 2}:00.0", remote_type="switch") for i in range(4))
+    snap = dataclasses.replace(snap, gpus=tuple(dataclasses.replace(g, nvlinks=links) if g is gpu else g
+                                                for g in snap.gpus))
+    system = ET.fromstring(vm_topology(snap, "train-a").xml)
+    nvl = [(n.get("target"), n.get("count")) for g in system.iter("gpu") if g.get("dev") == "0"
+           for n in g.findall("nvlink")]
+    assert nvl == [("fffffff:ffff:ff", "3")]  # links 0-2 to the NVSwitches, as one element; link 3 is down
 
 
 def test_nccl_command_vm_prints_the_guest_environment(demo, capsys):
