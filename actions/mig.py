@@ -35,7 +35,7 @@ SAVE_HINT = "GPU instances do not survive a reboot: `nodeconsole mig save` re-cr
 
 
 def _label(g: Gpu) -> str:
-    return f"GPU {g.index} ({g.address}, {g.name})"
+    return f"GPU {g.index} ({g.address}, {g.name}, nvidia-smi {g.smi})"
 
 
 def mig_state_for(host: ActionHost, snap: HostSnapshot, g: Gpu) -> MigState:

@@ -32,7 +32,7 @@ from nodeconsole.actions.plan import (
     vms_known_check,
 )
 from nodeconsole.actions.runner import ActionHost
-from nodeconsole.console.argtypes import did_you_mean
+from nodeconsole.console.argtypes import did_you_mean, smi_index
 from nodeconsole.console.hosttext import visible
 from nodeconsole.console.iommu import EXEMPT_DRIVERS, blocker_reasons, slot_of
 from nodeconsole.console.model import Gpu, HostSnapshot, PciDevice, Vm
@@ -48,10 +48,16 @@ def _gpu_names(snap: HostSnapshot) -> list[str]:
 
 
 def resolve_gpu(snap: HostSnapshot, text: str) -> Gpu:
-    """The GPU named by a console index ("3"), a PCI address or an NVML UUID ("GPU-..."). Raises
-    RequestError saying what is wrong, the closest GPU names and what is accepted."""
+    """The GPU named by a console index ("3"), a PCI address, an NVML UUID ("GPU-...") or nvidia-smi's
+    index ("smi:2"). Raises RequestError saying what is wrong, the closest GPU names and what is accepted."""
     t = (text or "").strip()
     listing = ", ".join(f"{g.index} ({g.address})" for g in snap.gpus) or "none"
+    try:
+        smi = smi_index(t)
+    except ValueError as e:
+        raise RequestError(str(e)) from None
+    if smi is not None:
+        return _by_smi_index(snap, smi)
     if _INDEX_RE.match(t):
         for g in snap.gpus:
             if g.index == int(t):
@@ -69,8 +75,8 @@ def resolve_gpu(snap: HostSnapshot, text: str) -> Gpu:
         address = parse_pci_address(t)
     except ValueError:
         raise RequestError(f"{visible(repr(text))} is not a GPU{did_you_mean(t, _gpu_names(snap))}: give a console "
-                           f"index, a PCI address (DDDD:BB:DD.F) or a UUID (GPU-...); this host's GPUs: "
-                           f"{listing}") from None
+                           f"index, a PCI address (DDDD:BB:DD.F), a UUID (GPU-...) or nvidia-smi's index (smi:N); "
+                           f"this host's GPUs: {listing}") from None
     gpu = snap.gpu(address)
     if gpu is not None:
         return gpu
@@ -80,6 +86,18 @@ def resolve_gpu(snap: HostSnapshot, text: str) -> Gpu:
         raise RequestError(f"{address} is not an NVIDIA GPU ({dev.class_name or f'class {dev.class_id:06x}'} "
                            f"{dev.device_name}){hint}; this host's GPUs: {listing}")
     raise RequestError(f"no PCI device {address} on this host{hint}; its GPUs: {listing}")
+
+
+def _by_smi_index(snap: HostSnapshot, smi: int) -> Gpu:
+    for g in snap.gpus:
+        if g.nvml_index == smi:
+            return g
+    seen = ", ".join(f"smi:{g.nvml_index} = {g.index} ({g.address})" for g in snap.gpus if g.nvml_index is not None)
+    hidden = ", ".join(f"{g.index} ({g.address}, {g.driver or 'no driver'})" for g in snap.gpus if g.nvml_index is None)
+    why = f"; NVML does not see {hidden}: name those by console index or PCI address" if hidden else ""
+    if snap.sources.nvml != "ok":
+        why += f" (NVML {snap.sources.nvml})"
+    raise RequestError(f"nvidia-smi has no GPU smi:{smi} on this host; its GPUs: {seen or 'none'}{why}")
 
 
 def resolve_vm(snap: HostSnapshot, name: str) -> Vm:
@@ -117,7 +135,7 @@ def pci_id(dev: PciDevice) -> str:
 
 
 def gpu_label(gpu: Gpu) -> str:
-    return f"GPU {gpu.index} ({gpu.address}, {gpu.name})"
+    return f"GPU {gpu.index} ({gpu.address}, {gpu.name}, nvidia-smi {gpu.smi})"
 
 
 def source_checks(snap: HostSnapshot) -> list[Check]:

@@ -117,7 +117,7 @@ def _find_offer(all_offers: list[Offer], g: Gpu, text: str) -> Offer:
 
 
 def _label(g: Gpu) -> str:
-    return f"GPU {g.index} ({g.address}, {g.name})"
+    return f"GPU {g.index} ({g.address}, {g.name}, nvidia-smi {g.smi})"
 
 
 def _check_vm(host: ActionHost, snap: HostSnapshot, vm: str) -> Vm:

@@ -67,3 +67,19 @@ def did_you_mean(text: str, known: Iterable[str]) -> str:
     goes through hosttext.visible: a name (typed or the host's) never reaches a terminal as control."""
     found = close_names(text, known)
     return f" (did you mean {' or '.join(visible(n) for n in found)}?)" if found else ""
+
+
+SMI_PREFIX = "smi:"
+_SMI = re.compile(r"smi:([0-9]+)", re.IGNORECASE)
+
+
+def smi_index(text: str) -> int | None:
+    """N of a GPU named `smi:N` (nvidia-smi's index, NVML's order: GPUs on vfio-pci have none), None when
+    `text` is not of that form. ValueError for `smi:` followed by anything but ASCII digits."""
+    t = text.strip()
+    if not t.lower().startswith(SMI_PREFIX):
+        return None
+    m = _SMI.fullmatch(t)
+    if m is None:
+        raise ValueError(f"{visible(t)!r}: smi:N takes nvidia-smi's GPU index N (ASCII digits)")
+    return int(m.group(1))

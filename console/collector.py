@@ -39,6 +39,7 @@ if TYPE_CHECKING:  # the sources are imported on first use
     from nodeconsole.console.sources.libvirt_src import LibvirtSource
     from nodeconsole.console.sources.load import LoadReader
     from nodeconsole.console.sources.nvml import NvmlSource
+    from nodeconsole.console.sources.pressure import VcpuWaitReader
 
 T = TypeVar("T")
 
@@ -81,6 +82,7 @@ class Collector:
         self._nvml: NvmlSource | None = None
         self._libvirt: LibvirtSource | None = None
         self._load: LoadReader | None = None
+        self._waits: VcpuWaitReader | None = None
         self._nvml_reinit_at = -1e9
         self._names: dict[str, str] = {}
         self._lock = threading.Lock()
@@ -133,10 +135,27 @@ class Collector:
             self._libvirt = LibvirtSource(self.seams.libvirt_uri)
         data = self._libvirt.poll()
         model = self.seams.vm_load
-        if model is None:
-            return data
-        now = time.time()
-        return LibvirtData(tuple(replace(v, cpu_percent=model(v.name, v.state, v.vcpus, now)) for v in data.vms))
+        if model is not None:
+            now = time.time()
+            data = LibvirtData(tuple(replace(v, cpu_percent=model(v.name, v.state, v.vcpus, now)) for v in data.vms))
+        return LibvirtData(self._steal(data.vms))
+
+    def _steal(self, vms: tuple[Vm, ...]) -> tuple[Vm, ...]:
+        """Each running VM's vCPU steal: the demo's model, else its vCPU threads' schedstat."""
+        if self.seams.vm_steal is not None:
+            now = time.time()
+            model = self.seams.vm_steal
+            return tuple(replace(v, steal_percent=model(v, now)) for v in vms)
+        if self.seams.replay is not None:
+            return vms  # a capture has no live threads to measure
+        if self._waits is None:
+            from nodeconsole.console.sources.pressure import VcpuWaitReader
+
+            self._waits = VcpuWaitReader(self.seams.root)
+        try:
+            return tuple(replace(v, steal_percent=self._waits.steal(v)) for v in vms)
+        except OSError:
+            return vms
 
     def _read_load(self) -> Load:
         # A stateful reader: per-CPU load is a delta between this call and the previous one.
@@ -144,7 +163,10 @@ class Collector:
             from nodeconsole.console.sources.load import LoadReader
 
             self._load = LoadReader(self.seams.root)
-        return self._load.read()
+        load = self._load.read()
+        from nodeconsole.console.sources.pressure import read_node_memory
+
+        return replace(load, nodes=read_node_memory(self.seams.root))
 
     def _guard(self, name: str, fn: Callable[[], T]) -> tuple[T | None, str]:
         if name in self.disabled:
@@ -169,10 +191,20 @@ class Collector:
                 load, s_load = self._guard("psutil", self._read_load)
         if sysfs is not None and nvml is not None:
             nvml = self._reconcile(sysfs, nvml)
+        if load is not None and sysfs is not None:
+            load = self._node_cpu(load, sysfs, virt)
         sources = Sources(sysfs=s_sysfs, nvml=s_nvml, libvirt=s_virt, psutil=s_load)
         if nvml is not None:  # remember NVML's names: a GPU keeps its name after going to vfio-pci
             self._names.update({g.address: g.name for g in nvml.gpus if g.name})
         return assemble(sysfs, nvml, virt, load, sources, known_names=self._names)
+
+    def _node_cpu(self, load: Load, sysfs: SysfsData, virt: LibvirtData | None) -> Load:
+        """CPU use per NUMA node (the demo's CPU load first made of its VMs' load)."""
+        from nodeconsole.console.sources.pressure import node_cpu_percent
+
+        if self.seams.cpu_load is not None and virt is not None:
+            load = replace(load, cpu_percent=self.seams.cpu_load(sysfs.cpus, virt.vms))
+        return replace(load, nodes=node_cpu_percent(load.nodes, sysfs.cpus, load.cpu_percent))
 
     def _reconcile(self, sysfs: SysfsData, nvml: NvmlData) -> NvmlData:
         """NVML keeps the GPU list of its last init: a GPU rebound since (by an action, or by hand)

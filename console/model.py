@@ -292,6 +292,11 @@ class Gpu(GpuMetrics):
     iommu_group: int | None = None
     nvml_error: str = ""  # e.g. "GPU is lost" for one GPU while others read fine
 
+    @property
+    def smi(self) -> str:
+        """nvidia-smi's index of the GPU (NVML's order) as shown: "3", or "–" when NVML does not see it."""
+        return "–" if self.nvml_index is None else str(self.nvml_index)
+
 
 @dataclass(frozen=True)
 class VcpuPin:
@@ -326,6 +331,9 @@ class Vm:
     # Huge page size (KiB) the VM's memory is backed with (<memoryBacking><hugepages>); 0 = the host's
     # default huge page size (<hugepages/> without <page>); None = not backed by huge pages.
     hugepages_kib: int | None = None
+    # vCPU steal: percent of the time its vCPU threads were runnable but waiting for a host CPU (their
+    # /proc/PID/task/TID/schedstat wait time), averaged over its vCPUs; None when the host does not say
+    steal_percent: float | None = None
 
 
 @dataclass(frozen=True)
@@ -405,11 +413,34 @@ class Nic:
 
 
 @dataclass(frozen=True)
+class HugepageUse:
+    size_kib: int
+    total: int
+    free: int
+
+
+@dataclass(frozen=True)
+class NodeUse:
+    """How busy one NUMA node is: CPU use of its online CPUs, memory and huge pages used and free
+    (sysfs node meminfo and hugepages)."""
+    node: int
+    cpu_percent: float | None = None  # mean busy percent of its online CPUs; None until two samples
+    memory_total_kib: int = 0
+    memory_free_kib: int = 0
+    hugepages: tuple[HugepageUse, ...] = ()
+
+    @property
+    def memory_used_kib(self) -> int:
+        return max(0, self.memory_total_kib - self.memory_free_kib)
+
+
+@dataclass(frozen=True)
 class Load:
     cpu_percent: tuple[float, ...] = ()  # per online CPU, index = position in psutil's order
     memory_total_kib: int = 0
     memory_available_kib: int = 0
     load_avg: tuple[float, float, float] = (0.0, 0.0, 0.0)
+    nodes: tuple[NodeUse, ...] = ()  # per NUMA node; cpu_percent filled in by the collector
 
 
 @dataclass(frozen=True)

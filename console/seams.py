@@ -6,7 +6,7 @@ import-linter contract in pyproject.toml holds every other production module to 
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     from nodeconsole.actions.host_seams import DomainStore, HostWrites
     from nodeconsole.console.capture.replay import Replay
     from nodeconsole.console.demo.boot import BootReport
+    from nodeconsole.console.model import Cpu, Vm
 
 SYSTEM_URI = "qemu:///system"
 
@@ -33,6 +34,11 @@ class Seams:
     # The demo's VM load model (name, state, vcpus, time) -> CPU %: the libvirt test driver has no
     # real CPU time. None everywhere else: load comes from libvirt's CPU-time deltas.
     vm_load: Callable[[str, str, int, float], float | None] | None = None
+    # The demo's host CPU load made of its VMs' load (CPUs, VMs) -> busy % per online CPU, and its vCPU
+    # steal model (VM, time) -> %. None everywhere else: /proc/stat (psutil) and the vCPU threads'
+    # schedstat are read.
+    cpu_load: Callable[[Sequence[Cpu], Sequence[Vm]], tuple[float, ...]] | None = None
+    vm_steal: Callable[[Vm, float], float | None] | None = None
     # The pci.ids database that names devices: the running machine's (or $NODECONSOLE_PCI_IDS) by
     # default; tests pass a fixed one so a rendered name never depends on what the machine has installed.
     pci_ids: PciIds = field(default_factory=default_ids)
@@ -108,7 +114,7 @@ def demo_host(state_dir: Path | None = None, libvirt_uri: str | None = None) -> 
     """Seams for the bundled simulated host (generated on first use, kept until `demo reset`)."""
     from nodeconsole.console.demo.nvml_sim import SimulatedNvml
     from nodeconsole.console.demo.state import ensure_demo
-    from nodeconsole.console.demo.vm_load import demo_vm_cpu_percent
+    from nodeconsole.console.demo.vm_load import demo_cpu_percent, demo_vm_cpu_percent, demo_vm_steal_percent
 
     host = ensure_demo(state_dir)
     root = Root(host.root)
@@ -123,7 +129,7 @@ def demo_host(state_dir: Path | None = None, libvirt_uri: str | None = None) -> 
                          "run `nodeconsole demo reset`") from None
     return Seams(root=root, libvirt_uri=libvirt_uri or host.libvirt_uri, nvml_lib=lib,
                  demo_dir=Path(host.root).parent, state_dir=Path(host.root).parent,
-                 vm_load=demo_vm_cpu_percent)
+                 vm_load=demo_vm_cpu_percent, cpu_load=demo_cpu_percent, vm_steal=demo_vm_steal_percent)
 
 
 def simulated_nvml_state(lib: object | None) -> tuple[dict, float] | None:

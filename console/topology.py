@@ -3,13 +3,14 @@ matrix computed from sysfs, so GPUs bound to vfio-pci are included.
 
 Levels (as nvidia-smi): X self, PIX through at most one PCIe switch, PXB through several switches
 without the host bridge, PHB through a host bridge, NODE between host bridges of one NUMA node, SYS
-across the inter-socket link.
+across the inter-socket link; NV# between GPUs joined by # NVLinks (NVML's link state and remote ends:
+GPUs that NVML cannot see, on vfio-pci or unbound, keep their PCIe level).
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from nodeconsole.console.model import HostSnapshot, PciDevice
+from nodeconsole.console.model import Gpu, HostSnapshot, PciDevice, Vm, nvlink_peers
 
 NIC_CLASSES = (0x02, 0x0C06)  # network controllers; InfiniBand (serial bus 0x0c06)
 NVME_CLASS = 0x010802
@@ -63,19 +64,47 @@ class MatrixDevice:
     address: str
     numa_node: int | None
     cpus: tuple[int, ...]
+    owners: tuple[str, ...] = ()  # the VMs holding it (a GPU whole or in slices; a NIC's PF or its VFs)
+    nvml_index: int | None = None  # GPUs: nvidia-smi's index, None when NVML does not see it
+    nvlink_known: bool = False  # GPUs: NVML reported its NVLinks (or that it has none)
+
+
+def gpu_relation(snap: HostSnapshot, a: Gpu, b: Gpu, index: dict[str, PciDevice] | None = None) -> str:
+    """The nvidia-smi topo level between two GPUs: NV# when NVLink joins them (# links, through an
+    NVSwitch or directly), else the PCIe level. A GPU NVML cannot see (on vfio-pci, unbound) has no NVLink
+    facts on this host: its pairs get the PCIe level, which is what the host's PCIe tree says."""
+    if a.address == b.address:
+        return "X"
+    links = nvlink_peers(a, b)
+    return f"NV{links}" if links else relation(snap, a.address, b.address, index)
+
+
+def device_owners(snap: HostSnapshot) -> dict[str, tuple[str, ...]]:
+    """PCI address of each GPU and NIC physical function → the VMs holding it (for a NIC: the PF itself
+    or any of its VFs), in order, without repeats."""
+    out: dict[str, tuple[str, ...]] = {g.address: tuple(g.owner.vms) for g in snap.gpus}
+    for n in snap.nics:
+        names = ([n.vm] if n.vm else []) + [v.vm for v in n.vfs if v.vm]
+        out[n.address] = tuple(dict.fromkeys(names))
+    return out
 
 
 def matrix(snap: HostSnapshot) -> tuple[list[MatrixDevice], list[list[str]]]:
-    """GPUs and NICs (physical functions) against each other."""
+    """GPUs and NICs (physical functions) against each other; GPU pairs joined by NVLink read NV#."""
     index = {d.address: d for d in snap.pci_devices}
+    owners = device_owners(snap)
     devs: list[MatrixDevice] = []
     for g in snap.gpus:
         d = index.get(g.address)
-        devs.append(MatrixDevice(f"GPU{g.index}", g.address, g.numa_node, d.local_cpus if d else ()))
+        devs.append(MatrixDevice(f"GPU{g.index}", g.address, g.numa_node, d.local_cpus if d else (),
+                                 owners.get(g.address, ()), g.nvml_index, g.nvlinks is not None))
     nics = [d for d in snap.pci_devices if is_nic(d)]
     for i, d in enumerate(nics):
-        devs.append(MatrixDevice(f"NIC{i}", d.address, d.numa_node, d.local_cpus))
-    rows = [[relation(snap, x.address, y.address, index) for y in devs] for x in devs]
+        devs.append(MatrixDevice(f"NIC{i}", d.address, d.numa_node, d.local_cpus, owners.get(d.address, ())))
+    gpus = {g.address: g for g in snap.gpus}
+    rows = [[gpu_relation(snap, gpus[x.address], gpus[y.address], index)
+             if x.address in gpus and y.address in gpus else relation(snap, x.address, y.address, index)
+             for y in devs] for x in devs]
     return devs, rows
 
 
@@ -84,6 +113,7 @@ class TreeNode:
     address: str
     label: str
     children: tuple[TreeNode, ...] = ()
+    owners: tuple[str, ...] = ()  # GPUs and NIC PFs: the VMs holding them (see device_owners)
 
 
 def device_label(dev: PciDevice) -> str:
@@ -102,6 +132,7 @@ def tree(snap: HostSnapshot, interesting_only: bool = True) -> dict[int | None, 
             continue
         children.setdefault(d.parent, []).append(d)
     gpu_addrs = {g.address for g in snap.gpus}
+    owners = device_owners(snap)
 
     def keep(d: PciDevice) -> bool:
         return d.address in gpu_addrs or is_nic(d) or d.class_id == NVME_CLASS
@@ -114,11 +145,53 @@ def tree(snap: HostSnapshot, interesting_only: bool = True) -> dict[int | None, 
         label = device_label(d)
         if d.vfs:
             label += f"  ({len(d.vfs)} VFs)"
-        return TreeNode(d.address, label, tuple(kids))
+        return TreeNode(d.address, label, tuple(kids), owners.get(d.address, ()))
 
     out: dict[int | None, list[TreeNode]] = {}
     for top in sorted(children.get(None, []), key=lambda x: x.address):
         node = build(top)
         if node is not None:
             out.setdefault(top.numa_node, []).append(node)
+    return out
+
+
+@dataclass(frozen=True)
+class VmPath:
+    """The path between two devices a VM holds: its GPUs pairwise (P2P) and each GPU to each of its NIC
+    functions (GPUDirect RDMA), at the nvidia-smi topo level (NV# for NVLink)."""
+    a: str  # "GPU1", "GPU4 (MIG)"
+    b: str  # "GPU5", "NIC0 VF 0000:1a:00.2"
+    level: str
+    a_node: int | None = None
+    b_node: int | None = None
+
+
+def vm_gpus(snap: HostSnapshot, vm: Vm) -> list[Gpu]:
+    """The GPUs a VM uses (whole, or a MIG slice/vGPU on them), in the order of its hostdevs."""
+    out: list[Gpu] = []
+    for h in vm.hostdevs:
+        g = snap.gpu(h.gpu) if h.gpu else None
+        if g is not None and g not in out:
+            out.append(g)
+    return out
+
+
+def vm_paths(snap: HostSnapshot, vm: Vm) -> list[VmPath]:
+    """Its GPUs pairwise, then each GPU to each NIC function (PF or VF) the VM holds."""
+    index = {d.address: d for d in snap.pci_devices}
+    gpus = vm_gpus(snap, vm)
+    out = [VmPath(f"GPU{a.index}", f"GPU{b.index}", gpu_relation(snap, a, b, index), a.numa_node, b.numa_node)
+           for i, a in enumerate(gpus) for b in gpus[i + 1:]]
+    nic_label = {}
+    for n in snap.nics:
+        nic_label[n.address] = n.label
+        for v in n.vfs:
+            nic_label[v.address] = f"{n.label} VF {v.address}"
+    for h in vm.hostdevs:
+        if h.type != "pci" or not h.address or h.address not in nic_label:
+            continue
+        node = index[h.address].numa_node if h.address in index else None
+        for g in gpus:
+            out.append(VmPath(f"GPU{g.index}", nic_label[h.address], relation(snap, g.address, h.address, index),
+                              g.numa_node, node))
     return out

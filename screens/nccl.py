@@ -211,7 +211,7 @@ class NcclScreen(SnapshotScreen):
         head.append(", ".join(f"{g.index} {g.address}" for g in plan.gpus) or "none the host can use")
         head.append(f" ({how})", style="dim")
         head.append(f"\nP2P {'possible' if t.p2p else 'not possible'} ({visible(plan.p2p_reason)}); "
-                    f"NVLink {'yes' if t.nvlink else 'not known (assumed absent)'}")
+                    f"NVLink {'yes' if t.nvlink else ('no' if plan.nvlink_known else 'not known (assumed absent)')}")
         head.append(f"\nexpected peak busbw {exp if exp is not None else 'no reference figure'}")
         shown = running or self.ran
         if shown is not None:

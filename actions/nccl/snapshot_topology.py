@@ -1,9 +1,10 @@
 """The NCCL checks' inputs taken from a host snapshot: which GPUs a local run uses, the `Topology` its
 result is judged against, and the GPU placement the preflight looks at.
 
-What a snapshot cannot tell stays conservative: NVLink is not in the snapshot, so it counts as absent
-unless the caller knows better; P2P counts as possible only when every pair of GPUs meets below a
-common PCIe switch and no port between them redirects peer-to-peer traffic (ACS).
+What a snapshot cannot tell stays conservative: NVLink counts as present when NVML reported links joining
+every pair of the GPUs (an NVSwitch or bridges), as absent when it did not report them; P2P counts as
+possible when NVLink joins them, or when every pair of GPUs meets below a common PCIe switch and no
+port between them redirects peer-to-peer traffic (ACS).
 """
 from __future__ import annotations
 
@@ -32,7 +33,7 @@ from nodeconsole.actions.nccl.pick import (
     skip_findings,
 )
 from nodeconsole.actions.nccl.preflight import PreflightOptions, PreflightReport, preflight
-from nodeconsole.console.model import Gpu, HostSnapshot
+from nodeconsole.console.model import Gpu, HostSnapshot, nvlink_peers
 from nodeconsole.console.root import Root
 from nodeconsole.console.seams import Seams
 from nodeconsole.console.topology import is_nic, relation
@@ -129,6 +130,17 @@ def node_socket(snap: HostSnapshot) -> dict[int, int]:
 
 def gpu_numa(gpus: Sequence[Gpu]) -> dict[str, int | None]:
     return {g.address: g.numa_node for g in gpus}
+
+
+def nvlink_connected(gpus: Sequence[Gpu]) -> bool | None:
+    """Whether NVLink joins every pair of `gpus` (NVML's links: through an NVSwitch or directly); None when
+    NVML did not report NVLink for one of them (not read, or a GPU it cannot see), False when it said a GPU
+    has none or a pair is not joined."""
+    if len(gpus) < 2:
+        return False
+    if any(g.nvlinks is None for g in gpus):
+        return None
+    return all(nvlink_peers(a, b) > 0 for a, b in combinations(gpus, 2))
 
 
 def p2p_possible(snap: HostSnapshot, gpus: Sequence[Gpu], root: Root | None = None) -> tuple[bool, str]:
@@ -228,11 +240,15 @@ class LocalPlan:
 def local_plan(snap: HostSnapshot, gpus: Sequence[Gpu] | None = None, root: Root | None = None,
                nvlink: bool | None = None, thresholds: Thresholds = DEFAULT_THRESHOLDS) -> LocalPlan:
     """The topology of a one-node run on `gpus` (default: the automatic pick of the host's idle, healthy
-    GPUs, see pick.py). `nvlink` None means unknown (the snapshot has no NVLink state), which counts as
-    no NVLink."""
+    GPUs, see pick.py). `nvlink` None: taken from the snapshot's NVLinks (every pair joined, see
+    nvlink_connected); still unknown when NVML did not report them, which counts as no NVLink."""
     pick = auto_pick(snap, thresholds) if gpus is None else Pick(tuple(gpus), False)
     chosen = pick.gpus
+    if nvlink is None:
+        nvlink = nvlink_connected(chosen)
     p2p, why = p2p_possible(snap, chosen, root)
+    if nvlink and not p2p:
+        p2p, why = True, "every pair of GPUs is joined by NVLink"
     topo = Topology(gpu_models=tuple(g.name for g in chosen), gpus_per_node=max(len(chosen), 1), nodes=1,
                     nvlink=bool(nvlink), p2p=p2p, nic_gbps=nic_speeds(snap, root), ib_present=ib_present(snap, root))
     return LocalPlan(chosen, topo, why, gpu_numa(chosen), node_socket(snap), nvlink_known=nvlink is not None,

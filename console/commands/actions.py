@@ -18,7 +18,7 @@ from nodeconsole.console.hosttext import visible
 
 @subcommand("passthrough", "hand a GPU (its whole IOMMU group) to vfio-pci, optionally to a VM's config")
 def configure_passthrough(p: argparse.ArgumentParser) -> None:
-    p.add_argument("gpu", metavar="GPU", help="console index, PCI address (DDDD:BB:DD.F) or UUID")
+    p.add_argument("gpu", metavar="GPU", help="console index, PCI address (DDDD:BB:DD.F), UUID or smi:N (nvidia-smi's index)")
     p.add_argument("--vm", metavar="VM", help="also add the GPU and its companion functions to VM's config")
     p.add_argument("--persist", action="store_true",
                    help="keep the GPU on vfio-pci across reboots (driverctl, else a modprobe.d file)")
@@ -32,7 +32,7 @@ def configure_passthrough(p: argparse.ArgumentParser) -> None:
 
 @subcommand("release", "give a passed-through GPU back to the host (VM configs, persistence, drivers)")
 def configure_release(p: argparse.ArgumentParser) -> None:
-    p.add_argument("gpu", metavar="GPU", help="console index, PCI address or UUID")
+    p.add_argument("gpu", metavar="GPU", help="console index, PCI address, UUID or smi:N (nvidia-smi's index)")
     change_args(p)
     p.set_defaults(func=run_release)
 

@@ -54,7 +54,8 @@ def configure(p: argparse.ArgumentParser) -> None:
     sc = sub.add_parser("check", parents=[common], help="preflight, and with --run the check itself",
                         description="Lint the NCCL setup for this host's GPUs and show the command of the "
                                     "check; with --run, run it and judge the result.")
-    sc.add_argument("--gpus", metavar="LIST", help="console GPU indices, like 0,1, taken as given (default: the "
+    sc.add_argument("--gpus", metavar="LIST", help="GPUs, like 0,1 or smi:0,smi:3 (console indices, PCI addresses, "
+                                                   "UUIDs or nvidia-smi's smi:N), taken as given (default: the "
                                                    "idle, healthy GPUs the host drives; the others are skipped)")
     sc.add_argument("--run", action="store_true", help="run all_reduce_perf (or the PyTorch benchmark)")
     sc.add_argument("--binary", metavar="PATH", help="all_reduce_perf to run (default: $NODECONSOLE_ALL_REDUCE_PERF, "
@@ -70,7 +71,7 @@ def configure(p: argparse.ArgumentParser) -> None:
     sc.add_argument("--ssh", metavar="USER@ADDR", dest="ssh_dest",
                     help="with --vm: the guest to ssh to (default: its address from libvirt, as the current user)")
     sc.add_argument("--nvlink", action="store_true", default=None,
-                    help="the GPUs are connected by NVLink (the snapshot cannot tell; default: assume not)")
+                    help="the GPUs are connected by NVLink (default: as NVML reports their links; not when it cannot tell)")
     sc.add_argument("--json", action="store_true", help="print findings and results as JSON")
     _sweep_options(sc)
     sc.set_defaults(func=run_check)
@@ -249,6 +250,24 @@ def _progress_line(p: Progress) -> str:
             f"busbw {busbw} GB/s  #wrong {wrong}")
 
 
+def _named_gpus(snap, names: list[str]) -> list[int]:
+    """Console indices of GPUs named by index, PCI address, UUID or smi:N; UsageError for an unknown
+    name or a GPU named twice."""
+    from nodeconsole.actions.passthrough import resolve_gpu
+    from nodeconsole.actions.plan import RequestError
+
+    out: list[int] = []
+    for name in names:
+        try:
+            g = resolve_gpu(snap, name)
+        except RequestError as e:
+            raise UsageError(f"--gpus: {e}") from None
+        if g.index in out:
+            raise UsageError(f"--gpus: GPU {g.index} is listed twice")
+        out.append(g.index)
+    return out
+
+
 def run_check(args: argparse.Namespace) -> int:
     from nodeconsole.actions.nccl.snapshot_topology import (
         local_check_command,
@@ -266,14 +285,20 @@ def run_check(args: argparse.Namespace) -> int:
     if args.vm is not None and args.gpus is not None:
         raise UsageError("--gpus and --vm are exclusive (--vm tests the VM's own GPUs)")
     sweep = _sweep(args)
+    named: list[str] | None = None  # GPUs named otherwise than by console index (smi:N, address, UUID)
     try:
         indices = parse_gpu_list(args.gpus) if args.gpus is not None else None
     except ValueError as e:
-        raise UsageError(f"--gpus: {e}") from None
+        named = [item.strip() for item in args.gpus.split(",")]
+        if not all(named) or not all(item.isascii() for item in named):
+            raise UsageError(f"--gpus: {e}") from None
+        indices = None
     seams = seams_from_args(args)
     snap = Collector(seams).collect()
     if args.vm is not None:
         return _vm_check(args, snap, seams, sweep)
+    if named is not None:
+        indices = _named_gpus(snap, named)
     try:
         gpus = None if indices is None else select_gpus(snap, indices)
     except ValueError as e:

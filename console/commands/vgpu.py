@@ -23,11 +23,11 @@ def configure_vgpu(p: argparse.ArgumentParser) -> None:
     sub = p.add_subparsers(dest="vgpu_command", metavar="ACTION", parser_class=type(p))
     sub.required = True
     ls = sub.add_parser("list", parents=[host_args()], help="vGPU types with available counts, and vGPUs")
-    ls.add_argument("gpu", nargs="?", metavar="GPU", help="only this GPU (index, PCI address or UUID)")
+    ls.add_argument("gpu", nargs="?", metavar="GPU", help="only this GPU (index, PCI address, UUID or smi:N)")
     ls.add_argument("--json", action="store_true", help="print JSON")
     ls.set_defaults(func=run_list)
     mk = sub.add_parser("create", parents=[host_args()], help="create a vGPU, optionally into a VM's config")
-    mk.add_argument("gpu", metavar="GPU", help="console index, PCI address or UUID")
+    mk.add_argument("gpu", metavar="GPU", help="console index, PCI address, UUID or smi:N (nvidia-smi's index)")
     mk.add_argument("type", metavar="TYPE", help="nvidia-N (mdev), an SR-IOV type id, or the type's name")
     mk.add_argument("--vm", metavar="VM", help="add the vGPU to VM's config")
     mk.add_argument("--uuid", metavar="UUID", help="the mdev's UUID (default: a new one)")

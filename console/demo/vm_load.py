@@ -24,3 +24,39 @@ def demo_vm_cpu_percent(name: str, state: str, vcpus: int, t: float) -> float | 
     swing = 0.2 * math.sin(2 * math.pi * t / period + math.radians(phase))
     busy = min(1.0, max(0.02, base + swing))
     return round(busy * vcpus * 100, 1)
+
+
+HOST_BUSY = 3.0  # percent every host CPU spends on the host's own work (daemons, interrupts)
+
+
+def demo_cpu_percent(cpus, vms) -> tuple[float, ...]:
+    """Busy percent per online host CPU (CPU id order) made of the VMs' load: a pinned vCPU loads its
+    pinned CPUs, an unpinned VM spreads over every online CPU, and the host's own share on top."""
+    online = sorted(c.id for c in cpus if c.online)
+    busy = {c: HOST_BUSY for c in online}
+    for vm in vms:
+        if vm.state != "running" or not vm.cpu_percent or not vm.vcpus:
+            continue
+        per_vcpu = vm.cpu_percent / vm.vcpus
+        pins = [p.cpus for p in vm.pins if p.cpus]
+        if len(pins) == vm.vcpus:
+            for cpus_of in pins:
+                for c in cpus_of:
+                    if c in busy:
+                        busy[c] += per_vcpu / len(cpus_of)
+        else:
+            for c in busy:
+                busy[c] += vm.cpu_percent / len(busy)
+    return tuple(round(min(100.0, busy[c]), 1) for c in online)
+
+
+def demo_vm_steal_percent(vm, t: float) -> float | None:
+    """vCPU steal of a running VM: a little for pinned VMs (their CPUs are their own), more for unpinned
+    ones, which share every host CPU; moves over time, deterministic for a name and time."""
+    if vm.state != "running":
+        return None
+    seed = zlib.crc32(("steal" + vm.name).encode())
+    swing = 0.5 + 0.5 * math.sin(2 * math.pi * t / (30 + seed % 60))
+    if vm.pins:
+        return round(0.1 + (seed % 5) / 10 + 0.2 * swing, 1)
+    return round(3.0 + (seed % 40) / 10 + 2.0 * swing, 1)
