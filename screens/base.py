@@ -107,7 +107,7 @@ class SnapshotScreen(Screen):
         note = "\n".join(t for t in (replay.banner if replay is not None else "", view.note) if t)
         self.query_one(Banner).show_state(snap, view.paused, note)
         if snap is not None:
-            line = host_line(snap, self.TITLE)
+            line = host_line(snap, self.TITLE, self.app.size.width)
             self.set_static("#hostline", lambda: line, line)
             self.render_snapshot(snap)
             self.announce_selection()
@@ -193,8 +193,9 @@ class SnapshotScreen(Screen):
             self.app.push_screen(DetailsModal(*got))
 
 
-def tab_strip(title: str) -> str:
-    """The screens and their keys, the current one highlighted (the footer keeps the other keys)."""
+def tab_strip(title: str, compact: bool = False) -> str:
+    """The screens and their keys, the current one highlighted (the footer keeps the other keys).
+    Compact (a narrow terminal): the other screens by their key only, so the host's name still fits."""
     from rich.markup import escape
 
     from nodeconsole.screens.commands import COMMANDS
@@ -203,22 +204,29 @@ def tab_strip(title: str) -> str:
     for c in COMMANDS:
         if c.group == "Screens":
             label = f"{c.key} {c.title}"
-            tabs.append(f"[reverse b] {escape(label)} [/]" if c.title == title else f" {escape(label)} ")
+            if c.title == title:
+                tabs.append(f"[reverse b] {escape(label)} [/]")
+            else:
+                tabs.append(f" {escape(c.key if compact else label)} ")
     return "".join(tabs)
 
 
-def host_line(snap: HostSnapshot, title: str) -> Text:
-    """The tab strip (our markup) and the host's name (plain text, visible escapes, capped)."""
+def host_line(snap: HostSnapshot, title: str, width: int = 0) -> Text:
+    """The tab strip (our markup) and the host's name (plain text, visible escapes, capped). When the
+    whole strip and the host's part do not fit in `width` cells, the strip is compacted."""
     states = {n: getattr(snap.sources, n) for n in ("sysfs", "nvml", "libvirt", "psutil")}
     bad = [n for n, v in states.items() if v not in ("ok", "pending")]
-    line = Text.from_markup(tab_strip(title))
-    line.append("│ ")
-    line.append_text(host_text(snap.host.hostname or "?"))
-    line.append(" IOMMU on" if snap.iommu.enabled else " ")
+    rest = Text("│ ")
+    rest.append_text(host_text(snap.host.hostname or "?"))
+    rest.append(" IOMMU on" if snap.iommu.enabled else " ")
     if not snap.iommu.enabled:
-        line.append("IOMMU OFF", style="bold")
+        rest.append("IOMMU OFF", style="bold")
     if bad:
-        line.append(f" degraded: {', '.join(bad)}", style="bold")
+        rest.append(f" degraded: {', '.join(bad)}", style="bold")
     if any(v == "pending" for v in states.values()):
-        line.append(" reading…")
+        rest.append(" reading…")
+    line = Text.from_markup(tab_strip(title))
+    if width and line.cell_len + rest.cell_len > width:
+        line = Text.from_markup(tab_strip(title, compact=True))
+    line.append_text(rest)
     return line
