@@ -12,13 +12,20 @@ from nodeconsole.console.model import HostSnapshot
 from nodeconsole.screens.base import SnapshotScreen
 from nodeconsole.screens.messages import GpuSelected
 from nodeconsole.screens.widgets.details import gpu_details
-from nodeconsole.screens.widgets.gpu_text import link_text, owner_text
+from nodeconsole.screens.widgets.gpu_text import (
+    clocks_text,
+    ecc_text,
+    fabric_text,
+    link_text,
+    nvlink_text,
+    owner_text,
+)
 from nodeconsole.screens.widgets.keyed_table import KeyedTable
 from nodeconsole.screens.widgets.slice_bar import slice_bar
 from nodeconsole.screens.widgets.text import metric
 
-COLS = [("idx", "#"), ("addr", "Address"), ("owner", "Owner"), ("mig", "MIG"),
-        ("vgpu", "vGPU"), ("ecc", "ECC"), ("proc", "Procs"), ("link", "Link")]
+COLS = [("idx", "#"), ("smi", "smi"), ("addr", "Address"), ("owner", "Owner"), ("mig", "MIG"),
+        ("vgpu", "vGPU"), ("ecc", "ECC v/a"), ("proc", "Procs"), ("link", "Link")]
 
 
 def mig_text(g) -> str:
@@ -31,9 +38,9 @@ def mig_text(g) -> str:
 
 def gpu_rows(snap: HostSnapshot):
     for g in snap.gpus:
-        yield g.address, (str(g.index), g.address, owner_text(g, 20), mig_text(g),
+        yield g.address, (str(g.index), g.smi, g.address, owner_text(g, 20), mig_text(g),
                           str(len(g.vgpu.instances)) if g.vgpu.instances or g.vgpu.types else "-",
-                          metric(g.ecc_volatile_uncorrected), str(len(g.processes)), link_text(g))
+                          ecc_text(g), str(len(g.processes)), link_text(g))
 
 
 def gpu_panel(snap: HostSnapshot, address: str | None):
@@ -41,7 +48,8 @@ def gpu_panel(snap: HostSnapshot, address: str | None):
     if g is None:
         return Text("select a GPU")
     # host text (names, drivers, VMs, processes) is plain Text with visible escapes, names capped
-    parts: list = [Text(f"GPU {g.index} {g.address}  {show(g.name)}  owner {show(owner_text(g))}", style="bold")]
+    parts: list = [Text(f"GPU {g.index} (nvidia-smi {g.smi}) {g.address}  {show(g.name)}  owner "
+                        f"{show(owner_text(g))}", style="bold")]
     if g.nvml_index is None:
         parts.append(Text(f"NVML does not see it (driver {show(g.driver or 'none')}): identity and link from sysfs"))
     if g.mig.mode in ("enabled",) or g.mig.pending_mode == "enabled":
@@ -59,7 +67,12 @@ def gpu_panel(snap: HostSnapshot, address: str | None):
     if g.processes:
         parts.append(Text("processes: " + ", ".join(f"{p.pid} {show(p.name)} {metric(p.used_memory_mib)}MiB"
                                                     for p in g.processes)))
-    parts.append(Text(f"ECC uncorrected {metric(g.ecc_volatile_uncorrected)}  retired pages "
+    if g.nvml_index is not None:
+        parts.append(Text(f"clocks {clocks_text(g)}  PCIe replays {metric(g.pcie_replay_count)}"))
+        parts.append(Text(f"NVLink {show(nvlink_text(g))}  fabric {show(fabric_text(g))}"))
+    parts.append(Text(f"ECC uncorrected {metric(g.ecc_volatile_uncorrected)} (lifetime "
+                      f"{metric(g.ecc_aggregate_uncorrected)}) corrected {metric(g.ecc_volatile_corrected)} "
+                      f"(lifetime {metric(g.ecc_aggregate_corrected)})  retired pages "
                       f"{metric(g.retired_pages)}  remapped rows pending {metric(g.remapped_rows_pending)} "
                       f"failed {metric(g.remapped_rows_failure)}  temp {metric(g.temperature_c, 'C')}  "
                       f"power {metric(g.power_w, 'W')}"))

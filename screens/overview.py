@@ -1,6 +1,7 @@
 """1 Overview: GPUs, VMs and the most important problems."""
 from __future__ import annotations
 
+from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.widgets import Static
@@ -14,7 +15,7 @@ from nodeconsole.screens.widgets.gpu_text import link_text, memory_text, owner_t
 from nodeconsole.screens.widgets.keyed_table import KeyedTable
 from nodeconsole.screens.widgets.text import metric, plain_text, severity_text, spark
 
-GPU_COLS = [("idx", "#"), ("addr", "Address"), ("name", "Model"), ("owner", "Owner"), ("util", "Util"),
+GPU_COLS = [("idx", "#"), ("smi", "smi"), ("addr", "Address"), ("name", "Model"), ("owner", "Owner"), ("util", "Util"),
             ("mem", "Mem"), ("temp", "Temp"), ("link", "Link")]
 VM_COLS = [("name", "VM"), ("state", "State"), ("vcpus", "vCPU"), ("cpu", "CPU%"), ("hist", "History"),
            ("numa", "NUMA"), ("gpus", "GPUs")]
@@ -26,7 +27,7 @@ def gpu_rows(snap: HostSnapshot):
         if g.owner.kind == "vfio":
             running = any(v.state == "running" and any(h.gpu == g.address for h in v.hostdevs) for v in snap.vms)
             util = "(in VM)" if running else "(vfio)"
-        yield g.address, (str(g.index), g.address, short_name(g.name), owner_text(g, 16),
+        yield g.address, (str(g.index), g.smi, g.address, short_name(g.name), owner_text(g, 16),
                           util, memory_text(g), metric(g.temperature_c, "C"), link_text(g))
 
 
@@ -50,6 +51,32 @@ def host_info(snap: HostSnapshot) -> str:
         if v not in ("ok", "pending"):
             parts.append(f"{n} {v}")
     return " · ".join(parts)
+
+
+def pressure_line(snap: HostSnapshot) -> str:
+    """One compact line per host: each NUMA node's CPU use, memory used of total and huge pages free,
+    (free of total, by page size) and the VM with the most vCPU steal:
+    `node0 cpu 33% mem 164/512G 1G 16/144 · … · steal max web-2 7.4%`."""
+    parts = []
+    for n in snap.load.nodes:
+        pages = " ".join(f"{_page(h.size_kib)} {h.free}/{h.total}" for h in n.hugepages if h.total)
+        parts.append(f"node{n.node} cpu {metric(n.cpu_percent, '%')} mem {n.memory_used_kib / 1048576:.0f}/"
+                     f"{n.memory_total_kib / 1048576:.0f}G" + (f" {pages}" if pages else ""))
+    stolen = [v for v in snap.vms if v.steal_percent is not None]
+    if stolen:
+        top = max(stolen, key=lambda v: v.steal_percent or 0.0)
+        parts.append(f"steal max {show(top.name)} {top.steal_percent:.1f}%")
+    return " · ".join(parts) or "host pressure: not read"
+
+
+def one_line(text: str) -> Text:
+    """Plain text on one line, cut with … where the screen ends."""
+    t = Text(show(text, LINE_MAX), no_wrap=True, overflow="ellipsis")
+    return t
+
+
+def _page(kib: int) -> str:
+    return f"{kib // 1048576}G" if kib >= 1048576 else f"{kib // 1024}M"
 
 
 def problems_view(problems):
@@ -88,6 +115,7 @@ class OverviewScreen(SnapshotScreen):
 
     def compose_body(self) -> ComposeResult:
         yield Static(id="host-info")
+        yield Static(id="pressure")
         yield Static("GPUs", classes="section", id="gpus-title")
         yield KeyedTable(GPU_COLS, id="gpus")
         yield Static("VMs", classes="section", id="vms-title")
@@ -98,6 +126,8 @@ class OverviewScreen(SnapshotScreen):
     def render_snapshot(self, snap: HostSnapshot) -> None:
         info = host_info(snap)
         self.set_static("#host-info", lambda: plain_text(info, limit=LINE_MAX), info)
+        pressure = pressure_line(snap)
+        self.set_static("#pressure", lambda: one_line(pressure), pressure)
         counts = (len(snap.gpus), len(snap.vms))
         self.set_static("#gpus-title", lambda: f"GPUs ({counts[0]})", ("g", counts[0]))
         self.set_static("#vms-title", lambda: f"VMs ({counts[1]})", ("v", counts[1]))

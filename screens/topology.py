@@ -24,7 +24,10 @@ def tree_text(snap: HostSnapshot) -> Text:
         def walk(n, prefix: str, last: bool) -> None:
             out.append(prefix + ("└─ " if last else "├─ "))
             style = "bold" if "GPU" in n.label or "NVIDIA" in n.label else ""
-            out.append(show(n.label, LINE_MAX) + "\n", style=style)  # device and driver names: host text
+            out.append(show(n.label, LINE_MAX), style=style)  # device and driver names: host text
+            if n.owners:  # the VMs holding it (host text too)
+                out.append(f"  → {show(','.join(n.owners), LINE_MAX)}", style="cyan")
+            out.append("\n")
             for i, c in enumerate(n.children):
                 walk(c, prefix + ("   " if last else "│  "), i == len(n.children) - 1)
 
@@ -77,15 +80,25 @@ def matrix_table(snap: HostSnapshot) -> Group:
     t = Table(box=None, pad_edge=False, padding=(0, 1), collapse_padding=True)
     t.add_column("")
     for d in devs:
-        t.add_column(_short(d.label), justify="center", min_width=4, no_wrap=True)
+        t.add_column(_short(d.label), justify="left", min_width=5, no_wrap=True)
     for d, row in zip(devs, rows):
-        t.add_row(_short(d.label), *[Text(c, style="dim" if c == "X" else ("red" if c == "SYS" else ""))
-                                    for c in row])
+        # each cell ends in a space of its own: Rich drops column padding when it squeezes the table
+        t.add_row(_short(d.label), *[Text(c.ljust(4) + " ", style="dim" if c == "X" else (
+            "red" if c == "SYS" else ("green" if c.startswith("NV") else ""))) for c in row])
     legend = Text()
     for d in devs:
         node = "-" if d.numa_node is None else str(d.numa_node)
         cpus = format_cpulist(d.cpus) or "-"
-        legend.append(f"{_short(d.label).plain:>3} {show(d.label):5} {d.address}  NUMA {node}  CPUs {cpus}\n")
+        smi = ""
+        if d.label.startswith("GPU"):
+            smi = f"smi {'–' if d.nvml_index is None else d.nvml_index}  "
+        legend.append(f"{_short(d.label).plain:>3} {show(d.label):5} {d.address}  {smi}NUMA {node}  CPUs {cpus}")
+        if d.owners:
+            legend.append(f"  → {show(','.join(d.owners), LINE_MAX)}", style="cyan")
+        legend.append("\n")
+    if any(d.label.startswith("GPU") and not d.nvlink_known for d in devs):
+        legend.append("GPUs NVML cannot see (smi –: vfio-pci, no driver): PCIe level only, NVLink not known here\n",
+                      style="dim")
     return Group(t, legend)
 
 
@@ -95,8 +108,8 @@ class TopologyScreen(SnapshotScreen):
     def compose_body(self) -> ComposeResult:
         with VerticalScroll(id="topo-scroll"):
             yield Static("GPU/NIC matrix", classes="section")
-            yield Static("X self  PIX one switch  PXB several switches  PHB host bridge  NODE same "
-                         "NUMA node  SYS across sockets", classes="legend")
+            yield Static("X self  NV# NVLink (# links)  PIX one switch  PXB several switches  PHB host bridge  "
+                         "NODE same NUMA node  SYS across sockets  → the VMs holding it", classes="legend")
             yield Static(id="matrix")
             yield Static("NICs", classes="section")
             yield Static(id="nics")
@@ -107,6 +120,9 @@ class TopologyScreen(SnapshotScreen):
     def render_snapshot(self, snap: HostSnapshot) -> None:
         # The topology is static: re-render only when devices or drivers change.
         sig = (tuple((d.address, d.driver) for d in snap.pci_devices),
+               tuple((g.address, g.owner, g.nvml_index, tuple(lk.active for lk in g.nvlinks)
+                      if isinstance(g.nvlinks, tuple) else g.nvlinks) for g in snap.gpus),
+               tuple((n.address, n.vm) for n in snap.nics),
                tuple((v.address, v.vm) for n in snap.nics for v in n.vfs),
                tuple((p.device, p.state, p.rate) for n in snap.nics for p in n.ports))
         if sig == getattr(self, "_sig", None):

@@ -12,16 +12,18 @@ from nodeconsole.console.checks import vm_alignment
 from nodeconsole.console.cpulist import format_cpulist
 from nodeconsole.console.hosttext import show
 from nodeconsole.console.model import HostSnapshot
+from nodeconsole.console.topology import vm_gpus, vm_paths
 from nodeconsole.screens.base import SnapshotScreen
 from nodeconsole.screens.messages import VmSelected
+from nodeconsole.screens.overview import one_line, pressure_line
 from nodeconsole.screens.pin_view import rebalance_map
 from nodeconsole.screens.widgets.cpu_map import cpu_map
 from nodeconsole.screens.widgets.details import vm_details
 from nodeconsole.screens.widgets.keyed_table import KeyedTable
 from nodeconsole.screens.widgets.text import metric, spark
 
-COLS = [("name", "VM"), ("state", "State"), ("vcpus", "vCPU"), ("cpu", "CPU%"), ("hist", "History"),
-        ("pins", "Pinned to"), ("numa", "NUMA"), ("hostdevs", "Devs")]
+COLS = [("name", "VM"), ("state", "State"), ("vcpus", "vCPU"), ("cpu", "CPU%"), ("steal", "Steal"),
+        ("hist", "History"), ("pins", "Pinned to"), ("numa", "NUMA"), ("hostdevs", "Devs")]
 
 
 def vm_rows(snap: HostSnapshot, history):
@@ -29,7 +31,8 @@ def vm_rows(snap: HostSnapshot, history):
         align = vm_alignment(snap, v)
         mark = {"cross-numa": "✖ CROSS", "aligned": "ok", "unpinned": "unpinned"}.get(align, "")
         pins = format_cpulist(c for p in v.pins for c in p.cpus) or "-"
-        yield v.name, (v.name, v.state, str(v.vcpus), metric(v.cpu_percent), spark(history.get(v.name, [])),
+        yield v.name, (v.name, v.state, str(v.vcpus), metric(v.cpu_percent), metric(v.steal_percent, "", 1),
+                       spark(history.get(v.name, [])),
                        pins[:16], mark, str(len(v.hostdevs)))
 
 
@@ -42,10 +45,14 @@ def vm_panel(snap: HostSnapshot, name: str | None):
                 style="bold")
     if vm_alignment(snap, v) == "cross-numa":
         head.append("  ✖ vCPUs not on the GPU's NUMA node", style="bold red")
+    paths = vm_paths(snap, v)
+    gpus = Text("GPUs: " + (", ".join(f"GPU{g.index} (smi {g.smi}, node {'-' if g.numa_node is None else g.numa_node})"
+                                     for g in vm_gpus(snap, v)) or "-")
+                + ("  paths: " + ", ".join(f"{p.a}↔{show(p.b)} {p.level}" for p in paths) if paths else ""))
     devs = Text("hostdevs: " + (", ".join(
         show(h.address or h.uuid or "?") + (f"→GPU{snap.gpu(h.gpu).index}" if h.gpu and snap.gpu(h.gpu) else "")
         for h in v.hostdevs) or "-"))
-    return Group(head, devs, cpu_map(snap, v))
+    return Group(head, gpus, devs, cpu_map(snap, v))
 
 
 class VmsScreen(SnapshotScreen):
@@ -56,6 +63,7 @@ class VmsScreen(SnapshotScreen):
     def compose_body(self) -> ComposeResult:
         yield KeyedTable(COLS, id="vm-table")
         with VerticalScroll(id="vm-panel-scroll"):
+            yield Static(id="vm-pressure")
             yield Static(id="vm-panel")
             yield Static(id="vm-rebalance")
 
@@ -63,6 +71,8 @@ class VmsScreen(SnapshotScreen):
         table = self.query_one("#vm-table", KeyedTable)
         table.sync(vm_rows(snap, self.history))
         key = table.selected_key()
+        pressure = pressure_line(snap)
+        self.set_static("#vm-pressure", lambda: one_line(pressure), pressure)
         # the CPU map depends on every VM's pins, not on their load
         pins = tuple((v.name, v.state, v.pins, v.emulator_pins, v.hostdevs, v.numa_mode) for v in snap.vms)
         self.set_static("#vm-panel", lambda: vm_panel(snap, key), (key, pins))

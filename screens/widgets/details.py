@@ -4,12 +4,14 @@ from __future__ import annotations
 from nodeconsole.console.checks import vm_alignment, vm_gpu_nodes, vm_numa_nodes
 from nodeconsole.console.cpulist import format_cpulist
 from nodeconsole.console.model import Gpu, HostSnapshot, IommuGroup, Vm
+from nodeconsole.console.topology import vm_gpus, vm_paths
+from nodeconsole.screens.widgets.gpu_text import clocks_text, fabric_text, nvlink_text
 from nodeconsole.screens.widgets.text import metric
 
 
 def gpu_details(snap: HostSnapshot, g: Gpu) -> str:
     lines = [
-        f"{g.name}  uuid {g.uuid or '-'}",
+        f"{g.name}  uuid {g.uuid or '-'}  nvidia-smi index {g.smi}",
         f"address {g.address}  NUMA node {metric(g.numa_node)}  IOMMU group {metric(g.iommu_group)}",
         f"driver {g.driver or 'none'}  owner {g.owner.kind}  VMs {', '.join(g.owner.vms) or '-'}",
         f"PCIe link x{metric(g.link.current_width)} of x{metric(g.link.max_width)}, "
@@ -18,8 +20,13 @@ def gpu_details(snap: HostSnapshot, g: Gpu) -> str:
         f"{metric(g.memory_total_mib)} MiB  temp {metric(g.temperature_c, 'C')}  "
         f"power {metric(g.power_w, 'W')}/{metric(g.power_limit_w, 'W')}",
         f"ECC uncorrected volatile {metric(g.ecc_volatile_uncorrected)} aggregate "
-        f"{metric(g.ecc_aggregate_uncorrected)}  retired pages {metric(g.retired_pages)}  "
-        f"remapped rows pending {metric(g.remapped_rows_pending)} failed {metric(g.remapped_rows_failure)}",
+        f"{metric(g.ecc_aggregate_uncorrected)}, corrected volatile {metric(g.ecc_volatile_corrected)} aggregate "
+        f"{metric(g.ecc_aggregate_corrected)}  retired pages {metric(g.retired_pages)}",
+        f"remapped rows correctable {metric(g.remapped_rows_correctable)} uncorrectable "
+        f"{metric(g.remapped_rows_uncorrectable)} pending {metric(g.remapped_rows_pending)} failed "
+        f"{metric(g.remapped_rows_failure)}  PCIe replays {metric(g.pcie_replay_count)}",
+        f"clocks {clocks_text(g)}",
+        f"NVLink {nvlink_text(g)}  fabric {fabric_text(g)}",
         f"MIG mode {g.mig.mode} (pending {g.mig.pending_mode})",
     ]
     if g.nvml_index is None:
@@ -43,12 +50,18 @@ def gpu_details(snap: HostSnapshot, g: Gpu) -> str:
 def vm_details(snap: HostSnapshot, v: Vm) -> str:
     node = snap.cpu_node()
     lines = [
-        f"state {v.state}  vCPUs {v.vcpus}  memory {v.memory_kib // 1024} MiB  CPU {metric(v.cpu_percent, '%')}",
+        f"state {v.state}  vCPUs {v.vcpus}  memory {v.memory_kib // 1024} MiB  CPU {metric(v.cpu_percent, '%')}"
+        f"  steal {metric(v.steal_percent, '%', 1)}",
         f"NUMA alignment {vm_alignment(snap, v) or 'no GPU'}: vCPUs on nodes "
         f"{sorted(vm_numa_nodes(snap, v)) or '-'}, GPUs on nodes {sorted(vm_gpu_nodes(snap, v)) or '-'}",
         f"memory policy {v.numa_mode or 'none'} {format_cpulist(v.numa_nodeset)}",
         f"emulator pins {format_cpulist(v.emulator_pins) or '-'}",
     ]
+    for g in vm_gpus(snap, v):
+        lines.append(f"  GPU {g.index} (nvidia-smi {g.smi}) {g.address}  NUMA node {metric(g.numa_node)}")
+    for path in vm_paths(snap, v):
+        lines.append(f"  path {path.a} (node {metric(path.a_node)}) ↔ {path.b} (node {metric(path.b_node)}): "
+                     f"{path.level}")
     for p in v.pins:
         nodes = sorted({node.get(c) for c in p.cpus if node.get(c) is not None})
         lines.append(f"  vCPU {p.vcpu:>3} → CPUs {format_cpulist(p.cpus)}  (node {','.join(map(str, nodes))})")

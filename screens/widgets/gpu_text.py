@@ -1,7 +1,7 @@
 """Short texts about one GPU that several screens show in their tables and panels."""
 from __future__ import annotations
 
-from nodeconsole.console.model import Gpu
+from nodeconsole.console.model import NA, Gpu
 from nodeconsole.screens.widgets.text import metric
 
 
@@ -60,3 +60,51 @@ def link_text(g: Gpu) -> str:
     if g.link.max_width and g.link.current_width < g.link.max_width:
         return f"{state}/{g.link.max_width}↓"
     return state
+
+
+def ecc_text(g: Gpu) -> str:
+    """Uncorrected ECC errors since the driver loaded / in the GPU's lifetime: "0/2"; N/A or '-' alone
+    when NVML has neither."""
+    vol, agg = g.ecc_volatile_uncorrected, g.ecc_aggregate_uncorrected
+    if vol is None and agg is None:
+        return "-"
+    if vol == agg == NA:
+        return NA
+    return f"{metric(vol)}/{metric(agg)}"
+
+
+def clocks_text(g: Gpu) -> str:
+    """"SM 1755/1980 MHz, mem 2619/2619 MHz (sw_power_cap)"; '-' when not read."""
+    if g.clock_sm_mhz is None and g.clock_mem_mhz is None:
+        return "-"
+    events = g.clock_events
+    why = f" ({', '.join(events)})" if isinstance(events, tuple) and events else (
+        " (reasons N/A)" if events == NA else "")
+    return (f"SM {metric(g.clock_sm_mhz)}/{metric(g.clock_sm_max_mhz)} MHz, mem {metric(g.clock_mem_mhz)}/"
+            f"{metric(g.clock_mem_max_mhz)} MHz{why}")
+
+
+def nvlink_text(g: Gpu) -> str:
+    """"18/18 active v4 to 4 NVSwitches, errors: link 7 crc_flit 3"; N/A without NVLink, '-' not read."""
+    links = g.nvlinks
+    if not isinstance(links, tuple):
+        return metric(links)
+    if not links:
+        return "none"
+    active = sum(1 for lk in links if lk.active)
+    version = next((lk.version for lk in links if isinstance(lk.version, int)), None)
+    switches = {lk.remote for lk in links if lk.remote_type == "switch" and lk.remote}
+    peers = {lk.remote for lk in links if lk.remote_type == "gpu" and lk.remote}
+    to = (f" to {len(switches)} NVSwitch{'es' if len(switches) != 1 else ''}" if switches else "") + (
+        f" to GPU {', '.join(sorted(peers))}" if peers else "")
+    errors = [f"link {lk.link} " + " ".join(f"{k} {v}" for k in ("replay", "recovery", "crc_flit", "crc_data")
+                                             if isinstance(v := getattr(lk, k), int) and v)
+              for lk in links if lk.errors]
+    text = f"{active}/{len(links)} active{f' v{version}' if version else ''}{to}"
+    return text + (f", errors: {'; '.join(errors)}" if errors else "")
+
+
+def fabric_text(g: Gpu) -> str:
+    if g.fabric_state in (None, NA):
+        return metric(g.fabric_state)
+    return f"{g.fabric_state}" + ("" if g.fabric_status in ("ok", None) else f" ({g.fabric_status})")

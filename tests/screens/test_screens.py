@@ -40,10 +40,12 @@ async def test_overview_shows_every_gpu_owner_and_problem(demo_seams):
         await _started(app, pilot)
         rows = _cells(app.screen.query_one("#gpus", KeyedTable))
         assert len(rows) == 8
-        owners = {r[3].split("→")[0] for r in rows}
+        owners = {r[4].split("→")[0] for r in rows}
         assert owners == {"host", "vfio", "mig", "vgpu", "unbound"}
-        assert any(r[7].endswith("↓") for r in rows), "downtrained link is marked"
-        assert [r for r in rows if r[3].startswith("vfio")][0][4] == "(in VM)"
+        assert any(r[8].endswith("↓") for r in rows), "downtrained link is marked"
+        assert [r for r in rows if r[4].startswith("vfio")][0][5] == "(in VM)"
+        # nvidia-smi's index beside the console's: none for the GPUs NVML cannot see
+        assert [r[1] for r in rows] == ["0", "–", "1", "2", "3", "–", "–", "4"]
         vms = _cells(app.screen.query_one("#vms", KeyedTable))
         assert len(vms) == len(app.snapshot.vms)
         problems = _text(app.screen.query_one("#problems", Static))
@@ -71,7 +73,7 @@ async def test_gpus_screen_draws_the_mig_slice_bar(demo_seams):
         await pilot.press("4")
         await pilot.pause(0.1)
         table = app.screen.query_one("#gpu-table", KeyedTable)
-        mig_row = next(i for i, r in enumerate(_cells(table)) if r[3].startswith("enabled"))
+        mig_row = next(i for i, r in enumerate(_cells(table)) if r[4].startswith("enabled"))
         table.move_cursor(row=mig_row)
         await pilot.pause(0.1)
         panel = _text(app.screen.query_one("#gpu-panel", Static))
@@ -89,8 +91,9 @@ async def test_vms_screen_marks_cross_numa_vm(demo_seams):
         await pilot.pause(0.1)
         table = app.screen.query_one("#vm-table", KeyedTable)
         rows = {r[0]: r for r in _cells(table)}
-        assert "CROSS" in rows["train-b"][6]
-        assert rows["train-a"][6] == "ok"
+        assert "CROSS" in rows["train-b"][7]
+        assert rows["train-a"][7] == "ok"
+        assert rows["train-c"][4] == "-"  # the Steal column: none for a VM that is not running
         table.move_cursor(row=list(rows).index("train-b"))
         await pilot.pause(0.1)
         panel = _text(app.screen.query_one("#vm-panel", Static))
@@ -107,10 +110,14 @@ async def test_topology_matrix_and_tree(demo_seams):
         matrix = _text(app.screen.query_one("#matrix", Static))
         rows = {ln.split()[0]: ln.split()[1:] for ln in matrix.splitlines()
                 if ln.strip() and ln.split()[0] in ("G0", "G4") and len(ln.split()) == 13}
-        assert rows["G0"][:2] == ["X", "PIX"]  # the two GPUs behind one switch
-        assert rows["G0"][4] == "SYS" and rows["G4"][5] == "PIX"  # across sockets; G4/G5 share a switch
+        assert rows["G0"][:2] == ["X", "PIX"]  # G1 on vfio-pci: NVML cannot see it, its PCIe level stays
+        # NVLink through the NVSwitches between the GPUs NVML sees, across the sockets too (nvidia-smi topo -m)
+        assert rows["G0"][4] == "NV18" and rows["G4"][7] == "NV18"
+        assert rows["G0"][5] == "SYS" and rows["G4"][5] == "PIX"  # G5 (vfio-pci): across sockets; one switch
+        assert "→ train-a" in matrix and "smi –" in matrix and "smi 3" in matrix
         tree = _text(app.screen.query_one("#tree", Static))
         assert "NUMA node 0" in tree and "NUMA node 1" in tree and "[vfio-pci]" in tree
+        assert "[vfio-pci]  → train-a" in tree
 
 
 async def test_help_lists_the_command_registry(demo_seams):
