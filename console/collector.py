@@ -11,9 +11,11 @@ import errno
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import replace
+from dataclasses import asdict, replace
 from typing import TYPE_CHECKING, TypeVar
 
+from nodeconsole.console.event_watch import EventWatch, event_problems
+from nodeconsole.console.events import KernelEvent
 from nodeconsole.console.model import (
     SCHEMA,
     Gpu,
@@ -89,6 +91,10 @@ class Collector:
         # Fault injection for tests and the demo ("kill the source mid-run"): name → reason; a replay
         # starts with the sources its capture could not read (Seams.unavailable)
         self.disabled: dict[str, str] = dict(seams.unavailable)
+        # GPU events from the kernel log, read incrementally at each full poll (console/event_watch.py),
+        # tied to the VMs of the latest snapshot; replaced whole, so the UI thread may read them
+        self.watch = EventWatch()
+        self.gpu_events: tuple[KernelEvent, ...] = ()
 
     def invalidate(self) -> None:
         """Forget cached static facts (after an action changed the host)."""
@@ -102,6 +108,7 @@ class Collector:
 
     def close(self) -> None:
         """Release the sources (NVML shut down, libvirt connection closed)."""
+        self.watch.close()
         if self._nvml is not None:
             self._nvml.close()
         if self._libvirt is not None:
@@ -196,7 +203,17 @@ class Collector:
         sources = Sources(sysfs=s_sysfs, nvml=s_nvml, libvirt=s_virt, psutil=s_load)
         if nvml is not None:  # remember NVML's names: a GPU keeps its name after going to vfio-pci
             self._names.update({g.address: g.name for g in nvml.gpus if g.name})
-        return assemble(sysfs, nvml, virt, load, sources, known_names=self._names)
+        snap = assemble(sysfs, nvml, virt, load, sources, known_names=self._names)
+        return snap if partial else self._with_events(snap)
+
+    def _with_events(self, snap: HostSnapshot) -> HostSnapshot:
+        """The kernel log's new events read (cheap: from where the last poll stopped), tied to this
+        snapshot's VMs; a fatal Xid or an uncorrectable AER error adds a problem."""
+        self.watch.note_sources(asdict(snap.sources))
+        self.watch.poll(self.seams.root, self.seams.is_this_machine)
+        self.gpu_events = self.watch.tied(snap)
+        extra = event_problems(self.gpu_events)
+        return replace(snap, problems=(*extra, *snap.problems)) if extra else snap
 
     def _node_cpu(self, load: Load, sysfs: SysfsData, virt: LibvirtData | None) -> Load:
         """CPU use per NUMA node (the demo's CPU load first made of its VMs' load)."""

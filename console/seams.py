@@ -132,6 +132,20 @@ def demo_host(state_dir: Path | None = None, libvirt_uri: str | None = None) -> 
                  vm_load=demo_vm_cpu_percent, cpu_load=demo_cpu_percent, vm_steal=demo_vm_steal_percent)
 
 
+def inject_demo_event(kind: str, gpu: str, what: str) -> list[str]:
+    """Append a GPU event to the demo host's kernel log: kind "xid" (what: the code) or "aer" (what:
+    fatal, nonfatal or corrected). Returns the records written; ValueError for a bad GPU or value."""
+    from nodeconsole.console.demo.kmsg import inject_aer, inject_xid
+    from nodeconsole.console.demo.state import ensure_demo
+
+    root = Path(ensure_demo().root)
+    if kind == "xid":
+        if not what.isascii() or not what.isdigit():
+            raise ValueError(f"{what!r} is not an Xid code (a number)")
+        return inject_xid(root, gpu, int(what))
+    return inject_aer(root, gpu, what)
+
+
 def simulated_nvml_state(lib: object | None) -> tuple[dict, float] | None:
     """A copy of the simulated NVML library's state and its clock now (what a capture stores), None
     when `lib` is not the simulated library."""

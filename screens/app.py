@@ -38,6 +38,7 @@ if TYPE_CHECKING:  # the actions and the NCCL screen are imported on first use
     from nodeconsole.actions.runner import Progress, RunResult
     from nodeconsole.actions.session import ActionSession, Request
     from nodeconsole.screens.changes import ChangesScreen
+    from nodeconsole.screens.events import EventsScreen
     from nodeconsole.screens.nccl import NcclScreen
     from nodeconsole.screens.setup import SetupScreen
 
@@ -49,7 +50,8 @@ class NodeConsoleApp(App):
     CSS_PATH = CSS_PATH
     MODES = {"overview": OverviewScreen, "topology": TopologyScreen, "iommu": IommuScreen,
              "gpus": GpusScreen, "vms": VmsScreen, "nccl": lambda: _nccl_screen(),
-             "setup": lambda: _setup_screen(), "changes": lambda: _changes_screen()}
+             "setup": lambda: _setup_screen(), "changes": lambda: _changes_screen(),
+             "events": lambda: _events_screen()}
     BINDINGS: ClassVar[list[BindingType]] = [*bindings()]
 
     def __init__(self, seams: Seams | Callable[[], Seams], interval: float = 1.0, theme: str | None = None,
@@ -401,6 +403,13 @@ def _changes_screen() -> ChangesScreen:
     from nodeconsole.screens.changes import ChangesScreen
 
     return ChangesScreen()
+
+
+def _events_screen() -> EventsScreen:
+    # imported on first use, like the NCCL screen
+    from nodeconsole.screens.events import EventsScreen
+
+    return EventsScreen()
 
 
 def run_app(seams: Seams | Callable[[], Seams], interval: float = 1.0, theme: str | None = None) -> int:

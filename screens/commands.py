@@ -29,6 +29,8 @@ COMMANDS: tuple[Command, ...] = (
             footer=False),
     Command("8", "show('changes')", "Changes", "The audit log of changes, newest first; undo and redo them",
             "Screens", footer=False),
+    Command("9", "show('events')", "Events", "GPU events (Xid, AER) with their VMs, applied changes, source losses",
+            "Screens", footer=False),
     Command("slash", "filter", "Filter", "Filter the rows of the current table", "Table"),
     Command("enter", "details", "Details", "Open the details of the selected row", "Table", footer=False),
     Command("a", "passthrough", "Passthrough", "Plan giving the selected GPU to vfio-pci (GPUs screen)",

@@ -110,4 +110,4 @@ class GpusScreen(SnapshotScreen):
         if snap is None:
             return None
         g = snap.gpu(key)
-        return (f"GPU {g.index} {key}", gpu_details(snap, g)) if g else None
+        return (f"GPU {g.index} {key}", gpu_details(snap, g, getattr(self.app.collector, "gpu_events", ()))) if g else None

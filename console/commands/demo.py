@@ -1,6 +1,7 @@
 """`nodeconsole demo reset [--bare]` and `nodeconsole demo reboot`: regenerate the bundled demo host
 (the configured demo, or with --bare the same hardware freshly installed), or reboot it (it comes up as
-its /etc says; run-time changes are lost)."""
+its /etc says; run-time changes are lost). `nodeconsole demo inject xid GPU CODE` and `demo inject aer
+GPU fatal|nonfatal|corrected` append a GPU event to the demo's kernel log, for tests and drills."""
 from __future__ import annotations
 
 import argparse
@@ -9,10 +10,13 @@ import sys
 from nodeconsole.console.cli import UsageError, subcommand
 
 
-@subcommand("demo", "manage the bundled demo host (demo reset [--bare], demo reboot)")
+@subcommand("demo", "manage the bundled demo host (demo reset [--bare], demo reboot, demo inject xid|aer GPU …)")
 def configure(p: argparse.ArgumentParser) -> None:
-    p.add_argument("what", choices=["reset", "reboot"],
-                   help="reset: regenerate the demo host's state; reboot: boot it again from its /etc")
+    p.add_argument("what", choices=["reset", "reboot", "inject"],
+                   help="reset: regenerate the demo host's state; reboot: boot it again from its /etc; "
+                        "inject: append a GPU event to its kernel log")
+    p.add_argument("event", nargs="*", metavar="ARG",
+                   help="with inject: xid GPU CODE, or aer GPU fatal|nonfatal|corrected (GPU: its PCI address)")
     p.add_argument("--bare", action="store_true",
                    help="with reset: the same hardware freshly installed (IOMMU off, no vfio, nouveau, no "
                         "hugepages, no VMs), for setting it up with `nodeconsole doctor`")
@@ -27,8 +31,12 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(f"demo {what} takes no --libvirt (the demo host has its own libvirt)")
     if args.bare and what != "reset":
         raise UsageError("--bare goes with demo reset")
+    if what != "inject" and args.event:
+        raise UsageError(f"demo {what} takes no arguments")
     if what == "reboot":
         return _reboot()
+    if what == "inject":
+        return _inject(args.event)
     from nodeconsole.console.seams import reset_demo
 
     try:
@@ -45,6 +53,24 @@ def run(args: argparse.Namespace) -> int:
         log.unlink()
     what_host = "bare demo host (same hardware, not set up)" if args.bare else "demo host"
     print(f"{what_host} regenerated in {state} (audit log cleared)")
+    return 0
+
+
+def _inject(event: list[str]) -> int:
+    from nodeconsole.console.pciaddr import parse_pci_address
+    from nodeconsole.console.seams import inject_demo_event
+
+    if len(event) != 3 or event[0] not in ("xid", "aer"):
+        raise UsageError("demo inject takes: xid GPU CODE, or aer GPU fatal|nonfatal|corrected")
+    kind, gpu, value = event
+    try:
+        records = inject_demo_event(kind, parse_pci_address(gpu), value)
+    except ValueError as e:
+        raise UsageError(str(e)) from None
+    except OSError as e:
+        print(f"nodeconsole: error: cannot write the demo host's kernel log: {e.strerror or e}", file=sys.stderr)
+        return 1
+    print("\n".join(records))
     return 0
 
 

@@ -1,15 +1,22 @@
 """Plain-text details of one GPU, VM or IOMMU group (used by the details modal)."""
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from nodeconsole.console.checks import vm_alignment, vm_gpu_nodes, vm_numa_nodes
 from nodeconsole.console.cpulist import format_cpulist
+from nodeconsole.console.events import KernelEvent
+from nodeconsole.console.hosttext import show
 from nodeconsole.console.model import Gpu, HostSnapshot, IommuGroup, Vm
 from nodeconsole.console.topology import vm_gpus, vm_paths
 from nodeconsole.screens.widgets.gpu_text import clocks_text, fabric_text, nvlink_text
 from nodeconsole.screens.widgets.text import metric
 
+LAST_EVENTS = 5
 
-def gpu_details(snap: HostSnapshot, g: Gpu) -> str:
+
+def gpu_details(snap: HostSnapshot, g: Gpu, events: Sequence[KernelEvent] = ()) -> str:
+    """`events`: the host's GPU events (the collector's, oldest first); this GPU's last few are shown."""
     lines = [
         f"{g.name}  uuid {g.uuid or '-'}  nvidia-smi index {g.smi}",
         f"address {g.address}  NUMA node {metric(g.numa_node)}  IOMMU group {metric(g.iommu_group)}",
@@ -44,6 +51,12 @@ def gpu_details(snap: HostSnapshot, g: Gpu) -> str:
     grp = snap.group(g.iommu_group)
     if grp is not None:
         lines.append(f"IOMMU group {grp.id}: {'viable' if grp.viable else 'NOT viable'} {grp.reason}")
+    mine = [ev for ev in events if ev.gpu == g.address][-LAST_EVENTS:]
+    lines.append(f"Last events ({len(mine)}, newest first):" if mine else "Last events: none in the kernel log")
+    for ev in reversed(mine):
+        what = f"Xid {ev.xid}" if ev.xid is not None else "AER"
+        lines.append(f"  {ev.time or '-'}  {what} {ev.severity}  VM {ev.vm or '-'}  {show(ev.text, 160)}  "
+                     f"→ {ev.action}")
     return "\n".join(lines)
 
 

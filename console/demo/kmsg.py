@@ -1,0 +1,79 @@
+"""GPU events injected into the demo host's kernel log (`.sim/kmsg`, kmsg records), for tests and drills:
+an Xid as the NVIDIA driver logs it, a PCIe AER error as the port driver and the device's driver log it."""
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+
+from nodeconsole.console.xid import FALLEN_OFF_BUS, lookup
+
+KMSG = ".sim/kmsg"
+AER_CLASSES = {"fatal": "Uncorrected (Fatal)", "nonfatal": "Uncorrected (Non-Fatal)", "corrected": "Corrected"}
+_ADDR = re.compile(r"[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]")
+_START_USEC = 86_400_000_000  # the demo host has been up a day when its first event is injected
+
+
+def _device(root: Path, gpu: str) -> Path:
+    dev = root / "sys/bus/pci/devices" / gpu
+    if not _ADDR.fullmatch(gpu) or not dev.is_dir():
+        raise ValueError(f"{gpu} is not a PCI device of the demo host")
+    return dev
+
+
+def _driver(dev: Path) -> str:
+    link = dev / "driver"
+    return os.path.basename(os.readlink(link)) if link.is_symlink() else "pcieport"
+
+
+def _next(path: Path) -> tuple[int, int]:
+    """The next record's sequence number and time (microseconds since boot), after the file's last."""
+    try:
+        lines = path.read_bytes().splitlines()
+    except FileNotFoundError:
+        lines = []
+    for line in reversed(lines):
+        head = line.split(b";", 1)[0].split(b",")
+        if len(head) >= 3 and head[1].isdigit() and head[2].isdigit():
+            return int(head[1]) + 1, int(head[2]) + 1_000_000
+    return 1, _START_USEC
+
+
+def _append(root: Path, messages: list[tuple[int, str]]) -> list[str]:
+    path = root / KMSG
+    path.parent.mkdir(exist_ok=True)
+    seq, usec = _next(path)
+    records = [f"{prio},{seq + i},{usec + i * 120},-;{msg}" for i, (prio, msg) in enumerate(messages)]
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+    with os.fdopen(fd, "a", encoding="utf-8") as f:
+        f.write("".join(r + "\n" for r in records))
+    return records
+
+
+def inject_xid(root: Path, gpu: str, code: int) -> list[str]:
+    """An Xid on `gpu` as the driver logs it (Xid 79 with its "fallen off the bus" line)."""
+    _device(root, gpu)
+    if not 0 < code < 1_000_000:
+        raise ValueError(f"{code} is not an Xid code")
+    short = gpu.rsplit(".", 1)[0]
+    if code == FALLEN_OFF_BUS:
+        text = "pid=<unknown>, name=<unknown>, GPU has fallen off the bus."
+        msgs = [(3, f"NVRM: Xid (PCI:{short}): 79, {text}"),
+                (3, f"NVRM: GPU {gpu}: GPU has fallen off the bus.")]
+    else:
+        msgs = [(3, f"NVRM: Xid (PCI:{short}): {code}, pid=4242, name=python3, {lookup(code).meaning}")]
+    return _append(root, msgs)
+
+
+def inject_aer(root: Path, gpu: str, severity: str) -> list[str]:
+    """A PCIe AER error on `gpu`: the port's summary and the device's own line."""
+    dev = _device(root, gpu)
+    cls = AER_CLASSES.get(severity)
+    if cls is None:
+        raise ValueError(f"{severity!r} is not an AER severity (fatal, nonfatal or corrected)")
+    port = dev.resolve().parent.name
+    kind = "Physical Layer, (Receiver ID)" if severity == "corrected" else "Transaction Layer, (Requester ID)"
+    msgs = [] if not _ADDR.fullmatch(port) else [
+        (3, f"pcieport {port}: AER: {cls} error message received from {gpu}")]
+    msgs.append((3, f"{_driver(dev)} {gpu}: PCIe Bus Error: severity={cls}, type={kind}"))
+    return _append(root, msgs)

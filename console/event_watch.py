@@ -1,0 +1,185 @@
+"""The host's GPU events as they arrive, for the console: the kernel log read incrementally, the source
+losses and returns the console saw, and the problems a fatal event raises.
+
+Cheap enough for every poll of the collector (which runs off the UI thread): a file (a tree's
+var/log/kern.log, the demo's .sim/kmsg) is read from the offset where the last poll stopped, up to its
+last whole line (a rotated or truncated file is read again from its start; a first look at a large log
+reads only its last TAIL bytes); /dev/kmsg stays open, non-blocking, and each poll reads the records
+written since (EAGAIN ends a poll). Only the newest KEEP events are held. An event whose lines straddle
+two polls is read as its pieces (the log is written a record at a time, so this is rare).
+"""
+from __future__ import annotations
+
+import errno
+import os
+import stat
+import time
+from collections import deque
+from dataclasses import dataclass
+
+from nodeconsole.console.events import AER, XID, KernelEvent, tie_to_vms
+from nodeconsole.console.model import HostSnapshot, Problem
+from nodeconsole.console.root import Root
+from nodeconsole.console.sources.kernel_log import KMSG, KernelLog, LogDenied, host_sources
+from nodeconsole.console.xid import AER_FATAL, AER_NONFATAL, FALLEN_OFF_BUS, FATAL, lookup
+
+KEEP = 200  # events held (newest)
+TAIL = 4 << 20  # a log seen for the first time is read from this many bytes before its end
+STEP = 8 << 20  # at most this much new text per poll (the rest at the next)
+SOURCE_KEEP = 50
+
+
+@dataclass(frozen=True)
+class SourceChange:
+    """A source the console lost or got back: `was` → `now` (ok, pending, a reason)."""
+    at: float  # time.time()
+    source: str
+    was: str
+    now: str
+
+    @property
+    def lost(self) -> bool:
+        return self.now not in ("ok", "pending")
+
+
+def is_alarm(ev: KernelEvent) -> bool:
+    """Fatal enough to show on the Overview: a fatal Xid (or Xid 79), an uncorrectable AER error."""
+    if ev.kind == XID:
+        return ev.severity == FATAL or ev.xid == FALLEN_OFF_BUS
+    return ev.kind == AER and ev.severity in (AER_FATAL, AER_NONFATAL)
+
+
+def describe(ev: KernelEvent) -> str:
+    """'Xid 79 (GPU has fallen off the bus)' / 'uncorrectable AER error (fatal)'."""
+    if ev.kind == XID and ev.xid is not None:
+        return f"Xid {ev.xid} ({lookup(ev.xid).meaning})"
+    return f"{'uncorrectable' if ev.severity != 'corrected' else 'corrected'} AER error ({ev.severity})"
+
+
+def event_problems(events: list[KernelEvent] | tuple[KernelEvent, ...]) -> list[Problem]:
+    """One problem per GPU with an alarming event (its newest), naming the VM holding it and the action."""
+    newest: dict[str, KernelEvent] = {}
+    for ev in events:
+        if is_alarm(ev):
+            newest[ev.gpu] = ev
+    out = []
+    for gpu, ev in newest.items():
+        who = f"VM {ev.vm}" if ev.vm else "no VM"
+        when = f" at {ev.time}" if ev.time else ""
+        out.append(Problem("error", gpu, f"{describe(ev)} on GPU {gpu} ({who}){when}", ev.action))
+    return out
+
+
+class _FileCursor:
+    def __init__(self) -> None:
+        self.offset: int | None = None
+        self.ino: int | None = None
+
+
+class EventWatch:
+    """Reads the new part of the host's kernel log at each poll; `events` holds the newest KEEP, oldest
+    first. Not thread-safe: one poller (the collector's worker) calls `poll`."""
+
+    def __init__(self) -> None:
+        self.log = KernelLog()
+        self._events: deque[KernelEvent] = deque(maxlen=KEEP)
+        self._files: dict[str, _FileCursor] = {}
+        self._kmsg: int | None = None
+        self.error = ""  # why the log cannot be read (no root), else ""
+        self.sources: deque[SourceChange] = deque(maxlen=SOURCE_KEEP)
+        self._last_sources: dict[str, str] = {}
+
+    @property
+    def events(self) -> tuple[KernelEvent, ...]:
+        return tuple(self._events)
+
+    def close(self) -> None:
+        if self._kmsg is not None:
+            os.close(self._kmsg)
+            self._kmsg = None
+
+    def poll(self, root: Root, live: bool) -> list[KernelEvent]:
+        """Read what the log gained since the last poll; returns the new events (log order)."""
+        new: list[KernelEvent] = []
+        try:
+            for rel in host_sources(root, live):
+                new += self._kmsg_new(root) if rel == KMSG else self._file_new(root, rel)
+            self.error = ""
+        except LogDenied as e:
+            self.error = f"reading {e.filename} needs root"
+        except OSError as e:
+            self.error = f"reading the kernel log failed: {e.strerror or e}"
+        self._events.extend(new)
+        return new
+
+    def _file_new(self, root: Root, rel: str) -> list[KernelEvent]:
+        path = root.resolve(rel)
+        if path is None:
+            return []
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        except PermissionError as e:
+            raise LogDenied(e.errno, e.strerror, "/" + rel) from None
+        except OSError:
+            return []
+        try:
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode):
+                return []
+            cur = self._files.setdefault(rel, _FileCursor())
+            if cur.offset is None:
+                cur.offset = max(0, st.st_size - TAIL)
+            elif cur.ino != st.st_ino or st.st_size < cur.offset:  # rotated or truncated: from its start
+                cur.offset = 0
+            cur.ino = st.st_ino
+            if st.st_size <= cur.offset:
+                return []
+            data = os.pread(fd, min(STEP, st.st_size - cur.offset), cur.offset)
+        finally:
+            os.close(fd)
+        start = cur.offset
+        end = data.rfind(b"\n") + 1
+        if end == 0:
+            return []
+        cur.offset = start + end
+        return self.log.text(data[:end])
+
+    def _kmsg_new(self, root: Root) -> list[KernelEvent]:
+        if self._kmsg is None:
+            path = root.resolve(KMSG)
+            if path is None:
+                return []
+            try:
+                fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+            except PermissionError as e:
+                raise LogDenied(e.errno, e.strerror, "/dev/kmsg") from None
+            if not stat.S_ISCHR(os.fstat(fd).st_mode):
+                os.close(fd)
+                return self._file_new(root, KMSG)
+            self._kmsg = fd
+        records = []
+        for _ in range(100_000):  # the ring buffer holds far fewer; a bound all the same
+            try:
+                records.append(os.read(self._kmsg, 1 << 16))
+            except BlockingIOError:
+                break
+            except OSError as e:
+                if e.errno == errno.EPIPE:  # overwritten while we were away: go on with the next
+                    continue
+                if e.errno in (errno.EPERM, errno.EACCES):
+                    raise LogDenied(e.errno, e.strerror, "/dev/kmsg") from None
+                break
+            if not records[-1]:
+                break
+        return self.log.text(b"".join(r if r.endswith(b"\n") else r + b"\n" for r in records if r))
+
+    def note_sources(self, sources: dict[str, str]) -> None:
+        """Record each source whose state changed since the last snapshot (the first one is the start)."""
+        for name, now in sources.items():
+            was = self._last_sources.get(name)
+            if was is not None and was != now and not (was == "pending" and now == "ok"):
+                self.sources.append(SourceChange(time.time(), name, was, now))
+            self._last_sources[name] = now
+
+    def tied(self, snap: HostSnapshot) -> tuple[KernelEvent, ...]:
+        return tuple(tie_to_vms(self._events, snap))

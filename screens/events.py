@@ -1,0 +1,125 @@
+"""9 Events: GPU events from the kernel log (Xid, fallen off the bus, PCIe AER), the changes applied
+through the audit log, and the sources the console lost or got back, newest first.
+
+The kernel log is read by the collector's poll (in its worker, incrementally: console/event_watch.py);
+the audit log is read here in a thread worker, on show and every few seconds — never on the UI thread.
+Host text (process names, log lines, VM names, titles) is plain text.
+"""
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from rich.text import Text
+from textual import work
+from textual.app import ComposeResult
+from textual.widgets import Static
+
+from nodeconsole.console.event_watch import SourceChange
+from nodeconsole.console.events import KernelEvent
+from nodeconsole.console.hosttext import show
+from nodeconsole.console.model import HostSnapshot
+from nodeconsole.console.xid import lookup
+from nodeconsole.screens.base import SnapshotScreen
+from nodeconsole.screens.widgets.keyed_table import KeyedTable
+from nodeconsole.screens.widgets.text import plain_text
+
+COLS = [("when", "When"), ("kind", "What"), ("gpu", "GPU"), ("vm", "VM"), ("severity", "Severity"),
+        ("meaning", "Meaning"), ("action", "Action")]
+REFRESH_S = 5.0
+TEXT_MAX = 100
+
+
+def event_rows(snap: HostSnapshot | None, events: tuple[KernelEvent, ...], changes: list[dict[str, Any]],
+               sources: tuple[SourceChange, ...]) -> list[tuple[str, tuple]]:
+    """Rows newest first: kernel events (newest last in the log), then applied changes and source changes
+    by their time (host clocks differ from the log's: each kind keeps its own order, events on top)."""
+    index = {g.address: g.index for g in snap.gpus} if snap is not None else {}
+    rows: list[tuple[str, tuple]] = []
+    for n, ev in reversed(list(enumerate(events))):
+        what = f"Xid {ev.xid}" if ev.xid is not None else "AER"
+        meaning = lookup(ev.xid).meaning if ev.xid is not None else show(ev.text, TEXT_MAX)
+        gpu = f"{index[ev.gpu]} {ev.gpu}" if ev.gpu in index else ev.gpu
+        rows.append((f"ev{n}", (ev.time or "-", what, gpu, Text(show(ev.vm or "-", 64)), ev.severity,
+                                Text(meaning), ev.action)))
+    dated: list[tuple[str, str, tuple]] = []
+    for r in changes:
+        when = str(r.get("when") or "")
+        dated.append((when, f"ch{r.get('id')}", (when[:19] or "-", "change", "", "", str(r.get("result") or "?"),
+                                                 Text(show(r.get("title") or "", TEXT_MAX)),
+                                                 str(r.get("action") or ""))))
+    for n, s in enumerate(sources):
+        when = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(s.at))
+        dated.append((when, f"src{n}", (when, "source", "", "", "lost" if s.lost else "back",
+                                        Text(show(f"{s.source}: {s.was} → {s.now}", TEXT_MAX)), "")))
+    dated.sort(key=lambda x: x[0], reverse=True)
+    rows += [(key, cells) for _, key, cells in dated]
+    return rows
+
+
+class EventsScreen(SnapshotScreen):
+    TITLE = "Events"
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.changes: list[dict[str, Any]] = []
+        self._read_at = -REFRESH_S
+        self._keys: list[str] = []
+
+    def compose_body(self) -> ComposeResult:
+        yield Static(Text("reading events…"), id="events-summary")
+        yield KeyedTable(COLS, id="events-table")
+
+    def _collector_state(self) -> tuple[tuple[KernelEvent, ...], tuple[SourceChange, ...], str]:
+        c = getattr(self.app, "collector", None)
+        if c is None:
+            return (), (), ""
+        return c.gpu_events, tuple(c.watch.sources), c.watch.error
+
+    def render_snapshot(self, snap: HostSnapshot) -> None:
+        if time.monotonic() - self._read_at >= REFRESH_S:
+            self._read_at = time.monotonic()
+            self._read_audit()
+        self._show()
+
+    def on_screen_resume(self) -> None:
+        self._read_at = -REFRESH_S
+        super().on_screen_resume()
+
+    @work(thread=True, exclusive=True, group="events", exit_on_error=False)
+    def _read_audit(self) -> None:
+        try:
+            records = self.app.new_session().host.audit.records()  # type: ignore[attr-defined]
+        except Exception:  # no audit log (a replay, not read yet): the kernel events still show
+            records = []
+        self.app.call_from_thread(self._got, [r for r in records if r.get("result") == "applied"])
+
+    def _got(self, records: list[dict[str, Any]]) -> None:
+        self.changes = records
+        self._show()
+
+    def _show(self) -> None:
+        events, sources, error = self._collector_state()
+        rows = event_rows(self.snapshot, events, self.changes, sources)
+        table = self.query_one("#events-table", KeyedTable)
+        if [k for k, _ in rows] != self._keys:  # new rows go on top: rebuild (the list is short)
+            self._keys = [k for k, _ in rows]
+            table.clear()
+            table._rows.clear()
+        table.sync(rows)
+        head = (f"{len(events)} GPU event(s) from the kernel log, {len(self.changes)} applied change(s), "
+                f"{len(sources)} source change(s); newest first")
+        self.query_one("#events-summary", Static).update(plain_text(head + (f"\nwarning: {error}" if error else "")))
+
+    def details_for(self, table: KeyedTable, key: str) -> tuple[str, str] | None:
+        events, _, _ = self._collector_state()
+        if key.startswith("ev") and key[2:].isdigit() and int(key[2:]) < len(events):
+            ev = events[int(key[2:])]
+            lines = [f"{ev.kind} on {ev.gpu} at {ev.time or '-'}", f"VM {ev.vm or '-'}",
+                     f"severity {ev.severity}; action: {ev.action}", ev.text]
+            if ev.pid is not None or ev.process:
+                lines.append(f"pid {ev.pid if ev.pid is not None else '?'} {ev.process or ''}")
+            if ev.port:
+                lines.append(f"reported by port {ev.port}")
+            return f"Event on {ev.gpu}", "\n".join(lines)
+        return None

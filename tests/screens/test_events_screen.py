@@ -1,0 +1,72 @@
+"""GPU events in the console: an Xid 79 injected on the MIG GPU (VMs hold its MIG-backed vGPUs) and a
+fatal AER error on the GPU train-a holds through vfio-pci each show in the Events view (9), in the GPU's
+details, as an Overview problem naming the VM and the action, and in `events --json` with the VM."""
+from __future__ import annotations
+
+import io
+import json
+
+from rich.console import Console
+from textual.widgets import Static
+
+from nodeconsole.console.cli import main
+from nodeconsole.console.collector import Collector
+from nodeconsole.screens.app import NodeConsoleApp
+from nodeconsole.screens.events import EventsScreen
+from nodeconsole.screens.widgets.details import gpu_details
+from nodeconsole.screens.widgets.keyed_table import KeyedTable
+from tests.screens.helpers import wait_until
+
+MIG_GPU, VFIO_GPU = "0000:3a:00.0", "0000:19:00.0"
+
+
+def _rows(screen) -> list[str]:
+    table = screen.query_one("#events-table", KeyedTable)
+    return [" | ".join(str(c) for c in table.get_row_at(i)) for i in range(table.row_count)]
+
+
+async def test_injected_events_reach_every_view(demo_seams, capsys):
+    collector = Collector(demo_seams)
+    assert not collector.collect().problems or all("Xid" not in p.message for p in collector.collect().problems)
+    assert main(["demo", "inject", "xid", MIG_GPU, "79"]) == 0
+    assert main(["demo", "inject", "aer", "19:00.0", "fatal"]) == 0
+    assert main(["demo", "inject", "aer", VFIO_GPU, "sideways"]) == 2  # bad input: one line, nothing written
+    capsys.readouterr()
+
+    # the collector reads only what was added (the next poll finds nothing new)
+    snap = collector.collect()
+    assert [(e.gpu, e.xid, e.severity) for e in collector.gpu_events] == [(MIG_GPU, 79, "fatal"),
+                                                                          (VFIO_GPU, None, "fatal")]
+    assert collector.watch.poll(demo_seams.root, False) == []
+    mig_vms = collector.gpu_events[0].vms
+    assert mig_vms and collector.gpu_events[1].vms == ("train-a",)
+    problems = {p.subject: p for p in snap.problems}
+    assert "Xid 79" in problems[MIG_GPU].message and mig_vms[0] in problems[MIG_GPU].message
+    assert problems[MIG_GPU].fix.startswith("reboot node")
+    assert "train-a" in problems[VFIO_GPU].message and problems[VFIO_GPU].fix.startswith("reset GPU")
+    assert snap.problems[0].severity == "error"
+    details = gpu_details(snap, snap.gpu(VFIO_GPU), collector.gpu_events)
+    assert "Last events (1" in details and "AER fatal  VM train-a" in details
+    assert "Xid 79 fatal" in gpu_details(snap, snap.gpu(MIG_GPU), collector.gpu_events)
+    collector.close()
+
+    assert main(["--demo", "events", "--json"]) == 0
+    out = {(e["gpu"], e["xid"]): e for e in json.loads(capsys.readouterr().out)}
+    assert out[(MIG_GPU, 79)]["vm"] == ", ".join(mig_vms) and out[(VFIO_GPU, None)]["vm"] == "train-a"
+
+    app = NodeConsoleApp(demo_seams, interval=60)
+    async with app.run_test(size=(160, 40)) as pilot:
+        assert await wait_until(pilot, lambda: app.polls >= 1 and any(
+            "Xid 79" in p.message for p in app.snapshot.problems), tries=200)
+        console = Console(width=160, file=io.StringIO(), record=True)
+        console.print(app.screen.query_one("#problems", Static).content)
+        overview = console.export_text()
+        assert "Xid 79" in overview and "train-a" in overview
+        await pilot.press("9")
+        screen = app.screen
+        assert isinstance(screen, EventsScreen)
+        assert await wait_until(pilot, lambda: len(_rows(screen)) >= 2)
+        rows = _rows(screen)
+        assert rows[0].split(" | ")[1] == "AER" and "train-a" in rows[0] and "reset GPU" in rows[0]
+        assert "Xid 79" in rows[1] and MIG_GPU in rows[1] and mig_vms[0] in rows[1]
+        assert "GPU has fallen off the bus" in rows[1]
