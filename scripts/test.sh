@@ -13,11 +13,28 @@ if [ -d /dev/shm ] && base=$(mktemp -d /dev/shm/nodeconsole-tests.XXXXXX 2>/dev/
 fi
 [ -n "$base" ] || base=$(mktemp -d)
 trap 'rm -rf "$base"' EXIT
-# Lint and types run beside pytest (they need a core of their own for ~10 s); both must pass.
+# Lint and types run beside pytest (a few seconds of one CPU); both must pass.
 bash scripts/lint.sh > "$base/lint.log" 2>&1 &
 lint=$!
+# pytest runs in parallel (pytest-xdist), two workers per CPU: much of the suite waits (on the terminal
+# apps under test, on subprocesses, on QEMU), so a second worker per CPU fills the waits. At most 16
+# workers; on one CPU, one process. Each worker has its own temporary HOME (tests/conftest.py) and its
+# own folder under --basetemp; the tests on the real libvirtd stay together in one worker (--dist
+# loadgroup; tests/conftest.py groups them). `scripts/test.sh -n 0` runs everything in one process.
+cpus=$(nproc 2>/dev/null || echo 1)
+# a CPU quota (cgroup v2, e.g. a container's --cpus) allows fewer CPUs than the affinity mask shows
+quota=max period=0
+[ -r /sys/fs/cgroup/cpu.max ] && read -r quota period < /sys/fs/cgroup/cpu.max
+if [ "$quota" != max ] && [ "$period" -gt 0 ] && [ $(( (quota + period - 1) / period )) -lt "$cpus" ]; then
+  cpus=$(( (quota + period - 1) / period ))
+fi
+workers=()
+if [ "$cpus" -ge 2 ]; then
+  n=$(( cpus * 2 > 16 ? 16 : cpus * 2 ))
+  workers=(-n "$n" --dist loadgroup)
+fi
 rc=0
-.venv/bin/python -m pytest -q -p no:cacheprovider --basetemp="$base/pytest" "$@" || rc=$?
+.venv/bin/python -m pytest -q -p no:cacheprovider --basetemp="$base/pytest" ${workers[@]+"${workers[@]}"} "$@" || rc=$?
 lint_rc=0
 wait "$lint" || lint_rc=$?
 echo "--- scripts/lint.sh (ruff, mypy, import contracts) ---"

@@ -4,7 +4,8 @@ Hermetic: before anything is collected, the environment that could leak from the
 suite is replaced: `HOME` and `XDG_*` point into a fresh temporary directory, the time zone and locale
 are fixed, pci.ids is the built-in table (device names never depend on what is installed), and
 variables that the console or its checks read (NCCL_*, SSH_*, SUDO_*, terminal size, colour switches,
-the demo state directory) are removed. Subprocesses inherit the same environment.
+the demo state directory) are removed. Subprocesses inherit the same environment. Run in parallel
+(pytest-xdist, scripts/test.sh), each worker makes its own temporary HOME.
 
 `shared_dir` finds the project's reference material (../shared from the repo root,
 or $NODECONSOLE_SHARED): in a user's clone without it, dependent tests skip and say so; in CI (env CI
@@ -27,7 +28,10 @@ _DROP_PREFIXES = ("NCCL_", "SSH_", "SUDO_", "XDG_", "LC_", "TEXTUAL", "NODECONSO
                   "PMIX_")
 _DROP = {"COLUMNS", "LINES", "NO_COLOR", "FORCE_COLOR", "TMUX", "TMUX_PANE", "LANGUAGE",
          "CUDA_VISIBLE_DEVICES", "LD_LIBRARY_PATH", "MAIL", "USER", "LOGNAME"}
-_KEEP = {"NODECONSOLE_SHARED"}
+# TEXTUAL_SNAPSHOT_TEMPDIR: where pytest-textual-snapshot's parallel workers leave their results for the
+# controller's report (set by the controller, for its workers).
+_KEEP = {"NODECONSOLE_SHARED", "TEXTUAL_SNAPSHOT_TEMPDIR"}
+_END_NOTES = pytest.StashKey[dict[str, list[str]]]()
 
 
 class _RepoFoldersAreNotPackages(importlib.abc.MetaPathFinder):
@@ -75,6 +79,64 @@ def pytest_configure(config: pytest.Config) -> None:
 def pytest_unconfigure(config: pytest.Config) -> None:
     if _HERMETIC_HOME is not None:
         shutil.rmtree(_HERMETIC_HOME, ignore_errors=True)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """With `-n N --dist loadgroup` (scripts/test.sh), the tests on the real libvirtd run in one worker:
+    that worker starts the one daemon (a session fixture) and the tests take turns with its guests.
+    SVG snapshot tests are labelled in their reports, for the count at the end of a run split over workers."""
+    for item in items:
+        if item.get_closest_marker("real_libvirtd"):
+            item.add_marker(pytest.mark.xdist_group("real_libvirtd"))
+        if "snap_compare" in getattr(item, "fixturenames", ()):
+            item.user_properties.append(("svg_snapshot", True))
+
+
+def _distributed_controller(config: pytest.Config) -> bool:
+    """This process hands the tests to pytest-xdist workers (`-n N`, N > 0) and runs none itself."""
+    return not hasattr(config, "workerinput") and config.getoption("dist", default="no") != "no"
+
+
+def end_of_run_note(config: pytest.Config, heading: str, line: str) -> None:
+    """A line shown under `heading` in the summary at the end of the run. With `-n N` it is written in a
+    worker and shown by the controller (sent along when the worker finishes)."""
+    config.stash.setdefault(_END_NOTES, {}).setdefault(heading, []).append(line)
+
+
+@pytest.hookimpl(trylast=True)  # after the last session fixture's teardown, which may add a note
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    workeroutput = getattr(session.config, "workeroutput", None)
+    if workeroutput is not None:
+        workeroutput["nodeconsole_end_notes"] = session.config.stash.get(_END_NOTES, {})
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node, error) -> None:  # pytest-xdist, in the controller: a worker finished
+    for heading, lines in getattr(node, "workeroutput", {}).get("nodeconsole_end_notes", {}).items():
+        for line in lines:
+            end_of_run_note(node.config, heading, line)
+
+
+def pytest_terminal_summary(terminalreporter) -> None:
+    # syrupy's own count ("snapshot report summary") sees only its process's tests: none in the
+    # controller of a distributed run. The Textual snapshot report of any differences prints either way.
+    counts: dict[str, int] = {}
+    if _distributed_controller(terminalreporter.config):
+        for outcome in ("passed", "failed", "skipped"):
+            reports = terminalreporter.stats.get(outcome, [])
+            n = sum(1 for r in reports if getattr(r, "when", None) == "call"
+                    and any(prop[0] == "svg_snapshot" for prop in r.user_properties))
+            if n:
+                counts[outcome] = n
+    if counts:
+        terminalreporter.write_sep("-", "snapshot report summary")
+        terminalreporter.write_line(" ".join(f"{n} snapshot{'s' * (n != 1)} {outcome}."
+                                             for outcome, n in counts.items()))
+    for heading, lines in terminalreporter.config.stash.get(_END_NOTES, {}).items():
+        terminalreporter.write_sep("-", heading)
+        for line in lines:
+            terminalreporter.write_line(line)
 
 
 def _shared_path() -> Path:

@@ -27,7 +27,9 @@ def _tree_names() -> list[str]:
     return sorted(p.name[: -len(".tar.bz2")] for p in hosts.glob("*.tar.bz2")) or [NO_TREES]
 
 
-TREES = _tree_names()
+# Run in parallel (pytest-xdist, --dist loadgroup), the tests of one tree stay in one worker, which
+# extracts and reads it once (the cost of these tests) rather than once per worker.
+TREES = [pytest.param(name, marks=pytest.mark.xdist_group(f"capture:{name}")) for name in _tree_names()]
 
 
 class _Hosts:

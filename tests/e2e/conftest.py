@@ -20,10 +20,12 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import end_of_run_note
+
 NEEDED = ("/usr/sbin/libvirtd", "/usr/bin/qemu-system-x86_64", "/usr/bin/virsh", "/usr/bin/virt-admin",
           "/usr/bin/unshare", "/usr/bin/bc")
 PACKAGES = "libvirt-daemon libvirt-daemon-driver-qemu qemu-system-x86 qemu-utils libvirt-clients bc"
-_REPORT: list[str] = []
+REPORT = "real libvirtd"  # the heading of the daemon's timings in the summary at the end of the run
 
 
 @dataclass(frozen=True)
@@ -52,7 +54,8 @@ def _unavailable(reason: str) -> None:
 
 
 @pytest.fixture(scope="session")
-def real_libvirtd(shared_dir: Path) -> Iterator[RealLibvirtd]:
+def real_libvirtd(shared_dir: Path, pytestconfig: pytest.Config) -> Iterator[RealLibvirtd]:
+    """Session-wide; with `-n N` all its tests run in one worker (tests/conftest.py groups them)."""
     recipe = shared_dir / "recipes" / "real-libvirtd"
     if not (recipe / "up.sh").exists():
         _unavailable(f"the recipe {recipe}/up.sh")
@@ -74,7 +77,8 @@ def real_libvirtd(shared_dir: Path) -> Iterator[RealLibvirtd]:
         t0 = time.monotonic()
         up = subprocess.run(["bash", str(recipe / "up.sh")], env=env, capture_output=True, text=True,
                             timeout=180)
-        _REPORT.append(f"up.sh ({time.monotonic() - t0:.1f}s): " + " ".join(up.stdout.split("\n")[:1]))
+        first = " ".join(up.stdout.split("\n")[:1])
+        end_of_run_note(pytestconfig, REPORT, f"up.sh ({time.monotonic() - t0:.1f}s): {first}")
         m = re.search(r"LIBVIRT_DEFAULT_URI='([^']+)'", up.stdout)
         if up.returncode != 0 or not m:
             pytest.fail(f"up.sh failed (rc {up.returncode}):\n{up.stdout}\n{up.stderr}\n"
@@ -85,9 +89,9 @@ def real_libvirtd(shared_dir: Path) -> Iterator[RealLibvirtd]:
         down = subprocess.run(["bash", str(recipe / "down.sh")], env=env, capture_output=True, text=True,
                               timeout=120)
         last = (down.stdout.strip().splitlines() or [""])[-1]
-        _REPORT.append(f"down.sh ({time.monotonic() - t0:.1f}s): {last}")
+        end_of_run_note(pytestconfig, REPORT, f"down.sh ({time.monotonic() - t0:.1f}s): {last}")
         if down.returncode != 0 or down.stderr.strip():
-            _REPORT.append(f"down.sh rc {down.returncode}: {down.stderr.strip()}")
+            end_of_run_note(pytestconfig, REPORT, f"down.sh rc {down.returncode}: {down.stderr.strip()}")
         shutil.rmtree(rv, ignore_errors=True)
         fcntl.flock(lock, fcntl.LOCK_UN)
         lock.close()
@@ -99,10 +103,3 @@ def _tail(path: Path, lines: int = 30) -> str:
     except OSError:
         return ""
 
-
-def pytest_terminal_summary(terminalreporter) -> None:
-    """Show how long the daemon took to come up and go down (CI logs keep it)."""
-    if _REPORT:
-        terminalreporter.write_sep("-", "real libvirtd")
-        for line in _REPORT:
-            terminalreporter.write_line(line)
