@@ -11,7 +11,8 @@ LOAD_LIVE = ("cpu_percent", "load_avg", "memory_available_kib")
 GPU_LIVE = ("utilization_gpu", "utilization_memory", "memory_used_mib", "temperature_c", "power_w", "clock_sm_mhz",
             "clock_mem_mhz", "clock_events")
 PROCESS_LIVE = ("used_memory_mib",)
-VM_LIVE = ("cpu_percent",)
+VM_LIVE = ("cpu_percent", "steal_percent")
+NODE_LIVE = ("cpu_percent",)  # load.nodes[]: CPU use moves; memory and huge pages are the host's state
 
 
 def blank_live(snapshot: dict[str, Any]) -> dict[str, Any]:
@@ -22,6 +23,9 @@ def blank_live(snapshot: dict[str, Any]) -> dict[str, Any]:
     for key in LOAD_LIVE:
         if isinstance(out.get("load"), dict):
             out["load"][key] = None
+    for node in (out.get("load") or {}).get("nodes") or ():
+        for key in NODE_LIVE:
+            node[key] = None
     for gpu in out.get("gpus") or ():
         for key in GPU_LIVE:
             gpu[key] = None

@@ -161,7 +161,7 @@ def test_printed_plan_is_clean(hostile):
     before = (hostile / "audit.jsonl").read_text()
     r = _cli(hostile, "passthrough", "4", "--vm", VM_CLICK, "--demo")
     _assert_clean(r.stdout + r.stderr)
-    assert "(0000:9a:00.0, [bold red]x\\x1b]0;pwned\\x07) through to VM [@click=app.quit]q" in r.stdout
+    assert "(0000:9a:00.0, [bold red]x\\x1b]0;pwned\\x07, nvidia-smi 3) through to VM [@click=app.quit]q" in r.stdout
     assert "Nothing was changed" in r.stdout, r.stdout + r.stderr
     assert (hostile / "audit.jsonl").read_text() == before
 
@@ -192,7 +192,7 @@ def test_applied_change_then_log_and_undo_are_clean(tmp_path):
     assert b"\x1b" not in (state / "audit.jsonl").read_bytes()
     log = _cli(state, "log", "--demo")
     _assert_clean(log.stdout + log.stderr)
-    assert "(0000:9a:00.0, [bold red]x\\x1b]0;pwned\\x07) through" in log.stdout
+    assert "(0000:9a:00.0, [bold red]x\\x1b]0;pwned\\x07, nvidia-smi 3) through" in log.stdout
     undo = _cli(state, "undo", "--demo")
     assert undo.returncode == 0, undo.stdout + undo.stderr
     _assert_clean(undo.stdout + undo.stderr)
