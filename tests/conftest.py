@@ -154,3 +154,21 @@ def shared_dir() -> Path:
             pytest.fail(msg)
         pytest.skip(msg)
     return path
+
+
+# A demo host shared by the tests of one module that only read it (each asserts it changed nothing).
+@pytest.fixture(scope="module")
+def _shared(tmp_path_factory) -> Path:
+    from nodeconsole.console.demo.state import ensure_demo
+
+    d = tmp_path_factory.mktemp("shared") / "demo"
+    ensure_demo(d)
+    return d
+
+
+@pytest.fixture
+def state_ro(_shared, monkeypatch) -> Path:
+    """A demo shared by the tests of one module that must change nothing (each asserts that it did not
+    or only reads)."""
+    monkeypatch.setenv("NODECONSOLE_STATE_DIR", str(_shared))
+    return _shared

@@ -15,19 +15,3 @@ def state(tmp_path, monkeypatch) -> Path:
 
     ensure_demo(d)
     return d
-
-
-@pytest.fixture(scope="module")
-def _shared(tmp_path_factory) -> Path:
-    from nodeconsole.console.demo.state import ensure_demo
-
-    d = tmp_path_factory.mktemp("shared") / "demo"
-    ensure_demo(d)
-    return d
-
-
-@pytest.fixture
-def state_ro(_shared, monkeypatch) -> Path:
-    """A demo shared by the tests of one module that must change nothing (each asserts that it did not)."""
-    monkeypatch.setenv("NODECONSOLE_STATE_DIR", str(_shared))
-    return _shared

@@ -29,20 +29,10 @@ def _statuses(d: dict) -> dict[str, str]:
     return {c["id"]: c["status"] for c in d["checks"]}
 
 
-@pytest.fixture(scope="module")
-def _demo(tmp_path_factory) -> Path:
-    from nodeconsole.console.demo.state import ensure_demo
-
-    d = tmp_path_factory.mktemp("doctor") / "demo"
-    ensure_demo(d)
-    return d
-
-
 @pytest.fixture
-def demo(_demo, monkeypatch) -> Path:
-    """The default demo host, shared by the tests that only read it."""
-    monkeypatch.setenv("NODECONSOLE_STATE_DIR", str(_demo))
-    return _demo
+def demo(state_ro) -> Path:
+    """The default demo host, shared by the tests of this module that only read it."""
+    return state_ro
 
 
 # What docs/demo-host.md promises of the configured demo: a ready host with a few honest problems.

@@ -467,19 +467,10 @@ def test_kmsg_device_reader_reads_records_until_eagain(monkeypatch):
 
 
 # -- the VM holding the GPU, on the demo host --
-@pytest.fixture(scope="module")
-def _demo(tmp_path_factory) -> Path:
-    from nodeconsole.console.demo.state import ensure_demo
-
-    d = tmp_path_factory.mktemp("kl") / "demo"
-    ensure_demo(d)
-    return d
-
-
 @pytest.fixture
-def demo(_demo, monkeypatch) -> Path:
-    monkeypatch.setenv("NODECONSOLE_STATE_DIR", str(_demo))
-    return _demo
+def demo(state_ro) -> Path:
+    """The default demo host, shared by the tests of this module that only read it."""
+    return state_ro
 
 
 DEMO_LOG = (
