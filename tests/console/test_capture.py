@@ -3,7 +3,7 @@ doctor, events, plans), read-only; capture → replay → capture gives the same
 time; --redact leaves none of the host's names, UUIDs or MACs; malicious archives are refused.
 
 One demo host per module (with a kernel log, an audit record and a MAC added), one capture of it, one
-medium generated host, and every shared real-machine tree via --root; the CLI runs in-process."""
+large host, and every shared real-machine tree via --root; the CLI runs in-process."""
 from __future__ import annotations
 
 import contextlib
@@ -393,29 +393,30 @@ def test_tree_never_follows_a_link_out_of_the_root(tmp_path):
 
 
 @pytest.fixture(scope="module")
-def medium(scratch):
-    """One generated host of the large preset, at a size the suite affords (8 GPUs, 64 CPUs, 60 VMs)."""
+def large(scratch):
+    """The large host itself (16 GPUs, 256 CPUs, 500 VMs), generated once for the module."""
     from nodeconsole.console.demo.generator import generate
     from nodeconsole.console.demo.nvml_sim import SimulatedNvml
     from nodeconsole.console.demo.presets import large_spec
     from nodeconsole.console.seams import Seams
 
-    host = generate(large_spec(gpus=8, cpus=64, vms=60), scratch / "medium")
+    host = generate(large_spec(), scratch / "large")
     root = Root(host.root)
     return Seams(root=root, libvirt_uri=host.libvirt_uri,
                  nvml_lib=SimulatedNvml.from_file(host.nvml_state, root=root, privileged=True))
 
 
-def test_large_preset_replays_as_captured(medium, tmp_path):
+def test_large_preset_replays_as_captured(large, tmp_path):
     from nodeconsole.console.capture.take import take_capture
     from nodeconsole.console.seams import replay_host
 
-    capture = take_capture(medium)
-    archive = tmp_path / "medium.tar.gz"
+    capture = take_capture(large)
+    archive = tmp_path / "large.tar.gz"
     archive.write_bytes(capture.data)
-    live = Collector(medium).collect()
+    live = Collector(large).collect()
     replayed = Collector(replay_host(archive)).collect()
-    assert len(live.vms) == 60 and {g.owner.kind for g in live.gpus} >= {"host", "vfio", "vgpu", "mig"}
+    assert len(live.vms) == 500 and len(live.gpus) == 16 and len(live.cpus) == 256
+    assert {g.owner.kind for g in live.gpus} >= {"host", "vfio", "vgpu", "mig"}
     assert blank_live(replayed.to_dict()) == blank_live(live.to_dict())
 
 
