@@ -37,6 +37,8 @@ from nodeconsole.console.model import (
 from nodeconsole.console.seams import Seams
 from nodeconsole.console.sources.types import LibvirtData, NvmlData, NvmlGpu, SourceError, SysfsData
 
+STEAL_EVERY_S = 5.0  # how often the vCPU threads' wait time is read on a live host
+
 if TYPE_CHECKING:  # the sources are imported on first use
     from nodeconsole.console.sources.libvirt_src import LibvirtSource
     from nodeconsole.console.sources.load import LoadReader
@@ -85,6 +87,10 @@ class Collector:
         self._libvirt: LibvirtSource | None = None
         self._load: LoadReader | None = None
         self._waits: VcpuWaitReader | None = None
+        # vCPU steal reads every vCPU thread's schedstat (thousands of files on a full host): on its own
+        # slower cadence, the values kept in between
+        self._steal_at = float("-inf")
+        self._steal_of: dict[str, float | None] = {}
         self._nvml_reinit_at = -1e9
         self._names: dict[str, str] = {}
         self._lock = threading.Lock()
@@ -159,10 +165,14 @@ class Collector:
             from nodeconsole.console.sources.pressure import VcpuWaitReader
 
             self._waits = VcpuWaitReader(self.seams.root)
-        try:
-            return tuple(replace(v, steal_percent=self._waits.steal(v)) for v in vms)
-        except OSError:
-            return vms
+        now = time.monotonic()
+        if now - self._steal_at >= STEAL_EVERY_S:
+            try:
+                self._steal_of = {v.name: self._waits.steal(v) for v in vms}
+            except OSError:
+                return vms
+            self._steal_at = now
+        return tuple(replace(v, steal_percent=self._steal_of.get(v.name)) for v in vms)
 
     def _read_load(self) -> Load:
         # A stateful reader: per-CPU load is a delta between this call and the previous one.
