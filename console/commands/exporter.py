@@ -1,0 +1,77 @@
+"""`nodeconsole exporter`: the snapshot as Prometheus metrics, served over HTTP or written once for
+node_exporter's textfile collector."""
+from __future__ import annotations
+
+import argparse
+import re
+
+from nodeconsole.console.argtypes import seconds
+from nodeconsole.console.cli import UsageError, seams_from_args, subcommand
+
+DEFAULT_LISTEN = "127.0.0.1:9842"
+
+
+@subcommand("exporter", "serve the host's metrics to Prometheus (or write them once with --textfile)")
+def configure(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--listen", metavar="ADDR:PORT", default=DEFAULT_LISTEN,
+                   help=f"address to serve /metrics on (default {DEFAULT_LISTEN}; [::]:9842 for IPv6)")
+    p.add_argument("--textfile", metavar="PATH", default=None,
+                   help="write the metrics once to PATH (atomically, for node_exporter's textfile "
+                        "collector; name it *.prom) and exit")
+    p.add_argument("--interval", dest="sample_interval", type=seconds, default=15.0, metavar="S",
+                   help="seconds between snapshots while serving (default 15)")
+    p.set_defaults(func=run)
+
+
+def parse_listen(text: str) -> tuple[str, int]:
+    m = re.fullmatch(r"\[([0-9A-Fa-f:.]+)\]:(\d{1,5})|([^\s:\[\]]*):(\d{1,5})", text.strip())
+    if not m:
+        raise UsageError(f"--listen {text!r}: expected ADDR:PORT (e.g. 0.0.0.0:9842 or [::]:9842)")
+    addr = m.group(1) if m.group(1) is not None else (m.group(3) or "0.0.0.0")
+    port = int(m.group(2) or m.group(4))
+    if port > 65535:
+        raise UsageError(f"--listen {text!r}: port {port} is out of range")
+    return addr, port
+
+
+def run(args: argparse.Namespace) -> int:
+    import time
+
+    from nodeconsole.console.collector import Collector
+    from nodeconsole.console.exporter import Sampler, registry_for
+
+    listen = parse_listen(args.listen) if args.textfile is None else None
+    if args.textfile is not None and not args.textfile.strip():
+        raise UsageError("--textfile needs a path")
+    collector = Collector(seams_from_args(args))
+    sampler = Sampler(collector, interval=args.sample_interval)
+    registry = registry_for(lambda: sampler.latest)
+    try:
+        if args.textfile is not None:
+            from prometheus_client import write_to_textfile
+
+            collector.collect()  # CPU use is a delta between two reads: prime it
+            time.sleep(0.25)
+            sampler.take()
+            write_to_textfile(args.textfile, registry)  # a temp file renamed over PATH
+            return 0
+        from prometheus_client import start_http_server
+
+        assert listen is not None
+        try:
+            server, _thread = start_http_server(listen[1], addr=listen[0], registry=registry)
+        except OSError as e:
+            raise UsageError(f"--listen {args.listen}: {e.strerror or e}") from None
+        sampler.start()
+        print(f"nodeconsole exporter: serving http://{args.listen.strip()}/metrics "
+              f"(port {server.server_port}), a snapshot every {args.sample_interval:g} s", flush=True)
+        try:
+            while True:
+                time.sleep(3600)
+        except KeyboardInterrupt:
+            pass
+        sampler.stop()
+        server.shutdown()
+        return 0
+    finally:
+        collector.close()
