@@ -1,6 +1,6 @@
 #!/bin/bash
 # Set up nodeconsole in ./.venv. `setup.sh` installs what the console needs; `setup.sh --test` also
-# installs what the test suite needs (a real libvirtd + QEMU for the end-to-end tests, tmux, rsvg).
+# installs what the test suite needs (a real libvirtd + QEMU for the end-to-end tests, tmux, rsvg, Prometheus and promtool).
 # Debian/Ubuntu packages are installed with apt-get when missing (needs root); otherwise it says what
 # to install and stops.
 set -euo pipefail
@@ -9,7 +9,7 @@ MODE=${1:-run}
 
 PKGS="python3 python3-venv python3-dev gcc pkg-config libvirt-dev pci.ids"
 if [ "$MODE" = "--test" ]; then
-  PKGS="$PKGS tmux librsvg2-bin bc htop libvirt-daemon libvirt-daemon-driver-qemu qemu-system-x86 qemu-utils libvirt-clients"
+  PKGS="$PKGS tmux librsvg2-bin bc htop libvirt-daemon libvirt-daemon-driver-qemu qemu-system-x86 qemu-utils libvirt-clients prometheus"
 fi
 
 missing=""
