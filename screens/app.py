@@ -12,6 +12,7 @@ from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, ClassVar
 
 from textual import work
+from textual.actions import parse as parse_action
 from textual.app import App, SystemCommand
 from textual.binding import BindingType
 from textual.notifications import SeverityLevel
@@ -43,6 +44,10 @@ if TYPE_CHECKING:  # the actions and the NCCL screen are imported on first use
     from nodeconsole.screens.setup import SetupScreen
 
 HISTORY = 30  # samples of VM CPU % kept for the sparklines
+
+# (action name, parameters) -> the screens (modes) the registry says the action works on
+_WHERE: dict[tuple[str, tuple[object, ...]], tuple[str, ...]] = {
+    parse_action(c.action)[1:]: c.screens for c in COMMANDS if c.screens}
 
 
 class NodeConsoleApp(App):
@@ -179,6 +184,20 @@ class NodeConsoleApp(App):
         self.selected_vm = message.name
 
     # -- actions -----------------------------------------------------------------------------------
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        """A command that works on some screens only is inactive elsewhere, so the footer leaves it
+        out (Textual asks again for each screen it shows)."""
+        screens = _WHERE.get((action, tuple(parameters)))
+        return not screens or self.current_mode in screens
+
+    def _run_anywhere(self, action: str):
+        """The palette's way in: runs an action whatever the screen, so one that works elsewhere says
+        where (the footer and its key stay off on screens it does not work on)."""
+        _, name, params = parse_action(action)
+        if (name, params) in _WHERE:  # the registry's screen-bound actions are plain methods of the app
+            return getattr(self, f"action_{name}")(*params)
+        return self.run_action(action)
+
     def action_show(self, mode: str) -> None:
         if self.current_mode != mode:
             self.switch_mode(mode)
@@ -194,8 +213,14 @@ class NodeConsoleApp(App):
         self.notify("refresh paused" if self.paused else "refresh resumed", timeout=2)
 
     def action_filter(self) -> None:
-        if isinstance(self.screen, SnapshotScreen):
-            self.screen.open_filter()
+        screen = self.screen
+        if not isinstance(screen, SnapshotScreen):
+            return
+        if screen.main_table() is None:
+            self.notify(f"/ filters a table's rows: the {screen.TITLE} screen has no table to filter",
+                        severity="warning", timeout=4)
+            return
+        screen.open_filter()
 
     def action_details(self) -> None:
         screen = self.screen
@@ -344,7 +369,7 @@ class NodeConsoleApp(App):
         self.poll_now()
 
     def action_nccl(self, what: str) -> None:
-        """The NCCL screen's run/cancel/GPU pick, reachable from the palette; the screen binds r/c/g itself."""
+        """The NCCL screen's run/cancel/GPU pick, reachable from the palette; the screen binds r/c/P itself."""
         from nodeconsole.screens.nccl import NcclScreen
 
         screen = self.screen
@@ -366,13 +391,14 @@ class NodeConsoleApp(App):
     def action_cycle_theme(self) -> None:
         i = NAMES.index(self.theme) if self.theme in NAMES else -1
         self.theme = NAMES[(i + 1) % len(NAMES)]
+        self.notify(f"theme: {self.theme} (t switches to the next)", timeout=3)
 
     def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
         # The palette lists the same registry as the bindings and the help screen.
         for c in COMMANDS:
             if c.key == "enter":
                 continue
-            yield SystemCommand(c.title, c.help, lambda a=c.action: self.run_action(a))
+            yield SystemCommand(c.title, c.help, lambda a=c.action: self._run_anywhere(a))
         for name in NAMES:
             yield SystemCommand(f"Theme: {name}", "switch theme", lambda n=name: setattr(self, "theme", n))
         yield SystemCommand("Diff against a capture…", "what changed on this host since a capture taken earlier",

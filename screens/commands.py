@@ -16,6 +16,9 @@ class Command:
     group: str = "General"
     footer: bool = True
     global_key: bool = True  # False: the key belongs to one screen; the app lists it in help and palette only
+    # The screens (modes) the command works on; empty: every screen. Elsewhere its key is inactive and
+    # the footer leaves it out (the palette still runs it, and it says where it works).
+    screens: tuple[str, ...] = ()
 
 
 COMMANDS: tuple[Command, ...] = (
@@ -34,22 +37,24 @@ COMMANDS: tuple[Command, ...] = (
     Command("slash", "filter", "Filter", "Filter the rows of the current table", "Table"),
     Command("enter", "details", "Details", "Open the details of the selected row", "Table", footer=False),
     Command("a", "passthrough", "Passthrough", "Plan giving the selected GPU to vfio-pci (GPUs screen)",
-            "Actions"),
+            "Actions", screens=("gpus",)),
     Command("R", "release", "Release", "Plan giving the selected GPU back to the host (GPUs screen)",
-            "Actions", footer=False),
+            "Actions", screens=("gpus",)),
     Command("m", "mig_edit", "MIG", "Edit the MIG layout of the selected GPU (GPUs screen)", "Actions",
-            footer=False),
-    Command("n", "pin", "Pin", "Plan NUMA-aware pinning for the selected VM (VMs screen)", "Actions"),
+            screens=("gpus",)),
+    Command("n", "pin", "Pin", "Plan NUMA-aware pinning for the selected VM (VMs screen)", "Actions",
+            screens=("vms",)),
     Command("N", "pin_all", "Pin all", "One plan pinning every unpinned GPU VM", "Actions", footer=False),
     Command("u", "undo", "Undo last change", "Plan rolling back the latest change (Changes screen: the "
             "selected one)", "Actions", footer=False),
     Command("r", "redo", "Redo", "Plan putting back the change the latest undo reverted (Changes screen: the "
             "selected one)", "Actions", footer=False, global_key=False),
-    Command("r", "nccl('run_check')", "Run check", "Run the NCCL check (NCCL screen)", "Actions", footer=False),
-    Command("g", "nccl('pick_gpus')", "NCCL GPUs", "Choose the GPUs of the next NCCL check (NCCL screen)",
-            "Actions", footer=False, global_key=False),
+    Command("r", "nccl('run_check')", "Run check", "Run the NCCL check (NCCL screen)", "Actions", footer=False,
+            screens=("nccl",)),
+    Command("P", "nccl('pick_gpus')", "NCCL GPUs", "Choose the GPUs of the next NCCL check (NCCL screen)",
+            "Actions", footer=False, global_key=False, screens=("nccl",)),
     Command("c", "nccl('cancel_check')", "Cancel check", "Cancel a running NCCL check, killing its processes "
-            "(NCCL screen)", "Actions", footer=False),
+            "(NCCL screen)", "Actions", footer=False, screens=("nccl",)),
     Command("p", "toggle_pause", "Pause", "Pause or resume the live refresh"),
     Command("t", "cycle_theme", "Theme", "Switch to the next nodeconsole theme", footer=False),
     Command("question_mark", "help", "Help", "This list of keys"),
@@ -57,6 +62,11 @@ COMMANDS: tuple[Command, ...] = (
 )
 
 KEY_LABELS = {"slash": "/", "question_mark": "?", "enter": "Enter"}
+
+
+def where(action: str) -> tuple[str, ...]:
+    """The screens an action string of the registry works on (empty: every screen)."""
+    return next((c.screens for c in COMMANDS if c.action == action), ())
 
 
 def bindings() -> list[Binding]:

@@ -2,7 +2,7 @@
 of all_reduce_perf (or the PyTorch benchmark) with a progress bar advancing row by row, the rows as a
 table and as bandwidth bars, and the verdict against the topology.
 
-The check takes the idle, healthy GPUs the host drives unless the admin chooses others with `g` (as
+The check takes the idle, healthy GPUs the host drives unless the admin chooses others with `P` (as
 `--gpus` does); a run that prints no new row for a while is shown as looking stalled, and after a run
 the screen says what ran.
 
@@ -121,14 +121,14 @@ def findings_text(findings: Sequence[Finding]) -> Group:
 class NcclScreen(SnapshotScreen):
     TITLE = "NCCL"
     BINDINGS = [Binding("r", "run_check", "Run"), Binding("c", "cancel_check", "Cancel"),
-                Binding("g", "pick_gpus", "GPUs")]
+                Binding("P", "pick_gpus", "GPUs")]
 
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
         self.sweep = sweep_args()
         self.timeout: float | None = DEFAULT_TIMEOUT
         self.stall_after: float | None = DEFAULT_STALL  # seconds without a row before "looks stalled", at least
-        self.selection: tuple[int, ...] | None = None  # GPUs chosen with g; None: the automatic pick
+        self.selection: tuple[int, ...] | None = None  # GPUs chosen with P; None: the automatic pick
         self.stall: Stall | None = None  # the current silence of a running check
         self.ran: tuple[LocalCommand, LocalPlan] | None = None  # the command of the last run, and its plan
         self.kill_grace = 3.0  # seconds between SIGTERM and SIGKILL on cancel
@@ -205,8 +205,8 @@ class NcclScreen(SnapshotScreen):
         t = plan.topology
         exp = plan.expected
         head = Text()
-        how = ("picked: idle and healthy, g chooses others" if plan.automatic
-               else "chosen with g; a in the choice returns to the automatic pick")
+        how = ("picked: idle and healthy, P chooses others" if plan.automatic
+               else "chosen with P; a in the choice returns to the automatic pick")
         head.append("GPUs ", style="bold")
         head.append(", ".join(f"{g.index} {g.address}" for g in plan.gpus) or "none the host can use")
         head.append(f" ({how})", style="dim")

@@ -1,4 +1,4 @@
-"""The NCCL screen's GPU choice (`g`): a checkbox list of the host's GPUs with their state, as the CLI's
+"""The NCCL screen's GPU choice (`P`): a checkbox list of the host's GPUs with their state, as the CLI's
 `--gpus` takes them. Busy and unhealthy GPUs can be chosen (the preflight then warns); GPUs the host
 cannot drive (vfio-pci, MIG, vGPU, no driver) are listed but cannot be."""
 from __future__ import annotations

@@ -79,12 +79,18 @@ def _page(kib: int) -> str:
     return f"{kib // 1048576}G" if kib >= 1048576 else f"{kib // 1024}M"
 
 
-def problems_view(problems):
+MORE_HINT = "GPUs (4), VMs (5) and Setup (s) screens"
+
+
+def problems_view(problems, height: int = 7):
+    """At most `height` lines: when the problems do not all fit, the last line says how many more
+    there are and where to see them."""
     from rich.console import Group
 
     if not problems:
         return "nothing to report"
-    shown = problems[:6]
+    height = max(1, height)
+    shown = problems if len(problems) <= height else problems[:height - 1]
     items = []
     for p in shown:  # one line each, so several fit at 80x24 (Enter on a GPU/VM shows the whole text)
         # a problem the doctor covers names its check first: `s` opens the Setup screen on it (the
@@ -93,8 +99,35 @@ def problems_view(problems):
         t.no_wrap, t.overflow = True, "ellipsis"
         items.append(t)
     if len(problems) > len(shown):
-        items.append(severity_text("info", f"{len(problems) - len(shown)} more (GPUs and VMs screens)"))
+        more = severity_text("info", f"{len(problems) - len(shown)} more: {MORE_HINT}")
+        more.no_wrap, more.overflow = True, "ellipsis"
+        items.append(more)
     return Group(*items)
+
+
+class ProblemList(Static):
+    """The Overview's problems, as many as its height holds; the last line counts the rest."""
+
+    def __init__(self, **kw) -> None:
+        super().__init__(**kw)
+        self.problems: tuple | None = None
+        self._height = 0
+
+    def show(self, problems) -> None:
+        problems = tuple(problems)
+        if problems != self.problems:
+            self.problems = problems
+            self._redraw()
+
+    def on_resize(self) -> None:
+        if self.content_size.height != self._height:
+            self._redraw()
+
+    def _redraw(self) -> None:
+        if self.problems is None:
+            return
+        self._height = self.content_size.height
+        self.update(problems_view(self.problems, self._height or 7))
 
 
 class OverviewScreen(SnapshotScreen):
@@ -121,7 +154,7 @@ class OverviewScreen(SnapshotScreen):
         yield Static("VMs", classes="section", id="vms-title")
         yield KeyedTable(VM_COLS, id="vms")
         yield Static("Problems", classes="section")
-        yield Static(id="problems")
+        yield ProblemList(id="problems")
 
     def render_snapshot(self, snap: HostSnapshot) -> None:
         info = host_info(snap)
@@ -133,7 +166,7 @@ class OverviewScreen(SnapshotScreen):
         self.set_static("#vms-title", lambda: f"VMs ({counts[1]})", ("v", counts[1]))
         self.query_one("#gpus", KeyedTable).sync(gpu_rows(snap))
         self.query_one("#vms", KeyedTable).sync(vm_rows(snap, self.history))
-        self.set_static("#problems", lambda: problems_view(snap.problems), snap.problems)
+        self.query_one("#problems", ProblemList).show(snap.problems)
 
     def details_for(self, table, key):
         snap = self.snapshot

@@ -6,8 +6,10 @@ characters (DataTable would parse a str as markup); a Text cell is the screen's 
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from typing import ClassVar
 
 from rich.text import Text
+from textual.binding import Binding, BindingType
 from textual.widgets import DataTable
 
 from nodeconsole.screens.widgets.text import host_text
@@ -23,6 +25,14 @@ def _cell_len(cell: Text) -> int:
 
 class KeyedTable(DataTable):
     DEFAULT_CSS = "KeyedTable { height: auto; max-height: 100%; }"
+    # less/htop/k9s keys on top of DataTable's own (arrows, PgUp/PgDn, ctrl+Home/End); Home/End move
+    # to the first/last row here (DataTable's go to the first/last column, which a row cursor lacks).
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("j", "cursor_down", "Down", show=False),
+        Binding("k", "cursor_up", "Up", show=False),
+        Binding("g,home", "scroll_top", "First row", show=False),
+        Binding("G,end", "scroll_bottom", "Last row", show=False),
+    ]
 
     def __init__(self, columns: Sequence[tuple[str, str]], **kw) -> None:
         super().__init__(cursor_type="row", zebra_stripes=False, **kw)

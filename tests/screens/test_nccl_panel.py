@@ -120,12 +120,12 @@ async def test_preflight_findings_for_the_idle_healthy_gpus(demo_seams, stand_in
         assert "not run yet" in _text(screen.query_one("#nccl-status", Static))
 
 
-async def test_g_chooses_the_gpus_of_the_next_run_and_the_screen_shows_what_ran(demo_seams, stand_in) -> None:
+async def test_P_chooses_the_gpus_of_the_next_run_and_the_screen_shows_what_ran(demo_seams, stand_in) -> None:
     app = NodeConsoleApp(demo_seams, interval=0.5)
     async with app.run_test(size=SIZE) as pilot:
         screen = await _nccl_screen(app, pilot)
         snap = app.snapshot
-        await pilot.press("g")
+        await pilot.press("P")
         await _until(pilot, lambda: isinstance(app.screen, GpuPickModal))
         modal = app.screen
         lst = modal.query_one("#nccl-pick-list", SelectionList)
@@ -147,7 +147,7 @@ async def test_g_chooses_the_gpus_of_the_next_run_and_the_screen_shows_what_ran(
         preflight = _text(screen.query_one("#nccl-preflight", Static))
         assert f"GPU 0 ({snap.gpus[0].address}) is busy: 2 processes" in preflight and "skipped" not in preflight
         plan = _text(screen.query_one("#nccl-plan", Static))
-        assert "chosen with g" in plan and "would run (nccl-tests)" in plan
+        assert "chosen with P" in plan and "would run (nccl-tests)" in plan
         await pilot.press("r")
         await _until(pilot, lambda: screen.result is not None and not screen.running, timeout=20)
         seen = json.loads(stand_in["record"].read_text())
@@ -157,7 +157,7 @@ async def test_g_chooses_the_gpus_of_the_next_run_and_the_screen_shows_what_ran(
         ran = plan[plan.index("ran (nccl-tests) on GPUs 0, 4: "):]
         assert f"CUDA_VISIBLE_DEVICES={snap.gpus[0].uuid},{snap.gpus[4].uuid}" in ran and str(stand_in["exe"]) in ran
         # back to the automatic pick
-        await pilot.press("g")
+        await pilot.press("P")
         await _until(pilot, lambda: isinstance(app.screen, GpuPickModal))
         assert app.screen.query_one("#nccl-pick-list", SelectionList).selected == [0, 4]
         await pilot.press("a")

@@ -76,7 +76,10 @@ async def test_pin_needs_the_vms_screen(demo_seams):
     async with app.run_test(size=(110, 50)) as pilot:
         assert await wait_until(pilot, lambda: app.polls >= 1)
         await pilot.press("4")
-        await pilot.press("n")
+        await pilot.press("n")  # inactive off the VMs screen (and not in the GPUs footer)
+        await pilot.pause(0.3)
+        assert not isinstance(app.screen, PlanModal)
+        app._run_anywhere("pin")  # the palette's Pin runs anywhere and says where it works
         await pilot.pause(0.3)
         assert not isinstance(app.screen, PlanModal)
         assert any("VMs screen" in str(n.message) for n in app._notifications)
