@@ -1,0 +1,255 @@
+"""The fleet as Prometheus sees it: every host's nodeconsole_ metrics, read back through Prometheus's
+HTTP API (instant queries) and turned into one report per host (the `instance` label).
+
+Per host: GPUs by owner kind, unhealthy GPUs (uncorrected ECC, remapped rows pending or failed, PCIe
+link below its max width or generation, Xid events), VMs whose vCPUs are not on their GPUs' NUMA
+nodes, failing doctor checks, and drift: where the host's driver, kernel, libvirt, MIG layout or a
+doctor check's status differs from the most common value across the fleet. A value shared by no
+strict plurality (a tie) has no majority and makes no drift.
+"""
+from __future__ import annotations
+
+import json
+import socket
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+# instant queries; each answer is a vector of {metric: labels, value: [time, "number"]}
+QUERIES = {
+    "host": "nodeconsole_host_info",
+    "gpu": "nodeconsole_gpu_info",
+    "ecc": "nodeconsole_gpu_ecc_uncorrected_errors > 0",
+    "rr_pending": "nodeconsole_gpu_remapped_rows_pending > 0",
+    "rr_failure": "nodeconsole_gpu_remapped_rows_failure > 0",
+    "width": "nodeconsole_gpu_pcie_link_width",
+    "gen": "nodeconsole_gpu_pcie_link_generation",
+    "xid": "nodeconsole_gpu_xid_events_total > 0",
+    "mig": "nodeconsole_gpu_mig_instances",
+    "misaligned": "nodeconsole_vm_numa_aligned == 0",
+    "doctor": "nodeconsole_doctor_check == 1",
+    "source_down": "nodeconsole_source_up == 0",
+}
+DRIFT_FIELDS = ("driver", "kernel", "libvirt", "mig")
+
+Fetch = Callable[[str], Any]
+
+
+class FleetError(Exception):
+    """Prometheus could not be asked or did not answer: one line for the user."""
+
+
+def check_url(url: str) -> str:
+    """The Prometheus base URL without a trailing slash; ValueError when it is not http(s)://HOST."""
+    u = urllib.parse.urlsplit(url.strip())
+    if u.scheme not in ("http", "https") or not u.netloc or u.query or u.fragment:
+        raise ValueError(f"--prometheus {url!r}: expected http(s)://HOST[:PORT][/PATH]")
+    try:
+        u.port  # noqa: B018 - raises on a bad port
+    except ValueError:
+        raise ValueError(f"--prometheus {url!r}: bad port") from None
+    return url.strip().rstrip("/")
+
+
+def http_fetch(base: str, timeout: float = 10.0) -> Fetch:
+    """A function running one instant query against Prometheus at `base` and returning its result."""
+    def fetch(query: str) -> Any:
+        url = f"{base}/api/v1/query?" + urllib.parse.urlencode({"query": query})
+        try:
+            with urllib.request.urlopen(url, timeout=timeout) as resp:
+                body = resp.read(64 * 1024 * 1024)
+        except urllib.error.HTTPError as e:
+            detail = ""
+            try:
+                detail = json.loads(e.read(65536)).get("error", "")
+            except (ValueError, OSError, AttributeError):
+                pass
+            raise FleetError(f"Prometheus at {base} answered HTTP {e.code}"
+                             + (f": {detail}" if detail else "")) from None
+        except TimeoutError:
+            raise FleetError(f"Prometheus at {base} did not answer within {timeout:g} s") from None
+        except urllib.error.URLError as e:
+            reason = e.reason
+            if isinstance(reason, (TimeoutError, socket.timeout)):
+                raise FleetError(f"Prometheus at {base} did not answer within {timeout:g} s") from None
+            raise FleetError(f"cannot reach Prometheus at {base}: {getattr(reason, 'strerror', None) or reason}") from None
+        except OSError as e:
+            raise FleetError(f"cannot reach Prometheus at {base}: {e.strerror or e}") from None
+        try:
+            doc = json.loads(body)
+        except ValueError:
+            raise FleetError(f"{base} is not a Prometheus API (the answer is not JSON)") from None
+        if not isinstance(doc, dict) or doc.get("status") != "success":
+            err = doc.get("error", "no status") if isinstance(doc, dict) else "not an object"
+            raise FleetError(f"Prometheus query {query!r} failed: {err}")
+        data = doc.get("data") or {}
+        if data.get("resultType") != "vector" or not isinstance(data.get("result"), list):
+            raise FleetError(f"Prometheus query {query!r}: unexpected answer")
+        return data["result"]
+    return fetch
+
+
+@dataclass
+class Host:
+    instance: str
+    hostname: str = ""
+    driver: str = ""
+    kernel: str = ""
+    libvirt: str = ""
+    gpus_by_owner: dict[str, int] = field(default_factory=dict)
+    unhealthy: dict[str, dict[str, Any]] = field(default_factory=dict)  # address → GPU and reasons
+    misaligned_vms: list[str] = field(default_factory=list)
+    doctor: dict[str, str] = field(default_factory=dict)  # check → status
+    mig: dict[str, int] = field(default_factory=dict)  # profile → instances
+    sources_down: list[str] = field(default_factory=list)
+    drift: list[dict[str, str]] = field(default_factory=list)
+
+    @property
+    def mig_layout(self) -> str:
+        return ",".join(f"{p}={n}" for p, n in sorted(self.mig.items())) or "none"
+
+    @property
+    def console(self) -> str:
+        u = urllib.parse.urlsplit("//" + self.instance)
+        host = u.hostname or self.instance
+        return f"ssh -t {host} nodeconsole"
+
+    def value(self, name: str) -> str:
+        return self.mig_layout if name == "mig" else str(getattr(self, name))
+
+    def to_json(self) -> dict[str, Any]:
+        return {"instance": self.instance, "hostname": self.hostname,
+                "versions": {"driver": self.driver, "kernel": self.kernel, "libvirt": self.libvirt},
+                "gpus_by_owner": dict(sorted(self.gpus_by_owner.items())),
+                "unhealthy_gpus": [self.unhealthy[a] for a in sorted(self.unhealthy)],
+                "misaligned_vms": sorted(self.misaligned_vms),
+                "failing_checks": sorted(c for c, s in self.doctor.items() if s == "fail"),
+                "mig_layout": dict(sorted(self.mig.items())),
+                "sources_down": sorted(self.sources_down),
+                "drift": self.drift, "console": self.console}
+
+
+def _num(s: dict[str, Any]) -> float:
+    try:
+        return float(s["value"][1])
+    except (KeyError, IndexError, TypeError, ValueError):
+        return 0.0
+
+
+def _majority(values: list[str]) -> str | None:
+    """The most common value; None when the top count is tied (or there are no values)."""
+    top = Counter(values).most_common(2)
+    if not top or (len(top) == 2 and top[0][1] == top[1][1]):
+        return None
+    return top[0][0]
+
+
+def fleet_report(fetch: Fetch) -> dict[str, Any]:
+    """Ask Prometheus (through `fetch`) and build {"hosts": [...], "majority": {...}}."""
+    res = {key: fetch(q) for key, q in QUERIES.items()}
+    hosts: dict[str, Host] = {}
+
+    def host(s: dict[str, Any]) -> Host:
+        inst = str(s.get("metric", {}).get("instance", ""))
+        return hosts.setdefault(inst, Host(inst))
+
+    def gpu(s: dict[str, Any], reason: str) -> None:
+        m = s.get("metric", {})
+        addr = str(m.get("address", ""))
+        entry = host(s).unhealthy.setdefault(addr, {"address": addr, "index": m.get("index", ""),
+                                                     "model": m.get("model", ""), "reasons": []})
+        if reason not in entry["reasons"]:
+            entry["reasons"].append(reason)
+
+    for s in res["host"]:
+        m, h = s.get("metric", {}), host(s)
+        h.hostname, h.driver, h.kernel, h.libvirt = (str(m.get(k, "")) for k in ("hostname", "driver", "kernel", "libvirt"))
+    for s in res["gpu"]:
+        owner = str(s.get("metric", {}).get("owner", "")) or "unknown"
+        h = host(s)
+        h.gpus_by_owner[owner] = h.gpus_by_owner.get(owner, 0) + 1
+    for s in res["ecc"]:
+        gpu(s, f"ECC uncorrected ({s['metric'].get('scope', '')}) {_num(s):g}")
+    for s in res["rr_pending"]:
+        gpu(s, "remapped rows pending")
+    for s in res["rr_failure"]:
+        gpu(s, "row remapping failed")
+    for key, what in (("width", "width x"), ("gen", "gen ")):
+        links: dict[tuple[str, str], dict[str, float]] = {}
+        for s in res[key]:
+            m = s.get("metric", {})
+            links.setdefault((str(m.get("instance", "")), str(m.get("address", ""))), {})[str(m.get("state", ""))] = _num(s)
+        for s in res[key]:
+            m = s.get("metric", {})
+            st = links[(str(m.get("instance", "")), str(m.get("address", "")))]
+            if m.get("state") == "current" and "max" in st and 0 < st["current"] < st["max"]:
+                gpu(s, f"link downtrained ({what}{st['current']:g} of {what}{st['max']:g})".replace("x ", "x"))
+    for s in res["xid"]:
+        m = s.get("metric", {})
+        gpu(s, f"Xid {m.get('xid', '?')} ({m.get('severity', '')}) x{_num(s):g}")
+    for s in res["mig"]:
+        prof = str(s.get("metric", {}).get("profile", ""))
+        h = host(s)
+        h.mig[prof] = h.mig.get(prof, 0) + int(_num(s))
+    for s in res["misaligned"]:
+        vm = str(s.get("metric", {}).get("vm", ""))
+        if vm not in host(s).misaligned_vms:
+            host(s).misaligned_vms.append(vm)
+    for s in res["doctor"]:
+        m = s.get("metric", {})
+        host(s).doctor[str(m.get("check", ""))] = str(m.get("status", ""))
+    for s in res["source_down"]:
+        host(s).sources_down.append(str(s.get("metric", {}).get("source", "")))
+
+    ordered = [hosts[k] for k in sorted(hosts)]
+    majority: dict[str, Any] = {}
+    for name in DRIFT_FIELDS:
+        maj = _majority([h.value(name) for h in ordered])
+        majority[name] = maj
+        if maj is None:
+            continue
+        for h in ordered:
+            if h.value(name) != maj:
+                h.drift.append({"field": name, "value": h.value(name), "majority": maj})
+    checks = sorted({c for h in ordered for c in h.doctor})
+    doctor_major: dict[str, str | None] = {}
+    for c in checks:
+        maj = _majority([h.doctor.get(c, "absent") for h in ordered])
+        doctor_major[c] = maj
+        if maj is None:
+            continue
+        for h in ordered:
+            if h.doctor.get(c, "absent") != maj:
+                h.drift.append({"field": f"doctor:{c}", "value": h.doctor.get(c, "absent"), "majority": maj})
+    majority["doctor"] = doctor_major
+    return {"hosts": [h.to_json() for h in ordered], "majority": majority}
+
+
+def render_text(report: dict[str, Any]) -> list[str]:
+    """The report as plain lines (host text is data: no markup)."""
+    hosts = report["hosts"]
+    if not hosts:
+        return ["no host exports nodeconsole metrics to this Prometheus"]
+    maj = report["majority"]
+    lines = [f"{len(hosts)} host(s); majority: driver {maj.get('driver') or '-'}, kernel {maj.get('kernel') or '-'}, "
+             f"libvirt {maj.get('libvirt') or '-'}, MIG {maj.get('mig') or '-'}"]
+    for h in hosts:
+        owners = ", ".join(f"{k} {v}" for k, v in h["gpus_by_owner"].items()) or "no GPUs"
+        lines.append("")
+        lines.append(f"{h['instance']} ({h['hostname'] or '?'}): GPUs {owners}")
+        for g in h["unhealthy_gpus"]:
+            lines.append(f"  unhealthy GPU {g['index']} {g['address']}: {'; '.join(g['reasons'])}")
+        if h["misaligned_vms"]:
+            lines.append(f"  misaligned VMs: {', '.join(h['misaligned_vms'])}")
+        if h["failing_checks"]:
+            lines.append(f"  failing checks: {', '.join(h['failing_checks'])}")
+        if h["sources_down"]:
+            lines.append(f"  sources down: {', '.join(h['sources_down'])}")
+        for d in h["drift"]:
+            lines.append(f"  drift: {d['field']} {d['value']} (majority {d['majority']})")
+        lines.append(f"  console: {h['console']}")
+    return lines
