@@ -196,3 +196,22 @@ def test_unit_file_is_hardened():
                  "PrivateTmp=yes"):
         assert f"\n{line}\n" in unit
     assert "nodeconsole exporter --listen 0.0.0.0:9842" in unit
+
+
+def test_dashboard_and_rules_query_only_metrics_the_exporter_serves(sampled):
+    """The shipped Grafana dashboard is valid JSON whose every panel query (and every alerting rule)
+    names nodeconsole_ metrics that the exporter really serves: a renamed metric breaks this test, not
+    the admin's dashboard."""
+    import json
+    import re
+
+    repo = Path(__file__).resolve().parents[2]
+    fams = list(families(sampled.latest))  # every family, also those without a sample on the demo
+    served = {f.name for f in fams} | {f"{f.name}_total" for f in fams if f.type == "counter"}
+    dash = json.loads((repo / "deploy/grafana/nodeconsole-dashboard.json").read_text())
+    exprs = [t["expr"] for p in dash["panels"] for t in p["targets"]]
+    exprs.append(dash["templating"]["list"][1]["query"])
+    exprs.append((repo / "deploy/prometheus/nodeconsole-alerts.yml").read_text())
+    names = {n for e in exprs for n in re.findall(r"nodeconsole_[a-z_]+", e)}
+    assert len(dash["panels"]) >= 10 and {"nodeconsole_gpu_info", "nodeconsole_vm_numa_aligned"} <= names
+    assert names <= served, sorted(names - served)
