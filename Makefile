@@ -1,5 +1,5 @@
 # Shortcuts for the README's two commands.
-.PHONY: demo test bench bench-doctor
+.PHONY: demo test bench bench-doctor bench-exporter
 demo:
 	bash scripts/demo.sh
 test:
@@ -9,3 +9,6 @@ bench:
 # doctor on the large host (16 GPUs, 256 CPUs, 500 VMs): target under 200 ms
 bench-doctor:
 	bash scripts/setup.sh --test && .venv/bin/python benchmarks/bench_doctor.py
+
+bench-exporter:
+	bash scripts/setup.sh --test && .venv/bin/python benchmarks/bench_exporter.py
