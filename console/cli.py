@@ -70,6 +70,8 @@ def build_parser(load: bool = True) -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"nodeconsole {__version__}")
     parser.add_argument("--interval", type=seconds, default=1.0, metavar="S",
                         help="refresh interval of the console in seconds (default 1)")
+    parser.add_argument("--fleet", metavar="URL", default=None,
+                        help="the fleet console: every host exporting nodeconsole metrics to the Prometheus at URL")
     parser.add_argument("--theme", default=None,
                         help="console theme: dark, light or contrast (high contrast, reads well with 16 colours)")
     sub = parser.add_subparsers(dest="command", parser_class=_Parser, metavar="COMMAND")

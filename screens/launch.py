@@ -12,6 +12,10 @@ from nodeconsole.console.cli import seams_from_args
 
 
 def run_console(args: argparse.Namespace) -> int:
+    if getattr(args, "fleet", None):
+        from nodeconsole.screens.fleet import run_fleet
+
+        return run_fleet(args.fleet, theme=args.theme)
     from nodeconsole.screens.app import run_app
 
     # Preparing the host (the demo's generation check, opening sources) happens in the first poll,

@@ -1,0 +1,139 @@
+"""The fleet console (`nodeconsole --fleet URL`): every host that exports nodeconsole metrics to a
+Prometheus, read back through its HTTP API (console/fleet.py) — GPUs by owner, unhealthy GPUs, misaligned
+VMs, failing doctor checks and drift from the majority. The selected host's panel gives the command that
+opens its own console (`ssh -t HOST nodeconsole`).
+
+Prometheus is queried in a thread worker every `interval` seconds, never on the UI thread; a failed
+query keeps the last answer on screen with the reason above it. Host text is plain text, never markup.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from rich.text import Text
+from textual import work
+from textual.app import App, ComposeResult
+from textual.binding import Binding
+from textual.containers import VerticalScroll
+from textual.widgets import DataTable, Footer, Static
+
+from nodeconsole.screens.widgets.keyed_table import KeyedTable
+from nodeconsole.screens.widgets.text import plain_text
+from nodeconsole.themes import CSS_PATH, THEMES, resolve
+
+COLS = [("host", "Host"), ("name", "Name"), ("gpus", "GPUs by owner"), ("bad", "Unhealthy"),
+        ("vms", "Misaligned VMs"), ("checks", "Failing checks"), ("drift", "Drift")]
+Report = dict[str, Any]
+
+
+def host_rows(report: Report):
+    for h in report["hosts"]:
+        owners = " ".join(f"{k}:{v}" for k, v in h["gpus_by_owner"].items()) or "-"
+        drift = ", ".join(d["field"] for d in h["drift"]) or "-"
+        yield h["instance"], (h["instance"], h["hostname"] or "?", owners, str(len(h["unhealthy_gpus"]) or "-"),
+                              ", ".join(h["misaligned_vms"]) or "-", ", ".join(h["failing_checks"]) or "-",
+                              Text(drift, style="bold yellow" if h["drift"] else ""))
+
+
+def host_panel(report: Report, instance: str | None) -> str:
+    h = next((h for h in report["hosts"] if h["instance"] == instance), None)
+    if h is None:
+        return ""
+    v = h["versions"]
+    lines = [f"{h['instance']} ({h['hostname'] or '?'}): driver {v['driver'] or '-'}, kernel {v['kernel'] or '-'}, "
+             f"libvirt {v['libvirt'] or '-'}; MIG {', '.join(f'{p} {n}' for p, n in h['mig_layout'].items()) or 'none'}"]
+    for g in h["unhealthy_gpus"]:
+        lines.append(f"unhealthy GPU {g['index']} {g['address']}: {'; '.join(g['reasons'])}")
+    for d in h["drift"]:
+        lines.append(f"drift: {d['field']} {d['value']} (majority {d['majority']})")
+    if h["sources_down"]:
+        lines.append(f"sources down: {', '.join(h['sources_down'])}")
+    lines.append(f"open its console: {h['console']}")
+    return "\n".join(lines)
+
+
+class FleetApp(App):
+    TITLE = "nodeconsole fleet"
+    CSS_PATH = CSS_PATH
+    BINDINGS = [Binding("r", "refresh", "Refresh"), Binding("q", "quit", "Quit")]
+
+    def __init__(self, report_fn: Callable[[], Report], source: str, interval: float = 15.0,
+                 theme: str | None = None) -> None:
+        super().__init__()
+        self.report_fn, self.source, self.interval = report_fn, source, interval
+        self.report: Report | None = None
+        self.error = ""
+        self.reads = 0
+        self._theme_name = resolve(theme)
+
+    def compose(self) -> ComposeResult:
+        yield Static(id="fleet-summary")
+        yield KeyedTable(COLS, id="fleet-hosts")
+        with VerticalScroll(id="fleet-panel-scroll"):
+            yield Static(id="fleet-panel")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        for t in THEMES:
+            self.register_theme(t)
+        self.theme = self._theme_name
+        self.query_one("#fleet-summary", Static).update(plain_text(f"reading {self.source}…"))
+        self.action_refresh()
+        self.set_interval(self.interval, self.action_refresh)
+
+    @work(thread=True, exclusive=True, group="fleet", exit_on_error=False)
+    def action_refresh(self) -> None:
+        try:
+            report = self.report_fn()
+        except Exception as exc:  # Prometheus down or answering nonsense: keep the last answer, say why
+            self.call_from_thread(self._failed, str(exc))
+            return
+        self.call_from_thread(self._show, report)
+
+    def _failed(self, why: str) -> None:
+        self.error = why
+        self._render()
+
+    def _show(self, report: Report) -> None:
+        self.report, self.error = report, ""
+        self.reads += 1
+        self._render()
+
+    def _render(self) -> None:
+        summary = Text()
+        if self.error:
+            summary.append_text(plain_text(f"{self.source}: {self.error}", style="bold red"))
+            summary.append("\n")
+        if self.report is not None:
+            hosts = self.report["hosts"]
+            maj = self.report["majority"]
+            drifted = sum(1 for h in hosts if h["drift"])
+            summary.append_text(plain_text(
+                f"{len(hosts)} host(s) in {self.source}; {drifted} drifted from the majority (driver "
+                f"{maj.get('driver') or '-'}, kernel {maj.get('kernel') or '-'}); Enter: the host's details"))
+            self.query_one("#fleet-hosts", KeyedTable).sync(host_rows(self.report))
+            self._panel(self.query_one("#fleet-hosts", KeyedTable).selected_key())
+        self.query_one("#fleet-summary", Static).update(summary)
+
+    def _panel(self, instance: str | None) -> None:
+        text = host_panel(self.report, instance) if self.report is not None else ""
+        self.query_one("#fleet-panel", Static).update(plain_text(text))
+
+    def on_data_table_row_highlighted(self, event: DataTable.RowHighlighted) -> None:
+        if event.row_key is not None:
+            self._panel(event.row_key.value)
+
+
+def run_fleet(url: str, interval: float = 15.0, theme: str | None = None, timeout: float = 10.0) -> int:
+    from nodeconsole.console.cli import UsageError
+    from nodeconsole.console.fleet import FleetError, check_url, fleet_report, http_fetch
+
+    try:
+        base = check_url(url)
+        resolve(theme)
+    except (FleetError, ValueError) as e:
+        raise UsageError(str(e).replace("--prometheus", "--fleet")) from None
+    fetch = http_fetch(base, timeout=timeout)
+    FleetApp(lambda: fleet_report(fetch), base, interval=max(interval, 5.0), theme=theme).run()
+    return 0

@@ -1,0 +1,55 @@
+"""The fleet console renders what console/fleet.py reports: one row per host, drift marked, the selected
+host's details with the command that opens its own console; a failed read keeps the last answer and
+says why."""
+from __future__ import annotations
+
+from textual.widgets import Static
+
+from nodeconsole.screens.fleet import FleetApp
+from nodeconsole.screens.widgets.keyed_table import KeyedTable
+from tests.screens.helpers import wait_until
+
+
+def _host(instance: str, hostname: str, driver: str, drift: list, bad: list, vms: list) -> dict:
+    return {"instance": instance, "hostname": hostname,
+            "versions": {"driver": driver, "kernel": "6.8.0-45-generic", "libvirt": ""},
+            "gpus_by_owner": {"host": 3, "vfio": 2}, "unhealthy_gpus": bad, "misaligned_vms": vms,
+            "failing_checks": [], "mig_layout": {"3g.40gb": 1}, "sources_down": [], "drift": drift,
+            "console": f"ssh -t {instance.split(':')[0]} nodeconsole"}
+
+
+REPORT = {"majority": {"driver": "550.90.07", "kernel": "6.8.0-45-generic", "libvirt": None, "mig": "3g.40gb=1"},
+          "hosts": [_host("node-a:9842", "gpu-a", "535.183.01",
+                          [{"field": "driver", "value": "535.183.01", "majority": "550.90.07"}], [], []),
+                    _host("node-b:9842", "gpu-b[bold]x", "550.90.07", [],
+                          [{"address": "0000:18:00.0", "index": 0, "model": "H100", "reasons": ["ECC 3"]}], []),
+                    _host("node-c:9842", "gpu-c", "550.90.07", [], [], ["train-b"])]}
+
+
+async def test_fleet_rows_drift_and_the_console_command():
+    answers = [REPORT, RuntimeError("Prometheus did not answer")]
+
+    def report():
+        got = answers.pop(0) if answers else REPORT
+        if isinstance(got, Exception):
+            raise got
+        return got
+
+    app = FleetApp(report, "http://prom:9090", interval=3600)
+    async with app.run_test(size=(120, 30)) as pilot:
+        assert await wait_until(pilot, lambda: app.reads == 1)
+        table = app.query_one("#fleet-hosts", KeyedTable)
+        assert [table.get_row_at(i)[0].plain for i in range(table.row_count)] == \
+            ["node-a:9842", "node-b:9842", "node-c:9842"]
+        assert table.get_row_at(0)[6].plain == "driver" and table.get_row_at(2)[4].plain == "train-b"
+        assert table.get_row_at(1)[1].plain == "gpu-b[bold]x"  # host text, not markup
+        panel = str(app.query_one("#fleet-panel", Static).content)
+        assert "ssh -t node-a nodeconsole" in panel and "drift: driver 535.183.01 (majority 550.90.07)" in panel
+        await pilot.press("down")
+        await pilot.pause(0.1)
+        panel = str(app.query_one("#fleet-panel", Static).content)
+        assert "unhealthy GPU 0 0000:18:00.0: ECC 3" in panel and "ssh -t node-b nodeconsole" in panel
+        await pilot.press("r")  # the next read fails: the rows stay, the reason shows
+        assert await wait_until(pilot, lambda: app.error != "")
+        assert "Prometheus did not answer" in str(app.query_one("#fleet-summary", Static).content)
+        assert table.row_count == 3
