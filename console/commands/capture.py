@@ -12,7 +12,6 @@ import argparse
 import datetime as dt
 import os
 import sys
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -91,17 +90,10 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _write(path: Path, data: bytes) -> None:
-    """Write atomically (a temporary file beside it, then rename), private to the user: a capture
-    names the host's VMs and devices."""
-    parent = path.parent if str(path.parent) else Path(".")
+    """Write atomically, private to the user (0600): a capture names the host's VMs and devices."""
+    from nodeconsole.console.outfile import OutputError, write_output
+
     try:
-        fd, tmp = tempfile.mkstemp(prefix=".nodeconsole-capture-", dir=parent)
-    except OSError as e:
-        raise UsageError(f"-o {path}: {e.strerror or e}") from None
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+        write_output(path, data, 0o600)
+    except OutputError as e:
+        raise UsageError(f"-o {e}") from None

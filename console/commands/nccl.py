@@ -567,36 +567,13 @@ def run_topo(args: argparse.Namespace) -> int:
 
 
 def write_file(path: str, text: str) -> None:
-    """Write `text` to `path` with mode 0644, never through a symlink: a new file beside it, renamed over
-    it (a link at `path` is refused, as is anything but a regular file)."""
-    import tempfile
+    """Write `text` to `path` with mode 0644, never through a symlink (console/outfile.py)."""
+    from nodeconsole.console.outfile import OutputError, write_output
 
     try:
-        st = os.lstat(path)
-    except FileNotFoundError:
-        st = None
-    except OSError as e:
-        raise UsageError(f"{path}: {e.strerror or e}") from None
-    if st is not None and stat.S_ISLNK(st.st_mode):
-        raise UsageError(f"{path} is a symbolic link: not followed (give the file itself)")
-    if st is not None and not stat.S_ISREG(st.st_mode):
-        raise UsageError(f"{path}: not a regular file")
-    folder = os.path.dirname(os.path.abspath(path))
-    try:
-        fd, tmp = tempfile.mkstemp(prefix=".nccl-topo.", dir=folder)
-    except OSError as e:
-        raise UsageError(f"{path}: cannot write there ({e.strerror or e})") from None
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-            os.fchmod(f.fileno(), 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-        raise
+        write_output(path, text.encode("utf-8"), 0o644)
+    except OutputError as e:
+        raise UsageError(str(e)) from None
 
 
 def _vm_env(args: argparse.Namespace) -> int:
