@@ -56,12 +56,16 @@ async def test_injected_events_reach_every_view(demo_seams, capsys):
 
     app = NodeConsoleApp(demo_seams, interval=60)
     async with app.run_test(size=(160, 40)) as pilot:
+        def overview() -> str:  # what the Overview's problem list shows now
+            console = Console(width=160, file=io.StringIO(), record=True)
+            console.print(app.screen.query_one("#problems", Static).content)
+            return console.export_text()
+
         assert await wait_until(pilot, lambda: app.polls >= 1 and any(
             "Xid 79" in p.message for p in app.snapshot.problems), tries=200)
-        console = Console(width=160, file=io.StringIO(), record=True)
-        console.print(app.screen.query_one("#problems", Static).content)
-        overview = console.export_text()
-        assert "Xid 79" in overview and "train-a" in overview
+        # the screen renders the snapshot the app posts it a moment later (a message): wait for the picture
+        assert await wait_until(pilot, lambda: "Xid 79" in overview(), tries=100), overview()
+        assert "train-a" in overview()
         await pilot.press("9")
         screen = app.screen
         assert isinstance(screen, EventsScreen)
