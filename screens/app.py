@@ -12,6 +12,7 @@ from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, ClassVar
 
 from textual import work
+from textual._compositor import CompositorUpdate
 from textual.actions import parse as parse_action
 from textual.app import App, SystemCommand
 from textual.binding import BindingType
@@ -30,6 +31,7 @@ from nodeconsole.screens.gpus import GpusScreen
 from nodeconsole.screens.iommu import IommuScreen
 from nodeconsole.screens.messages import GpuSelected, HostView, SnapshotUpdated, VmSelected
 from nodeconsole.screens.overview import OverviewScreen
+from nodeconsole.screens.terminal import ScreenShadow
 from nodeconsole.screens.topology import TopologyScreen
 from nodeconsole.screens.vms import VmsScreen
 from nodeconsole.themes import CSS_PATH, NAMES, THEMES, resolve
@@ -78,8 +80,10 @@ class NodeConsoleApp(App):
         self.selected_gpu: str | None = None  # as the GPUs screen last said (GpuSelected)
         self.selected_vm: str | None = None  # as the VMs screen last said (VmSelected)
         self._timer: Timer | None = None
+        self.shadow = ScreenShadow()  # what the terminal shows: only changed cells are written
 
     def on_mount(self) -> None:
+        self.app_resume_signal.subscribe(self, lambda _app: self.shadow.reset())
         for t in THEMES:
             self.register_theme(t)
         self.theme = self._theme_name
@@ -92,6 +96,20 @@ class NodeConsoleApp(App):
         visible escapes, never markup, whatever the caller asks (a widget's notify lands here too)."""
         super().notify(lines(message, LINE_MAX), title=visible(title), severity=severity, timeout=timeout,
                        markup=False)
+
+    def _display(self, screen: Screen, renderable) -> None:
+        """Textual's display step, writing only the cells that differ from what the terminal shows
+        (screens/terminal.py). Updates of another kind are written as they are, and the shadow
+        forgotten."""
+        if isinstance(renderable, CompositorUpdate) and not self.is_inline:
+            renderable = _ShadowedUpdate(renderable, self.shadow, self.size)
+        elif renderable is not None:
+            self.shadow.reset()
+        super()._display(screen, renderable)
+
+    def action_redraw(self) -> None:
+        self.shadow.reset()
+        self.refresh(layout=True)
 
     # -- polling -----------------------------------------------------------------------------------
     def poll_now(self) -> None:
@@ -436,6 +454,14 @@ def _events_screen() -> EventsScreen:
     from nodeconsole.screens.events import EventsScreen
 
     return EventsScreen()
+
+
+class _ShadowedUpdate(CompositorUpdate):
+    def __init__(self, update: CompositorUpdate, shadow: ScreenShadow, size) -> None:
+        self.update, self.shadow, self.size = update, shadow, (size.width, size.height)
+
+    def render_segments(self, console) -> str:
+        return self.shadow.render(self.update, console, self.size)
 
 
 def run_app(seams: Seams | Callable[[], Seams], interval: float = 1.0, theme: str | None = None) -> int:

@@ -56,12 +56,14 @@ COMMANDS: tuple[Command, ...] = (
     Command("c", "nccl('cancel_check')", "Cancel check", "Cancel a running NCCL check, killing its processes "
             "(NCCL screen)", "Actions", footer=False, screens=("nccl",)),
     Command("p", "toggle_pause", "Pause", "Pause or resume the live refresh"),
+    Command("ctrl+l", "redraw", "Redraw", "Write the whole screen again (after another program wrote over it)",
+            footer=False),
     Command("t", "cycle_theme", "Theme", "Switch to the next nodeconsole theme", footer=False),
     Command("question_mark", "help", "Help", "This list of keys"),
     Command("q", "quit", "Quit", "Leave nodeconsole"),
 )
 
-KEY_LABELS = {"slash": "/", "question_mark": "?", "enter": "Enter"}
+KEY_LABELS = {"slash": "/", "question_mark": "?", "enter": "Enter", "ctrl+l": "^L"}
 
 
 def where(action: str) -> tuple[str, ...]:

@@ -1,0 +1,154 @@
+"""Only the cells that changed go to the terminal.
+
+Textual repaints whole widget regions: a table whose one cell changed is written again line by line,
+with the colours of every cell. Over a slow SSH link during an incident that is most of what the
+console writes. `ScreenShadow` keeps what the terminal shows, cell by cell (character and style), and
+turns each compositor update into the escape sequences for the cells that differ from it, the way
+curses does for htop. Runs of changed cells close together are joined (a cursor move costs about as much
+as a few cells).
+
+The shadow is forgotten, and the next frame written whole, when the terminal may no longer show what we
+wrote: a new size, a return from suspension, an update of an unknown kind, and on ctrl+l (the admin's
+"redraw": another program wrote over the screen).
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from rich.cells import get_character_cell_size
+from rich.color import ColorSystem
+from rich.console import Console
+from rich.segment import ControlType
+from rich.style import Style
+from textual.strip import Strip
+
+WIDE = ""  # the right half of a double-width character (the character itself sits in the cell before)
+GAP = 6  # unchanged cells between two changed runs rewritten rather than moving the cursor over them
+
+Cell = tuple[str, Style | None]
+
+
+class ScreenShadow:
+    def __init__(self) -> None:
+        self.width = 0
+        self.height = 0
+        self.rows: list[list[Cell | None]] = []
+        self.cells_written = 0  # cells sent to the terminal since start (figures and tests)
+        self.cells_offered = 0  # cells the compositor asked to repaint
+
+    def reset(self, width: int | None = None, height: int | None = None) -> None:
+        """Forget what the terminal shows (the next update is written whole)."""
+        if width is not None and height is not None:
+            self.width, self.height = width, height
+        self.rows = [[None] * self.width for _ in range(self.height)]
+
+    def render(self, update: Any, console: Console, size: tuple[int, int]) -> str:
+        """The escape sequences that bring the terminal from what it shows to what `update` paints."""
+        if size != (self.width, self.height):
+            self.reset(*size)
+        changed = self._apply(update, console)
+        return self._emit(changed, console)
+
+    # -- painting the update into the shadow ------------------------------------------------------
+    def _apply(self, update: Any, console: Console) -> dict[int, list[int]]:
+        """Write the update's cells into the shadow; the x of every cell that changed, per line."""
+        rows, width, height = self.rows, self.width, self.height
+        changed: dict[int, list[int]] = {}
+        x = y = 0
+        row: list[Cell | None] | None = None
+        marks: list[int] = []
+        offered = 0
+        for segment in update.__rich_console__(console, console.options):
+            if segment.control:
+                for code in segment.control:
+                    if code[0] == ControlType.CURSOR_MOVE_TO:
+                        x, y = code[1], code[2]
+                        row = rows[y] if 0 <= y < height else None
+                        marks = changed.setdefault(y, []) if row is not None else []
+                continue
+            text, style = segment.text, segment.style
+            if row is None or text == "\n":
+                continue
+            for ch in text:
+                w = get_character_cell_size(ch)
+                if w == 0:  # a combining mark joins the character before it
+                    if 0 < x <= width and row[x - 1] is not None:
+                        prev = row[x - 1]
+                        assert prev is not None
+                        row[x - 1] = (prev[0] + ch, prev[1])
+                        marks.append(x - 1)
+                    continue
+                if x + w > width:
+                    x += w
+                    continue
+                offered += w
+                cell = (ch, style)
+                if row[x] != cell:
+                    row[x] = cell
+                    marks.append(x)
+                if w == 2:
+                    half = (WIDE, style)
+                    if row[x + 1] != half:
+                        row[x + 1] = half
+                        marks.append(x + 1)
+                elif x + 1 < width and row[x + 1] is not None and row[x + 1][0] == WIDE:  # type: ignore[index]
+                    row[x + 1] = None  # we overwrote the left half of a wide character: its right half is gone
+                    marks.append(x + 1)
+                x += w
+        self.cells_offered += offered
+        return {y: xs for y, xs in changed.items() if xs}
+
+    # -- writing the difference -------------------------------------------------------------------
+    def _emit(self, changed: dict[int, list[int]], console: Console) -> str:
+        out: list[str] = []
+        # what Textual's own strips are rendered with
+        color_system = console._color_system or ColorSystem.TRUECOLOR
+        render = Strip.render_style
+        written = 0
+        for y in sorted(changed):
+            row = self.rows[y]
+            for a, b in _runs(sorted(set(changed[y])), row):
+                if row[a] is not None and row[a][0] == WIDE and a > 0:  # type: ignore[index]
+                    a -= 1  # start on the whole character
+                if b + 1 < self.width and row[b + 1] is not None and row[b + 1][0] == WIDE:  # type: ignore[index]
+                    b += 1
+                out.append(f"\x1b[{y + 1};{a + 1}H")
+                text: list[str] = []
+                style: Style | None = None
+                for x in range(a, b + 1):
+                    cell = row[x]
+                    if cell is None:  # never painted (cannot happen inside a run); keep positions right
+                        cell = (" ", None)
+                    ch, st = cell
+                    if st is not style and st != style:
+                        if text:
+                            out.append(_styled(render, "".join(text), style, color_system))
+                        text, style = [], st
+                    if ch != WIDE:
+                        text.append(ch)
+                if text:
+                    out.append(_styled(render, "".join(text), style, color_system))
+                written += b - a + 1
+        self.cells_written += written
+        return "".join(out)
+
+
+def _styled(render, text: str, style: Style | None, color_system) -> str:
+    if style is None:
+        return text
+    return render(style, text, color_system=color_system)
+
+
+def _runs(xs: list[int], row: list[Cell | None]) -> list[tuple[int, int]]:
+    """Changed columns as [a, b] runs, joining runs GAP cells apart or closer (all painted)."""
+    runs: list[tuple[int, int]] = []
+    start = end = xs[0]
+    for x in xs[1:]:
+        if x - end - 1 <= GAP and all(row[i] is not None for i in range(end + 1, x)):
+            end = x
+            continue
+        runs.append((start, end))
+        start = end = x
+    runs.append((start, end))
+    return runs
+
