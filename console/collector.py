@@ -197,7 +197,7 @@ class Collector:
     def collect(self, partial: bool = False) -> HostSnapshot:
         """One snapshot. `partial` reads sysfs alone (GPUs, topology, IOMMU) and marks the other
         sources PENDING: the console shows that first, while NVML and libvirt open."""
-        with self._lock:
+        with self._lock, self.seams.root.one_pass():
             sysfs, s_sysfs = self._guard("sysfs", self._read_sysfs)
             if partial:
                 nvml = virt = load = None

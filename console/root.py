@@ -12,11 +12,53 @@ from __future__ import annotations
 
 import os
 import stat
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 # Any sysfs attribute is one page at most; /proc/cpuinfo of a 1024-CPU host is about 1.5 MiB.
 MAX_READ = 4 << 20
 _OPEN_FLAGS = os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC
+
+
+class _FullWalk(Exception):
+    """A link loop or an odd target: os.path.realpath decides."""
+
+
+def _resolve_cached(path: str, dirs: dict[str, str]) -> str:
+    """os.path.realpath(path), resolving each directory on the way once per pass (`dirs`): one lstat
+    per new component instead of one per component of every path."""
+    try:
+        return _resolve(path, dirs, set())
+    except (_FullWalk, OSError):
+        return os.path.realpath(path)
+
+
+def _resolve(path: str, dirs: dict[str, str], links: set[str]) -> str:
+    head, name = os.path.split(path)
+    if path == "/":
+        return path
+    if not name or name in (".", "..") or not head:
+        raise _FullWalk
+    parent = dirs.get(head)
+    if parent is None:
+        parent = dirs[head] = _resolve(head, dirs, links)
+    real = os.path.join(parent, name)
+    if not os.path.islink(real):
+        return real
+    if real in links:  # a loop
+        raise _FullWalk
+    links.add(real)
+    target = os.readlink(real)
+    parts = target.split("/")
+    ups = 0
+    while ups < len(parts) and parts[ups] == "..":
+        ups += 1
+    if ".." in parts[ups:] or "." in parts:  # `x/../y` below a link: only a full walk is right
+        raise _FullWalk
+    # the parent has no links left in it, so the leading `..` of a relative target simply climb it
+    return _resolve(os.path.normpath(os.path.join(parent, target)), dirs, links)
 
 
 class Root:
@@ -29,6 +71,22 @@ class Root:
         self._real = os.path.realpath(self.path)
         self._prefix = os.path.join(self._real, "")
         self._whole = self._real == "/"  # nothing can lead out of `/`
+        self._pass = threading.local()  # .dirs: directory -> resolved directory, during one pass
+
+    @contextmanager
+    def one_pass(self) -> Iterator[None]:
+        """Reads in this block (on this thread) resolve each directory once: one collection pass reads
+        dozens of attributes per device directory, and following every link of every path again costs
+        more than the reads (below a root other than `/`). Links may change between passes, so the
+        memory ends with the block."""
+        if getattr(self._pass, "dirs", None) is not None:  # nested: the outer pass keeps its memory
+            yield
+            return
+        self._pass.dirs = {}
+        try:
+            yield
+        finally:
+            self._pass.dirs = None
 
     def __repr__(self) -> str:
         return f"Root({str(self.path)!r})"
@@ -47,7 +105,11 @@ class Root:
         path = self._base + rel.lstrip("/")
         if self._whole:
             return path
-        real = os.path.realpath(path)
+        dirs = getattr(self._pass, "dirs", None)
+        if dirs is None:
+            real = os.path.realpath(path)
+            return real if self.inside(real) else None
+        real = _resolve_cached(path, dirs)
         return real if self.inside(real) else None
 
     def resolve_parent(self, rel: str) -> str | None:

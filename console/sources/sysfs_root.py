@@ -25,6 +25,7 @@ class SysfsRoot(Root):
     def __init__(self, root: Root) -> None:
         super().__init__(root.path)
         self.inner = root
+        self._pass = root._pass  # the same collection pass (Root.one_pass) as the root it wraps
         kind = type(root)
         self.fast = all(getattr(kind, m) is getattr(Root, m) for m in ("p", "read", "listdir", "readlink"))
 

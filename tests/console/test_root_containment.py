@@ -138,3 +138,34 @@ def test_kernel_writes_refuse_a_link_out_of_the_root(tmp_path: Path, outside: Pa
     with pytest.raises(PermissionError):
         Kernel(tmp_path / "r").write("sys/attr", "x")
     assert outside.read_text() == SECRET + "\n"
+
+
+def test_one_pass_resolves_every_path_as_realpath_does(tree: FakeSys, outside: Path) -> None:
+    """Inside Root.one_pass() each directory is resolved once: every path of the tree (and a child and
+    a `..` below each) still resolves exactly as os.path.realpath does — links into sys/devices,
+    dangling links, a loop, links climbing out — and links out still read as absent."""
+    from nodeconsole.console.root import _resolve_cached
+
+    tree.raw_link("sys/loop_a", "loop_b")
+    tree.raw_link("sys/loop_b", "loop_a")
+    tree.raw_link("sys/dangling", "../nowhere/at/all")
+    tree.raw_link("sys/out", "../../elsewhere")
+    tree.raw_link("sys/dotted", "devices/./x/../y")
+    dirs: dict[str, str] = {}
+    checked = 0
+    for dirpath, dirnames, filenames in os.walk(tree.root):
+        for name in dirnames + filenames:
+            path = os.path.join(dirpath, name)
+            for p in (path, os.path.join(path, "x"), os.path.join(path, "..", "y")):
+                assert _resolve_cached(p, dirs) == os.path.realpath(p), p
+                checked += 1
+    assert checked > 300
+    root = Root(tree.root)
+    host = tree.root / "proc/sys/kernel/hostname"
+    host.unlink()
+    host.symlink_to(outside)
+    with root.one_pass():
+        assert root.read("proc/sys/kernel/hostname") is None
+        assert root.read("sys/out/shadow") is None
+        assert root.read("sys/bus/pci/devices/0000:17:00.0/vendor") == "0x10de"
+        assert root.read("sys/loop_a/x") is None
