@@ -10,8 +10,8 @@ from typing import ClassVar
 
 from rich.text import Text
 from textual.binding import Binding, BindingType
-from textual.widgets import DataTable
 
+from nodeconsole.screens.widgets.quiet_table import QuietTable
 from nodeconsole.screens.widgets.text import host_text
 
 
@@ -23,7 +23,7 @@ def _cell_len(cell: Text) -> int:
     return cell.cell_len
 
 
-class KeyedTable(DataTable):
+class KeyedTable(QuietTable):
     DEFAULT_CSS = "KeyedTable { height: auto; max-height: 100%; }"
     # less/htop/k9s keys on top of DataTable's own (arrows, PgUp/PgDn, ctrl+Home/End); Home/End move
     # to the first/last row here (DataTable's go to the first/last column, which a row cursor lacks).

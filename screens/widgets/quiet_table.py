@@ -1,0 +1,42 @@
+"""A DataTable whose cell updates re-render only their row.
+
+DataTable keys every render cache on one update counter: changing one cell re-renders every cell of the
+table (and repaints all of it). A console table changes a few figures each second (utilization, CPU %),
+so `update_cell` here forgets only the changed row's cached renders and repaints only that row, unless
+the column has to grow (then DataTable's own path re-measures everything).
+
+This relies on DataTable's cache keys (row key first in the cell and row caches, the virtual line first in
+the line cache, (update count, row index) in the row renderables): tests/screens/test_quiet_table.py
+compares every frame with a plain DataTable's, so a Textual upgrade that changes them fails there.
+"""
+from __future__ import annotations
+
+from textual.widgets import DataTable
+from textual.widgets.data_table import CellType, ColumnKey, RowKey
+
+
+class QuietTable(DataTable):
+    def update_cell(self, row_key: RowKey | str, column_key: ColumnKey | str, value: CellType, *,
+                    update_width: bool = False) -> None:
+        if update_width or self._require_update_dimensions:
+            super().update_cell(row_key, column_key, value, update_width=update_width)
+            return
+        rk = RowKey(row_key) if isinstance(row_key, str) else row_key
+        ck = ColumnKey(column_key) if isinstance(column_key, str) else column_key
+        if rk not in self._row_locations or ck not in self._column_locations:
+            super().update_cell(row_key, column_key, value)  # raises CellDoesNotExist
+            return
+        self._data[rk][ck] = value
+        index = self._row_locations.get(rk)
+        assert index is not None
+        self._forget_row(rk, index)
+        self.refresh_row(index)
+
+    def _forget_row(self, rk: RowKey, index: int) -> None:
+        for cache in (self._cell_render_cache, self._row_render_cache):
+            for key in [k for k in cache.keys() if k[0] == rk]:
+                cache.discard(key)
+        self._row_renderable_cache.discard((self._update_count, index))
+        y = (self.header_height if self.show_header else 0) + index  # the row's line (rows are one line)
+        for key in [k for k in self._line_cache.keys() if k[0] == y]:
+            self._line_cache.discard(key)
