@@ -18,6 +18,7 @@ from textual.widgets import Footer, Input, Static
 
 from nodeconsole.screens.messages import HostView, Selected, SnapshotUpdated
 from nodeconsole.screens.widgets.keyed_table import KeyedTable
+from nodeconsole.screens.widgets.quiet_static import update_static
 from nodeconsole.screens.widgets.text import host_text, plain_text
 
 if TYPE_CHECKING:
@@ -62,6 +63,7 @@ class SnapshotScreen(Screen):
         self._static_keys: dict[str, object] = {}  # selector -> the key its Static was last made from
         self.view = HostView(None)  # the latest view the app posted
         self._announced: str | None = None  # the selection the app was last told
+        self._wanted_row: str | None = None  # a row to put the selection table's cursor on when it is there
 
     @property
     def snapshot(self) -> HostSnapshot | None:
@@ -110,7 +112,23 @@ class SnapshotScreen(Screen):
             line = host_line(snap, self.TITLE, self.app.size.width)
             self.set_static("#hostline", lambda: line, line)
             self.render_snapshot(snap)
+            self._select_wanted()
             self.announce_selection()
+
+    def select_row(self, key: str) -> None:
+        """Put the selection table's cursor on the row `key` (now, or once the row is there)."""
+        self._wanted_row = key
+        self._select_wanted()
+
+    def _select_wanted(self) -> None:
+        if self._wanted_row is None or not self.SELECTION_TABLE or not self.is_mounted:
+            return
+        tables = list(self.query(f"#{self.SELECTION_TABLE}").results(KeyedTable))
+        key = self._wanted_row
+        if not tables or not tables[0].has_row(key):
+            return
+        self._wanted_row = None
+        tables[0].move_cursor(row=tables[0].get_row_index(key), animate=False)
 
     def announce_selection(self) -> None:
         """Tell the app what the selection table's cursor is on, when that changed."""
@@ -131,7 +149,7 @@ class SnapshotScreen(Screen):
         if self._static_keys.get(selector) == key:
             return
         self._static_keys[selector] = key
-        self.query_one(selector, Static).update(make())
+        update_static(self.query_one(selector, Static), make())
 
     def forget_static(self, selector: str) -> None:
         """The Static at `selector` was updated directly: the next `set_static` repaints it."""
@@ -175,9 +193,17 @@ class SnapshotScreen(Screen):
                 table.focus()
             self.show_view()
 
+    # -- rows out of sight ------------------------------------------------------------------------
+    def on_keyed_table_more(self, message: KeyedTable.More) -> None:
+        """A table that does not show all its rows says so on the line below it (`#<table id>-more`)."""
+        table = message.table
+        for hint in self.query(f"#{table.id}-more").results(Static):
+            hint.update(more_text(message.above, message.below))
+            hint.display = bool(message.above or message.below)
+
     # -- details ---------------------------------------------------------------------------------
     def details_for(self, table: KeyedTable, key: str) -> tuple[str, str] | None:
-        """(title, body) for a row; None when the row has no details."""
+        """(title, body) for a row; None when the row has no details (then its cells are shown in full)."""
         return None
 
     def on_data_table_row_selected(self, event) -> None:
@@ -187,10 +213,19 @@ class SnapshotScreen(Screen):
 
     def open_details(self, table: KeyedTable, key: str) -> None:
         got = self.details_for(table, key)
+        if got is None and table.is_cut(key):  # no details of its own: its cells, whatever the layout cut
+            got = (" ".join(t for _, t in table.full_row(key)[:1]) or key,
+                   "\n".join(f"{label}: {text}" for label, text in table.full_row(key)))
         if got is not None:
             from nodeconsole.screens.modals.details import DetailsModal
 
             self.app.push_screen(DetailsModal(*got))
+
+
+def more_text(above: int, below: int) -> str:
+    """What a table cut short says: how many rows are out of sight, and how to see them."""
+    parts = ([f"▲ {above} more above"] if above else []) + ([f"▼ {below} more below"] if below else [])
+    return "  ".join(parts) + ": j/k, PgUp/PgDn scroll, g/G first/last, / filters" if parts else ""
 
 
 def tab_strip(title: str, compact: bool = False) -> str:

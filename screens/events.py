@@ -69,6 +69,7 @@ class EventsScreen(SnapshotScreen):
     def compose_body(self) -> ComposeResult:
         yield Static(Text("reading events…"), id="events-summary")
         yield KeyedTable(COLS, id="events-table")
+        yield Static(id="events-table-more", classes="more")  # rows out of sight, when some are
 
     def _collector_state(self) -> tuple[tuple[KernelEvent, ...], tuple[SourceChange, ...], str]:
         c = getattr(self.app, "collector", None)

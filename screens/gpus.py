@@ -7,7 +7,7 @@ from textual.app import ComposeResult
 from textual.containers import VerticalScroll
 from textual.widgets import DataTable, Static
 
-from nodeconsole.console.hosttext import show, visible
+from nodeconsole.console.hosttext import LINE_MAX, show, visible
 from nodeconsole.console.model import HostSnapshot
 from nodeconsole.screens.base import SnapshotScreen
 from nodeconsole.screens.messages import GpuSelected
@@ -20,12 +20,12 @@ from nodeconsole.screens.widgets.gpu_text import (
     nvlink_text,
     owner_text,
 )
-from nodeconsole.screens.widgets.keyed_table import KeyedTable
+from nodeconsole.screens.widgets.keyed_table import Col, KeyedTable
 from nodeconsole.screens.widgets.slice_bar import slice_bar
 from nodeconsole.screens.widgets.text import metric
 
-COLS = [("idx", "#"), ("smi", "smi"), ("addr", "Address"), ("owner", "Owner"), ("mig", "MIG"),
-        ("vgpu", "vGPU"), ("ecc", "ECC v/a"), ("proc", "Procs"), ("link", "Link")]
+COLS = [Col("idx", "#", 3), Col("smi", "smi", 1), Col("addr", "Address", 1), Col("owner", "Owner", 2),
+        Col("mig", "MIG", 1), Col("vgpu", "vGPU"), Col("ecc", "ECC v/a"), Col("proc", "Procs"), Col("link", "Link")]
 
 
 def mig_text(g) -> str:
@@ -38,7 +38,7 @@ def mig_text(g) -> str:
 
 def gpu_rows(snap: HostSnapshot):
     for g in snap.gpus:
-        yield g.address, (str(g.index), g.smi, g.address, owner_text(g, 20), mig_text(g),
+        yield g.address, (str(g.index), g.smi, g.address, owner_text(g), mig_text(g),
                           str(len(g.vgpu.instances)) if g.vgpu.instances or g.vgpu.types else "-",
                           ecc_text(g), str(len(g.processes)), link_text(g))
 
@@ -56,9 +56,8 @@ def gpu_panel(snap: HostSnapshot, address: str | None):
         parts.append(Text(f"MIG {g.mig.mode} (pending {g.mig.pending_mode})"))
         parts.append(slice_bar(g.mig))
         for i in g.mig.instances:
-            uuid = (i.uuid[:12] + "…") if i.uuid and len(i.uuid) > 13 else (i.uuid or "")
             parts.append(Text(f"  {show(i.profile):9} slices {i.start}-{i.start + i.size - 1}  util N/A  "
-                              f"{visible(uuid):13}  VM {show(i.vm or '-')}"))
+                              f"{show(i.uuid or '-', LINE_MAX)}  VM {show(i.vm or '-')}"))
     if g.vgpu.types or g.vgpu.instances:
         avail = ", ".join(f"{show(t.name)} ({metric(t.available)} free)" for t in g.vgpu.types[:4])
         parts.append(Text(f"vGPU types: {avail or '-'}"))
@@ -89,6 +88,7 @@ class GpusScreen(SnapshotScreen):
 
     def compose_body(self) -> ComposeResult:
         yield KeyedTable(COLS, id="gpu-table")
+        yield Static(id="gpu-table-more", classes="more")  # rows out of sight, when some are
         with VerticalScroll(id="gpu-panel-scroll"):
             yield Static(id="gpu-panel")
 

@@ -10,10 +10,10 @@ from nodeconsole.console.hosttext import show
 from nodeconsole.console.model import HostSnapshot
 from nodeconsole.screens.base import SnapshotScreen
 from nodeconsole.screens.widgets.details import group_details
-from nodeconsole.screens.widgets.keyed_table import KeyedTable
+from nodeconsole.screens.widgets.keyed_table import Col, KeyedTable
 from nodeconsole.screens.widgets.text import plain_text
 
-COLS = [("id", "Group"), ("verdict", "Verdict"), ("devices", "Devices [driver]")]
+COLS = [Col("id", "Group", 3), Col("verdict", "Verdict", 3), Col("devices", "Devices [driver]", 1)]
 
 
 def _members(snap: HostSnapshot, grp) -> list[str]:
@@ -44,6 +44,7 @@ class IommuScreen(SnapshotScreen):
     def compose_body(self) -> ComposeResult:
         yield Static(id="iommu-state")
         yield KeyedTable(COLS, id="groups")
+        yield Static(id="groups-more", classes="more")  # rows out of sight, when some are
         with VerticalScroll(id="group-panel-scroll"):
             yield Static(id="group-panel")
 

@@ -1,24 +1,30 @@
 """1 Overview: GPUs, VMs and the most important problems."""
 from __future__ import annotations
 
+from typing import ClassVar
+
 from rich.text import Text
 from textual.app import ComposeResult
-from textual.binding import Binding
+from textual.binding import Binding, BindingType
+from textual.containers import Vertical
+from textual.message import Message
 from textual.widgets import Static
 
 from nodeconsole.console.checks import vm_alignment
-from nodeconsole.console.hosttext import LINE_MAX, show
+from nodeconsole.console.hosttext import LINE_MAX, show, visible
 from nodeconsole.console.model import HostSnapshot
 from nodeconsole.screens.base import SnapshotScreen
 from nodeconsole.screens.widgets.details import gpu_details, vm_details
 from nodeconsole.screens.widgets.gpu_text import link_text, memory_text, owner_text, short_name
-from nodeconsole.screens.widgets.keyed_table import KeyedTable
+from nodeconsole.screens.widgets.keyed_table import Col, KeyedTable
 from nodeconsole.screens.widgets.text import metric, plain_text, severity_text, spark
 
-GPU_COLS = [("idx", "#"), ("smi", "smi"), ("addr", "Address"), ("name", "Model"), ("owner", "Owner"), ("util", "Util"),
-            ("mem", "Mem"), ("temp", "Temp"), ("link", "Link")]
-VM_COLS = [("name", "VM"), ("state", "State"), ("vcpus", "vCPU"), ("cpu", "CPU%"), ("hist", "History"),
-           ("numa", "NUMA"), ("gpus", "GPUs")]
+# priority: the columns that keep their full text longest when the terminal is narrow (keyed_table.py)
+GPU_COLS = [Col("idx", "#", 3), Col("smi", "smi", 1), Col("addr", "Address", 1), Col("name", "Model", 2),
+            Col("owner", "Owner", 2), Col("util", "Util", 1), Col("mem", "Mem"), Col("temp", "Temp"),
+            Col("link", "Link")]
+VM_COLS = [Col("name", "VM", 3), Col("state", "State", 1), Col("vcpus", "vCPU", 1), Col("cpu", "CPU%", 1),
+           Col("hist", "History", 0, 4), Col("numa", "NUMA", 1, 7), Col("gpus", "GPUs", 2)]
 
 
 def gpu_rows(snap: HostSnapshot):
@@ -27,7 +33,7 @@ def gpu_rows(snap: HostSnapshot):
         if g.owner.kind == "vfio":
             running = any(v.state == "running" and any(h.gpu == g.address for h in v.hostdevs) for v in snap.vms)
             util = "(in VM)" if running else "(vfio)"
-        yield g.address, (str(g.index), g.smi, g.address, short_name(g.name), owner_text(g, 16),
+        yield g.address, (str(g.index), g.smi, g.address, short_name(g.name), owner_text(g),
                           util, memory_text(g), metric(g.temperature_c, "C"), link_text(g))
 
 
@@ -79,94 +85,241 @@ def _page(kib: int) -> str:
     return f"{kib // 1048576}G" if kib >= 1048576 else f"{kib // 1024}M"
 
 
-MORE_HINT = "GPUs (4), VMs (5) and Setup (s) screens"
+MORE_HINT = "Tab to the list, j/k scroll, Enter details, f goes to the fix"
 
 
-def problems_view(problems, height: int = 7):
-    """At most `height` lines: when the problems do not all fit, the last line says how many more
-    there are and where to see them."""
+def fix_target(snap: HostSnapshot, p) -> tuple[str, str, str] | None:
+    """Where a problem is fixed: (mode, key, label). A problem the doctor covers: the Setup screen on
+    its check (the check, what was read and the fix); about a GPU: the GPUs screen on that GPU (its
+    actions); about a VM: the VMs screen on that VM (pinning)."""
+    if getattr(p, "check", ""):
+        return ("setup", p.check, f"Setup, check {p.check}")
+    subject = getattr(p, "subject", "")
+    g = snap.gpu(subject) if subject else None
+    if g is not None:
+        return ("gpus", g.address, f"GPUs screen, GPU {g.index}")
+    if subject and snap.vm(subject) is not None:
+        return ("vms", subject, f"VMs screen, VM {show(subject)}")
+    return None
+
+
+def problem_details(p, target: str | None) -> str:
+    """The whole problem, its fix and where the console fixes it (the details modal's body)."""
+    lines = [p.message, "", f"fix: {getattr(p, 'fix', '') or 'no fix known'}"]
+    if getattr(p, "check", ""):
+        lines.append(f"doctor check: {p.check} (nodeconsole doctor; the Setup screen, s)")
+    if target:
+        lines.append(f"f on the Overview opens the {target}")
+    return "\n".join(lines)
+
+
+def _one_line(t: Text) -> Text:
+    t.no_wrap, t.overflow = True, "ellipsis"
+    return t
+
+
+def problems_view(problems, height: int = 7, cursor: int = -1, top: int = 0, targets=()):
+    """At most `height` lines from problem `top` on: each problem, and on a dim line below it its fix and
+    where `f` goes, when that fits (all of them, or at least four); else one line each. When the
+    problems do not all fit, the last line says how many more there are and how to see them. The
+    problem at `cursor` is highlighted. Returns the renderable (the top problem is `top_of(...)`)."""
     from rich.console import Group
 
     if not problems:
         return "nothing to report"
-    height = max(1, height)
-    shown = problems if len(problems) <= height else problems[:height - 1]
+    height, n = max(1, height), len(problems)
+    per = 2 if 2 * n <= height or height >= 8 else 1
+    count = n if per * n <= height else (height - 1) // per
+    top = top_of(n, count, cursor, top)
     items = []
-    for p in shown:  # one line each, so several fit at 80x24 (Enter on a GPU/VM shows the whole text)
-        # a problem the doctor covers names its check first: `s` opens the Setup screen on it (the
-        # check, what was read and the fix)
-        t = severity_text(p.severity, f"[{p.check}] {p.message}" if p.check else p.message)
-        t.no_wrap, t.overflow = True, "ellipsis"
+    for i in range(top, top + count):
+        p = problems[i]
+        # a problem the doctor covers names its check first: `s` or `f` opens the Setup screen on it
+        t = _one_line(severity_text(p.severity, f"[{p.check}] {p.message}" if p.check else p.message))
+        if i == cursor:
+            t.stylize("reverse")
         items.append(t)
-    if len(problems) > len(shown):
-        more = severity_text("info", f"{len(problems) - len(shown)} more: {MORE_HINT}")
-        more.no_wrap, more.overflow = True, "ellipsis"
-        items.append(more)
+        if per == 2:
+            target = targets[i] if i < len(targets) else None
+            fix = getattr(p, "fix", "") or "no fix known"
+            line = Text("  ↳ fix: ", style="dim")
+            line.append(visible(fix), style="dim")
+            if target:
+                line.append(f"  · f: {target}", style="dim italic")
+            items.append(_one_line(line))
+    if count < n:
+        items.append(_one_line(severity_text("info", f"{n - count} more: {MORE_HINT}")))
     return Group(*items)
 
 
-class ProblemList(Static):
-    """The Overview's problems, as many as its height holds; the last line counts the rest."""
+def top_of(n: int, count: int, cursor: int, top: int) -> int:
+    """The first problem shown, `count` at a time: `top`, moved just enough to show the cursor."""
+    if cursor >= 0:
+        top = min(top, cursor)
+        top = max(top, cursor - count + 1)
+    return max(0, min(top, n - count))
+
+
+class ProblemList(Static, can_focus=True):
+    """The Overview's problems, as many as its height holds; the last line counts the rest. Focused
+    (Tab), j/k move the highlight, Enter opens the problem with its fix, f goes where it is fixed."""
+
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("j,down", "move(1)", "Down", show=False),
+        Binding("k,up", "move(-1)", "Up", show=False),
+        Binding("pagedown", "move(5)", "Page down", show=False),
+        Binding("pageup", "move(-5)", "Page up", show=False),
+        Binding("g,home", "move(-100000)", "First", show=False),
+        Binding("G,end", "move(100000)", "Last", show=False),
+        Binding("enter", "open", "Details", show=False),
+    ]
+
+    class Open(Message):
+        def __init__(self, index: int) -> None:
+            super().__init__()
+            self.index = index
 
     def __init__(self, **kw) -> None:
         super().__init__(**kw)
         self.problems: tuple | None = None
+        self.targets: tuple = ()
+        self.cursor = 0
+        self._top = 0
         self._height = 0
 
-    def show(self, problems) -> None:
-        problems = tuple(problems)
-        if problems != self.problems:
-            self.problems = problems
+    def show(self, problems, targets=()) -> None:
+        problems, targets = tuple(problems), tuple(targets)
+        if problems != self.problems or targets != self.targets:
+            self.problems, self.targets = problems, targets
+            self.cursor = min(self.cursor, max(0, len(problems) - 1))
             self._redraw()
+
+    def selected(self) -> int | None:
+        return self.cursor if self.problems else None
 
     def on_resize(self) -> None:
         if self.content_size.height != self._height:
             self._redraw()
 
+    def on_focus(self) -> None:
+        self._redraw()
+
+    def on_blur(self) -> None:
+        self._redraw()
+
+    def action_move(self, step: int) -> None:
+        if self.problems:
+            self.cursor = max(0, min(len(self.problems) - 1, self.cursor + step))
+            self._redraw()
+
+    def action_open(self) -> None:
+        if self.problems:
+            self.post_message(self.Open(self.cursor))
+
     def _redraw(self) -> None:
         if self.problems is None:
             return
         self._height = self.content_size.height
-        self.update(problems_view(self.problems, self._height or 7))
+        height = self._height or 7
+        cursor = self.cursor if self.has_focus else -1
+        view = problems_view(self.problems, height, cursor, self._top, self.targets)
+        if not isinstance(view, str):
+            per = 2 if 2 * len(self.problems) <= height or height >= 8 else 1
+            count = len(self.problems) if per * len(self.problems) <= height else (height - 1) // per
+            self._top = top_of(len(self.problems), count, cursor, self._top)
+        self.update(view)
 
 
 class OverviewScreen(SnapshotScreen):
     TITLE = "Overview"
-    BINDINGS = [Binding("s", "setup", "Setup")]
+    BINDINGS = [Binding("s", "setup", "Setup"), Binding("f", "fix", "Fix")]
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self._more: dict[str, tuple[int, int]] = {}  # table id -> rows (above, below) out of sight
 
     def action_setup(self) -> None:
         """Open the Setup screen on the first problem's doctor check (the check's fix is there)."""
         snap = self.snapshot
         check = next((p.check for p in snap.problems if p.check), None) if snap is not None else None
-        self.app.switch_mode("setup")
-        if check:
+        self._go("setup", check)
+
+    def action_fix(self) -> None:
+        """Go where the highlighted problem (the first, until the list is focused) is fixed: the Setup
+        screen on its doctor check, the GPUs screen on its GPU or the VMs screen on its VM."""
+        snap = self.snapshot
+        if snap is None or not snap.problems:
+            self.app.notify("no problem to fix", timeout=3)
+            return
+        i = self.query_one("#problems", ProblemList).selected() or 0
+        target = fix_target(snap, snap.problems[i])
+        if target is None:
+            self.app.notify(f"no screen fixes this one: {snap.problems[i].fix or 'no fix known'}", timeout=6)
+            return
+        self._go(target[0], target[1])
+
+    def _go(self, mode: str, key: str | None) -> None:
+        self.app.switch_mode(mode)
+        if not key:
+            return
+        screen = self.app.screen
+        if mode == "setup":
             from nodeconsole.screens.setup import SetupScreen
 
-            screen = self.app.screen
             if isinstance(screen, SetupScreen):
-                screen.show_check(check)
+                screen.show_check(key)
+        elif isinstance(screen, SnapshotScreen):
+            screen.select_row(key)
+
+    def on_problem_list_open(self, message: ProblemList.Open) -> None:
+        snap = self.snapshot
+        if snap is None or message.index >= len(snap.problems):
+            return
+        from nodeconsole.screens.modals.details import DetailsModal
+
+        p = snap.problems[message.index]
+        target = fix_target(snap, p)
+        self.app.push_screen(DetailsModal("Problem", problem_details(p, target[2] if target else None)))
 
     def compose_body(self) -> ComposeResult:
         yield Static(id="host-info")
         yield Static(id="pressure")
         yield Static("GPUs", classes="section", id="gpus-title")
         yield KeyedTable(GPU_COLS, id="gpus")
-        yield Static("VMs", classes="section", id="vms-title")
-        yield KeyedTable(VM_COLS, id="vms")
-        yield Static("Problems", classes="section")
-        yield ProblemList(id="problems")
+        with Vertical(id="overview-lower"):
+            yield Static("VMs", classes="section", id="vms-title")
+            yield KeyedTable(VM_COLS, id="vms")
+            yield Static("Problems", classes="section", id="problems-title")
+            yield ProblemList(id="problems")
 
     def render_snapshot(self, snap: HostSnapshot) -> None:
         info = host_info(snap)
         self.set_static("#host-info", lambda: plain_text(info, limit=LINE_MAX), info)
         pressure = pressure_line(snap)
         self.set_static("#pressure", lambda: one_line(pressure), pressure)
-        counts = (len(snap.gpus), len(snap.vms))
-        self.set_static("#gpus-title", lambda: f"GPUs ({counts[0]})", ("g", counts[0]))
-        self.set_static("#vms-title", lambda: f"VMs ({counts[1]})", ("v", counts[1]))
         self.query_one("#gpus", KeyedTable).sync(gpu_rows(snap))
         self.query_one("#vms", KeyedTable).sync(vm_rows(snap, self.history))
-        self.query_one("#problems", ProblemList).show(snap.problems)
+        self._titles()
+        targets = tuple((t[2] if t else None) for t in (fix_target(snap, p) for p in snap.problems))
+        self.query_one("#problems", ProblemList).show(snap.problems, targets)
+
+    def _titles(self) -> None:
+        """Each section's title counts its rows; a table cut short says how many more and how to see them."""
+        snap = self.snapshot
+        if snap is None:
+            return
+        for tid, name, count, screen in (("gpus", "GPUs", len(snap.gpus), "4"), ("vms", "VMs", len(snap.vms), "5")):
+            above, below = self._more.get(tid, (0, 0))
+            title = f"{name} ({count})"
+            if above or below:
+                title += f" · {above + below} more: Tab to the table, j/k scroll; {screen} lists them all"
+            self.set_static(f"#{tid}-title", lambda t=title: _one_line(Text(t)), title)
+        n = len(snap.problems)
+        self.set_static("#problems-title", lambda: f"Problems ({n})", ("p", n))
+
+    def on_keyed_table_more(self, message: KeyedTable.More) -> None:
+        self._more[message.table.id or ""] = (message.above, message.below)
+        self._titles()
 
     def details_for(self, table, key):
         snap = self.snapshot

@@ -139,6 +139,7 @@ class SetupScreen(SnapshotScreen):
     def compose_body(self) -> ComposeResult:
         yield Static(Text("reading the host…"), id="setup-summary")
         yield KeyedTable(COLS, id="setup-steps")
+        yield Static(id="setup-steps-more", classes="more")  # rows out of sight, when some are
         with VerticalScroll(id="setup-panel-scroll"):
             yield Static(id="setup-panel")
 

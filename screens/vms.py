@@ -19,11 +19,12 @@ from nodeconsole.screens.overview import one_line, pressure_line
 from nodeconsole.screens.pin_view import rebalance_map
 from nodeconsole.screens.widgets.cpu_map import cpu_map
 from nodeconsole.screens.widgets.details import vm_details
-from nodeconsole.screens.widgets.keyed_table import KeyedTable
+from nodeconsole.screens.widgets.keyed_table import Col, KeyedTable
 from nodeconsole.screens.widgets.text import metric, spark
 
-COLS = [("name", "VM"), ("state", "State"), ("vcpus", "vCPU"), ("cpu", "CPU%"), ("steal", "Steal"),
-        ("hist", "History"), ("pins", "Pinned to"), ("numa", "NUMA"), ("hostdevs", "Devs")]
+COLS = [Col("name", "VM", 3), Col("state", "State", 1), Col("vcpus", "vCPU", 1), Col("cpu", "CPU%", 1),
+        Col("steal", "Steal"), Col("hist", "History", 0, 4), Col("pins", "Pinned to", 2), Col("numa", "NUMA", 1, 7),
+        Col("hostdevs", "Devs")]
 
 
 def vm_rows(snap: HostSnapshot, history):
@@ -33,7 +34,7 @@ def vm_rows(snap: HostSnapshot, history):
         pins = format_cpulist(c for p in v.pins for c in p.cpus) or "-"
         yield v.name, (v.name, v.state, str(v.vcpus), metric(v.cpu_percent), metric(v.steal_percent, "", 1),
                        spark(history.get(v.name, [])),
-                       pins[:16], mark, str(len(v.hostdevs)))
+                       pins, mark, str(len(v.hostdevs)))
 
 
 def vm_panel(snap: HostSnapshot, name: str | None):
@@ -62,6 +63,7 @@ class VmsScreen(SnapshotScreen):
 
     def compose_body(self) -> ComposeResult:
         yield KeyedTable(COLS, id="vm-table")
+        yield Static(id="vm-table-more", classes="more")  # rows out of sight, when some are
         with VerticalScroll(id="vm-panel-scroll"):
             yield Static(id="vm-pressure")
             yield Static(id="vm-panel")

@@ -5,11 +5,13 @@ from nodeconsole.console.model import NA, Gpu
 from nodeconsole.screens.widgets.text import metric
 
 
-def short_name(name: str, width: int = 12) -> str:
-    """"NVIDIA H100 80GB HBM3" → "H100 80GB HB"; pci.ids "GH100 [H100 SXM5 80GB]" → "H100 SXM5 80"."""
+def short_name(name: str, width: int = 0) -> str:
+    """"NVIDIA H100 80GB HBM3" → "H100 80GB HBM3"; pci.ids "GH100 [H100 SXM5 80GB]" → "H100 SXM5 80GB".
+    With `width`, cut to that many characters (a table cuts its cells itself, with "…")."""
     if "[" in name and "]" in name:
         name = name[name.index("[") + 1:name.rindex("]")]
-    return name.replace("NVIDIA ", "").strip()[:width]
+    name = name.replace("NVIDIA ", "").strip()
+    return name[:width] if width else name
 
 
 def owner_text(g: Gpu, width: int = 0) -> str:

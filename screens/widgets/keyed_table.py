@@ -1,26 +1,77 @@
 """A DataTable updated cell by cell from rows keyed by stable ids: no clear() per tick, so the
 cursor and scroll position stay where the admin left them.
 
-Cells hold host text: a str cell is shown as plain Text with visible escapes, capped at CELL_MAX
-characters (DataTable would parse a str as markup); a Text cell is the screen's own rendering."""
+Cells hold host text: a str cell is shown as plain Text with visible escapes, capped at TABLE_CELL_MAX
+characters (DataTable would parse a str as markup); a Text cell is the screen's own rendering.
+
+Columns follow the table's width. Each column is as wide as its widest cell while the row fits; when
+it does not, the columns of lowest priority are shrunk first (their cells cut with "…"), down to their
+minimum width, and the priority columns (names, models, owners, pins) keep their full text longest.
+The widths are worked out again only when a cell gets wider than its column, when the widest cell of a
+column goes, and on a resize: a tick that changes a few values leaves the layout alone."""
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from typing import ClassVar
 
 from rich.text import Text
 from textual.binding import Binding, BindingType
+from textual.message import Message
 
 from nodeconsole.screens.widgets.quiet_table import QuietTable
 from nodeconsole.screens.widgets.text import host_text
 
+TABLE_CELL_MAX = 64  # host text in one cell; the layout cuts it further when the terminal is narrow
+MIN_WIDTH = 4  # a shrunk column keeps at least this many cells (or its label's width, if less)
+
+
+@dataclass(frozen=True)
+class Col:
+    """A table column. `priority`: higher keeps its full text longer when the row is wider than the
+    table. `min_width`: never shrunk below this (0: the label's width, at least MIN_WIDTH)."""
+
+    key: str
+    label: str
+    priority: int = 0
+    min_width: int = 0
+
+
+def as_col(spec: Col | tuple) -> Col:
+    return spec if isinstance(spec, Col) else Col(*spec)
+
 
 def _cell(cell) -> Text:
-    return cell if isinstance(cell, Text) else host_text(cell)
+    text = cell if isinstance(cell, Text) else host_text(cell, TABLE_CELL_MAX)
+    text.no_wrap, text.overflow = True, "ellipsis"  # one line; a narrow column cuts it with "…"
+    return text
 
 
-def _cell_len(cell: Text) -> int:
-    return cell.cell_len
+def fit_widths(cols: Sequence[Col], natural: Sequence[int], room: int) -> list[int]:
+    """Content widths for `cols` whose widest cells are `natural`, in `room` cells (padding excluded).
+    All natural widths when they fit; else the lowest-priority columns shrink first, the widest of a
+    priority first, each down to its minimum; the rest is cut by the terminal (the table scrolls)."""
+    widths = list(natural)
+    excess = sum(widths) - room
+    if excess <= 0:
+        return widths
+    floor = [min(n, c.min_width or max(MIN_WIDTH, Text(c.label).cell_len)) for c, n in zip(cols, natural)]
+    for level in sorted({c.priority for c in cols}):
+        members = [i for i, c in enumerate(cols) if c.priority == level]
+        while excess > 0:
+            i = max(members, key=lambda j: widths[j] - floor[j])
+            spare = widths[i] - floor[i]
+            if spare <= 0:
+                break
+            # shrink the widest column down to the next widest (or as far as needed), keeping the
+            # columns of one priority as even as their text allows
+            others = sorted((widths[j] - floor[j] for j in members if j != i), reverse=True)
+            step = min(excess, max(1, spare - (others[0] if others else 0)))
+            widths[i] -= step
+            excess -= step
+        if excess <= 0:
+            break
+    return widths
 
 
 class KeyedTable(QuietTable):
@@ -34,16 +85,34 @@ class KeyedTable(QuietTable):
         Binding("G,end", "scroll_bottom", "Last row", show=False),
     ]
 
-    def __init__(self, columns: Sequence[tuple[str, str]], **kw) -> None:
+    class More(Message):
+        """The rows the table holds but does not show changed: `above` and `below` the visible ones."""
+
+        def __init__(self, table: KeyedTable, above: int, below: int) -> None:
+            super().__init__()
+            self.table, self.above, self.below = table, above, below
+
+        @property
+        def control(self) -> KeyedTable:
+            return self.table
+
+    def __init__(self, columns: Sequence[Col | tuple], **kw) -> None:
         super().__init__(cursor_type="row", zebra_stripes=False, **kw)
-        self._columns = list(columns)
+        self._columns = [as_col(c) for c in columns]
         self._rows: dict[str, tuple] = {}
+        self._lens: dict[str, tuple[int, ...]] = {}  # each row's cell widths, for the natural widths
+        self._labels = [Text(c.label).cell_len for c in self._columns]
+        self._natural = list(self._labels)  # the widest cell (or label) of each column
+        self._widths: list[int] = []  # the content widths the columns have now
         self.filter_text = ""
+        self._more = (0, 0)
 
     def on_mount(self) -> None:
-        for key, label in self._columns:
-            self.add_column(label, key=key)
+        for c, width in zip(self._columns, self._natural):
+            self.add_column(c.label, key=c.key, width=width)
+        self._widths = list(self._natural)
 
+    # -- rows --------------------------------------------------------------------------------------
     def _visible(self, cells: tuple) -> bool:
         if not self.filter_text:
             return True
@@ -54,36 +123,140 @@ class KeyedTable(QuietTable):
         """Make the table show exactly `rows` (key, cells), touching only what changed."""
         wanted = [(k, cells) for k, cells in rows if self._visible(cells)]
         wanted_keys = [k for k, _ in wanted]
+        self._grown = False
+        self._shrunk: set[int] = set()  # columns whose widest cell may have gone
         if list(self._rows) != wanted_keys and set(self._rows) - set(wanted_keys):
             for k in list(self._rows):
                 if k not in wanted_keys:
                     self.remove_row(k)
-                    del self._rows[k]
+                    self._forget(k)
         order_ok = [k for k in self._rows] == [k for k in wanted_keys if k in self._rows]
         if not order_ok:  # membership reshuffled (rare): rebuild keeping the cursor on its key
             cursor_key = self._cursor_key()
             self.clear()
             self._rows.clear()
+            self._lens.clear()
+            self._natural = list(self._labels)
             for k, cells in wanted:
-                self.add_row(*map(_cell, cells), key=k)
-                self._rows[k] = cells
+                self._add(k, cells)
             if cursor_key in self._rows:
                 self.move_cursor(row=self.get_row_index(cursor_key))
+            self._relayout()
+            self._check_more()
             return
         for k, cells in wanted:
             old = self._rows.get(k)
             if old is None:
-                self.add_row(*map(_cell, cells), key=k)
+                self._add(k, cells)
             elif old != cells:
-                for (col, _), a, b in zip(self._columns, old, cells):
+                lens = list(self._lens[k])
+                for i, ((c, a), b) in enumerate(zip(zip(self._columns, old), cells)):
                     if a != b:
-                        # re-measure the column only when the new text is wider than it (re-measuring
-                        # on every change costs ~20x with hundreds of rows)
                         shown = _cell(b)
-                        wider = _cell_len(shown) > self.columns[col].content_width
-                        self.update_cell(k, col, shown, update_width=wider)
-            self._rows[k] = cells
+                        self._measure(lens, i, shown.cell_len)
+                        # the layout sets the widths: DataTable never re-measures a column
+                        self.update_cell(k, c.key, shown, update_width=False)
+                self._lens[k] = tuple(lens)
+                self._rows[k] = cells
+        if self._shrunk:
+            for i in self._shrunk:
+                self._natural[i] = max([self._labels[i], *(lens[i] for lens in self._lens.values())])
+        if self._grown or self._shrunk:
+            self._relayout()
+        self._check_more()
 
+    def _add(self, key: str, cells: tuple) -> None:
+        shown = [_cell(c) for c in cells]
+        lens = [0] * len(self._columns)
+        for i, text in enumerate(shown[:len(lens)]):
+            self._measure(lens, i, text.cell_len)
+        self.add_row(*shown, key=key)
+        self._rows[key] = cells
+        self._lens[key] = tuple(lens)
+
+    def _measure(self, lens: list[int], i: int, width: int) -> None:
+        old, lens[i] = lens[i], width
+        if width > self._natural[i]:
+            self._natural[i] = width
+            self._grown = True
+        elif old == self._natural[i] and width < old:
+            self._shrunk.add(i)
+
+    def _forget(self, key: str) -> None:
+        del self._rows[key]
+        for i, width in enumerate(self._lens.pop(key, ())):
+            if width == self._natural[i] and width > self._labels[i]:
+                self._shrunk.add(i)
+
+    # -- layout ------------------------------------------------------------------------------------
+    def room(self) -> int:
+        """The cells the columns' content may take: the table's width less the scrollbar and each
+        column's padding."""
+        width = self.size.width - self.scrollbar_size_vertical
+        return width - 2 * self.cell_padding * len(self._columns)
+
+    def _relayout(self) -> None:
+        if not self.columns or self.size.width <= 0:
+            return  # not laid out yet: the first resize does it
+        widths = fit_widths(self._columns, self._natural, self.room())
+        if widths == self._widths:
+            return
+        self._widths = widths
+        for c, width in zip(self._columns, widths):
+            column = self.columns[c.key]  # type: ignore[index]  # DataTable's keys compare equal to str
+            column.auto_width, column.width = False, width
+        self._require_update_dimensions = True
+        self._update_count += 1  # the rendered cells' cache key
+        self._clear_caches()
+        self.refresh()
+
+    def on_resize(self) -> None:
+        self._relayout()
+        self._check_more()
+
+    def watch_show_vertical_scrollbar(self) -> None:
+        self._relayout()  # the scrollbar came or went: the room for the columns changed
+
+    def watch_show_horizontal_scrollbar(self) -> None:
+        self._check_more()  # it takes a row's line
+
+    def watch_scroll_y(self, old_value: float, new_value: float) -> None:
+        super().watch_scroll_y(old_value, new_value)
+        self._check_more()
+
+    # -- rows out of sight -------------------------------------------------------------------------
+    def out_of_sight(self) -> tuple[int, int]:
+        """(rows above, rows below) the ones the table shows now."""
+        rows = len(self._rows)
+        shown = self.scrollable_content_region.height - (self.header_height if self.show_header else 0)
+        if rows == 0 or shown <= 0 or not self.display:
+            return (0, 0)
+        top = min(rows, max(0, round(self.scroll_y)))
+        return (top, max(0, rows - top - shown))
+
+    def _check_more(self) -> None:
+        more = self.out_of_sight()
+        if more != self._more:
+            self._more = more
+            self.post_message(self.More(self, *more))
+
+    def column_widths(self) -> dict[str, int]:
+        """Each column's content width now (what a cell of it shows before "…")."""
+        return {c.key: w for c, w in zip(self._columns, self._widths)}
+
+    def full_row(self, key: str) -> list[tuple[str, str]]:
+        """The row's cells in full (label, text), whatever the layout cut."""
+        cells = self._rows.get(key, ())
+        return [(c.label, _cell(v).plain) for c, v in zip(self._columns, cells)]
+
+    def has_row(self, key: str) -> bool:
+        return key in self._rows
+
+    def is_cut(self, key: str) -> bool:
+        lens = self._lens.get(key, ())
+        return any(n > w for n, w in zip(lens, self._widths))
+
+    # -- selection ---------------------------------------------------------------------------------
     def _cursor_key(self) -> str | None:
         if not self._rows or self.cursor_row < 0:
             return None
