@@ -9,12 +9,12 @@ from textual.geometry import Region
 from textual.widgets import Static
 
 from nodeconsole.console.demo.nvml_sim import SimulatedNvml
-from nodeconsole.console.hosttext import CELL_MAX, show, visible
+from nodeconsole.console.hosttext import show, visible
 from nodeconsole.console.root import Root
 from nodeconsole.console.seams import Seams
 from nodeconsole.screens.app import NodeConsoleApp
 from nodeconsole.screens.modals.details import DetailsModal
-from nodeconsole.screens.widgets.keyed_table import KeyedTable
+from nodeconsole.screens.widgets.keyed_table import TABLE_CELL_MAX, KeyedTable
 from tests.console.test_host_text import (
     AUDIO,
     DRIVER,
@@ -122,7 +122,10 @@ async def test_long_vm_name_leaves_the_columns_on_screen(tmp_path, monkeypatch):
         await pilot.press("5")
         await pilot.pause(0.2)
         table = app.screen.query_one("#vm-table", KeyedTable)
-        assert table.columns["name"].content_width <= CELL_MAX
+        # the long name is cut to leave the other columns their room: the row fits the 80 columns
+        widths = table.column_widths()
+        assert widths["name"] < len(show(VM_LONG, TABLE_CELL_MAX))
+        assert sum(widths.values()) <= table.room()
         svg = app.export_screenshot()
         for head in ("State", "vCPU", "CPU%"):
             assert head in svg, f"column {head} pushed off the 80-column table"
