@@ -209,8 +209,7 @@ class ChangesTable(KeyedTable):
         rows = list(rows)
         if self._rows and any(k not in self._rows for k, cells in rows if self._visible(cells)):
             cursor = self.selected_key()
-            self.clear()
-            self._rows.clear()
+            self.clear_rows()
             super().sync(rows)
             if cursor in self._rows:
                 self.move_cursor(row=self.get_row_index(cursor))
@@ -233,6 +232,7 @@ class ChangesScreen(SnapshotScreen):
     def compose_body(self) -> ComposeResult:
         yield Static(Text("reading the audit log…"), id="changes-summary")
         yield ChangesTable(COLS, id="changes-table")
+        yield Static(id="changes-table-more", classes="more")  # rows out of sight, when some are
         with VerticalScroll(id="changes-panel-scroll"):
             yield Static(id="changes-panel")
 

@@ -18,6 +18,7 @@ from textual.binding import Binding
 from textual.containers import VerticalScroll
 from textual.widgets import DataTable, Footer, Static
 
+from nodeconsole.screens.base import more_text
 from nodeconsole.screens.widgets.keyed_table import KeyedTable
 from nodeconsole.screens.widgets.text import plain_text
 from nodeconsole.themes import CSS_PATH, THEMES, resolve
@@ -70,9 +71,15 @@ class FleetApp(App):
     def compose(self) -> ComposeResult:
         yield Static(id="fleet-summary")
         yield KeyedTable(COLS, id="fleet-hosts")
+        yield Static(id="fleet-hosts-more", classes="more")  # rows out of sight, when some are
         with VerticalScroll(id="fleet-panel-scroll"):
             yield Static(id="fleet-panel")
         yield Footer()
+
+    def on_keyed_table_more(self, message: KeyedTable.More) -> None:
+        hint = self.query_one("#fleet-hosts-more", Static)
+        hint.update(more_text(message.above, message.below))
+        hint.display = bool(message.above or message.below)
 
     def on_mount(self) -> None:
         for t in THEMES:

@@ -17,6 +17,7 @@ from typing import ClassVar
 
 from rich.text import Text
 from textual.binding import Binding, BindingType
+from textual.coordinate import Coordinate
 from textual.message import Message
 
 from nodeconsole.screens.widgets.quiet_table import QuietTable
@@ -133,10 +134,7 @@ class KeyedTable(QuietTable):
         order_ok = [k for k in self._rows] == [k for k in wanted_keys if k in self._rows]
         if not order_ok:  # membership reshuffled (rare): rebuild keeping the cursor on its key
             cursor_key = self._cursor_key()
-            self.clear()
-            self._rows.clear()
-            self._lens.clear()
-            self._natural = list(self._labels)
+            self.clear_rows()
             for k, cells in wanted:
                 self._add(k, cells)
             if cursor_key in self._rows:
@@ -164,6 +162,13 @@ class KeyedTable(QuietTable):
         if self._grown or self._shrunk:
             self._relayout()
         self._check_more()
+
+    def clear_rows(self) -> None:
+        """Remove every row (the columns stay; their widths follow the next rows)."""
+        self.clear()
+        self._rows.clear()
+        self._lens.clear()
+        self._natural = list(self._labels)
 
     def _add(self, key: str, cells: tuple) -> None:
         shown = [_cell(c) for c in cells]
@@ -219,6 +224,19 @@ class KeyedTable(QuietTable):
 
     def watch_show_horizontal_scrollbar(self) -> None:
         self._check_more()  # it takes a row's line
+
+    def watch_hover_coordinate(self, old: Coordinate, value: Coordinate) -> None:
+        """A cell the layout cut shows its whole text as a tooltip under the mouse (Enter: the details)."""
+        super().watch_hover_coordinate(old, value)
+        tip = None
+        if 0 <= value.row < self.row_count and 0 <= value.column < len(self._columns):
+            key = self.coordinate_to_cell_key(value).row_key.value or ""
+            lens = self._lens.get(key, ())
+            if value.column < len(lens) and value.column < len(self._widths) \
+                    and lens[value.column] > self._widths[value.column]:
+                label, text = self.full_row(key)[value.column]
+                tip = f"{label}: {text}"
+        self.tooltip = tip
 
     def watch_scroll_y(self, old_value: float, new_value: float) -> None:
         super().watch_scroll_y(old_value, new_value)

@@ -211,6 +211,17 @@ async def test_f_goes_to_the_gpu_or_vm_the_problem_is_about(seams):
             assert await wait_until(pilot, lambda m=mode, k=target[1]: (
                 app.selected_gpu if m == "gpus" else app.selected_vm) == k), selected
 
+        # narrower: the columns are laid out again, and a cut cell shows its whole text under the mouse
+        await pilot.press("1")
+        assert await wait_until(pilot, lambda: app.current_mode == "overview")
+        gpus = app.screen.query_one("#gpus", KeyedTable)
+        assert gpus.column_widths()["addr"] == len("0000:18:00.0")
+        await pilot.resize_terminal(80, 24)
+        assert await wait_until(pilot, lambda: gpus.column_widths()["addr"] < len("0000:18:00.0"))
+        x = sum(w + 2 for k, w in gpus.column_widths().items() if k in ("idx", "smi")) + 1
+        await pilot.hover("#gpus", offset=(x, 1))
+        assert await wait_until(pilot, lambda: gpus.tooltip == "Address: 0000:18:00.0"), gpus.tooltip
+
 
 def test_a_gpu_passthrough_problem_never_names_its_own_card(seams):
     snap = FrozenCollector(seams).collect()
