@@ -47,28 +47,30 @@ def gpu_panel(snap: HostSnapshot, address: str | None):
     g = snap.gpu(address) if address else None
     if g is None:
         return Text("select a GPU")
-    # host text (names, drivers, VMs, processes) is plain Text with visible escapes, names capped
-    parts: list = [Text(f"GPU {g.index} (nvidia-smi {g.smi}) {g.address}  {show(g.name)}  owner "
-                        f"{show(owner_text(g))}", style="bold")]
+    # host text (names, drivers, VMs, processes) is plain Text with visible escapes, each value capped at
+    # LINE_MAX (the panel has the screen's width: NVLink errors, owners and MIG UUIDs in full)
+    parts: list = [Text(f"GPU {g.index} (nvidia-smi {g.smi}) {g.address}  {show(g.name, LINE_MAX)}  owner "
+                        f"{show(owner_text(g), LINE_MAX)}", style="bold")]
     if g.nvml_index is None:
-        parts.append(Text(f"NVML does not see it (driver {show(g.driver or 'none')}): identity and link from sysfs"))
+        parts.append(Text(f"NVML does not see it (driver {show(g.driver or 'none', LINE_MAX)}): identity and link from sysfs"))
     if g.mig.mode in ("enabled",) or g.mig.pending_mode == "enabled":
         parts.append(Text(f"MIG {g.mig.mode} (pending {g.mig.pending_mode})"))
         parts.append(slice_bar(g.mig))
         for i in g.mig.instances:
-            parts.append(Text(f"  {show(i.profile):9} slices {i.start}-{i.start + i.size - 1}  util N/A  "
-                              f"{show(i.uuid or '-', LINE_MAX)}  VM {show(i.vm or '-')}"))
+            parts.append(Text(f"  {show(i.profile, LINE_MAX):9} slices {i.start}-{i.start + i.size - 1}  util N/A  "
+                              f"{show(i.uuid or '-', LINE_MAX)}  VM {show(i.vm or '-', LINE_MAX)}"))
     if g.vgpu.types or g.vgpu.instances:
-        avail = ", ".join(f"{show(t.name)} ({metric(t.available)} free)" for t in g.vgpu.types[:4])
+        avail = ", ".join(f"{show(t.name, LINE_MAX)} ({metric(t.available)} free)" for t in g.vgpu.types[:4])
         parts.append(Text(f"vGPU types: {avail or '-'}"))
         for i in g.vgpu.instances:
-            parts.append(Text(f"  vGPU {show(i.type_name)} {show(i.uuid)} → VM {show(i.vm or '-')}"))
+            parts.append(Text(f"  vGPU {show(i.type_name, LINE_MAX)} {show(i.uuid, LINE_MAX)} "
+                              f"→ VM {show(i.vm or '-', LINE_MAX)}"))
     if g.processes:
-        parts.append(Text("processes: " + ", ".join(f"{p.pid} {show(p.name)} {metric(p.used_memory_mib)}MiB"
+        parts.append(Text("processes: " + ", ".join(f"{p.pid} {show(p.name, LINE_MAX)} {metric(p.used_memory_mib)}MiB"
                                                     for p in g.processes)))
     if g.nvml_index is not None:
         parts.append(Text(f"clocks {clocks_text(g)}  PCIe replays {metric(g.pcie_replay_count)}"))
-        parts.append(Text(f"NVLink {show(nvlink_text(g))}  fabric {show(fabric_text(g))}"))
+        parts.append(Text(f"NVLink {show(nvlink_text(g), LINE_MAX)}  fabric {show(fabric_text(g), LINE_MAX)}"))
     parts.append(Text(f"ECC uncorrected {metric(g.ecc_volatile_uncorrected)} (lifetime "
                       f"{metric(g.ecc_aggregate_uncorrected)}) corrected {metric(g.ecc_volatile_corrected)} "
                       f"(lifetime {metric(g.ecc_aggregate_corrected)})  retired pages "
