@@ -5,7 +5,7 @@ table (and repaints all of it). A console table changes a few figures each secon
 so `update_cell` here forgets only the changed row's cached renders and repaints only that row, unless
 the column has to grow (then DataTable's own path re-measures everything).
 
-This relies on DataTable's cache keys (row key first in the cell and row caches, the virtual line first in
+This relies on DataTable's cache keys (row key then column key in the cell cache, row key first in the row cache, the virtual line first in
 the line cache, (update count, row index) in the row renderables): tests/screens/test_quiet_table.py
 compares every frame with a plain DataTable's, so a Textual upgrade that changes them fails there.
 """
@@ -29,13 +29,16 @@ class QuietTable(DataTable):
         self._data[rk][ck] = value
         index = self._row_locations.get(rk)
         assert index is not None
-        self._forget_row(rk, index)
+        self._forget_cell(rk, ck, index)
         self.refresh_row(index)
 
-    def _forget_row(self, rk: RowKey, index: int) -> None:
-        for cache in (self._cell_render_cache, self._row_render_cache):
-            for key in [k for k in cache.keys() if k[0] == rk]:
-                cache.discard(key)
+    def _forget_cell(self, rk: RowKey, ck: ColumnKey, index: int) -> None:
+        """Drop the renders of one cell and of the row and line holding it (the other cells' renders
+        stay: the row is put together again from them)."""
+        for key in [k for k in self._cell_render_cache.keys() if k[0] == rk and k[1] == ck]:
+            self._cell_render_cache.discard(key)
+        for key in [k for k in self._row_render_cache.keys() if k[0] == rk]:
+            self._row_render_cache.discard(key)
         self._row_renderable_cache.discard((self._update_count, index))
         y = (self.header_height if self.show_header else 0) + index  # the row's line (rows are one line)
         for key in [k for k in self._line_cache.keys() if k[0] == y]:
