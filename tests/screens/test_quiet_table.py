@@ -84,3 +84,39 @@ async def test_one_changed_cell_repaints_one_row():
         await pilot.pause()
         assert set(rendered) == {3}, rendered
         assert "99%" in "".join(s.text for s in quiet.render_line(4))
+
+
+async def test_a_static_whose_size_cannot_change_is_repainted_without_a_layout():
+    from textual.widgets import Static
+
+    from nodeconsole.screens.widgets.quiet_static import update_static
+
+    class One(App):
+        def compose(self) -> ComposeResult:
+            yield Static("node0 cpu 10%", id="line")
+            yield Static("x", id="auto", classes="auto")
+
+        CSS = "#auto { width: auto; }"
+
+    app = One()
+    async with app.run_test(size=(40, 10)) as pilot:
+        line, auto = app.query_one("#line", Static), app.query_one("#auto", Static)
+        await pilot.pause()
+        layouts: list[str] = []
+        real = app.screen._refresh_layout
+
+        def counting(*a, **kw):
+            layouts.append("layout")
+            return real(*a, **kw)
+
+        app.screen._refresh_layout = counting  # type: ignore[method-assign]
+        update_static(line, "node0 cpu 37%")
+        await pilot.pause()
+        assert layouts == [] and "37%" in str(line.render())
+        update_static(line, "two\nlines")  # taller: laid out again
+        await pilot.pause()
+        assert layouts and line.size.height == 2
+        layouts.clear()
+        update_static(auto, "wider text")  # width auto: laid out again
+        await pilot.pause()
+        assert layouts and auto.size.width == len("wider text")
