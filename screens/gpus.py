@@ -16,6 +16,7 @@ from nodeconsole.screens.widgets.gpu_text import (
     clocks_text,
     ecc_text,
     fabric_text,
+    gpu_group_text,
     link_text,
     nvlink_text,
     owner_text,
@@ -77,9 +78,9 @@ def gpu_panel(snap: HostSnapshot, address: str | None):
                       f"{metric(g.retired_pages)}  remapped rows pending {metric(g.remapped_rows_pending)} "
                       f"failed {metric(g.remapped_rows_failure)}  temp {metric(g.temperature_c, 'C')}  "
                       f"power {metric(g.power_w, 'W')}"))
-    grp = snap.group(g.iommu_group)
-    if grp is not None:
-        parts.append(Text(visible(f"IOMMU group {grp.id}: {'viable' if grp.viable else 'NOT viable — ' + grp.reason}")))
+    group = gpu_group_text(snap, g)
+    if group:
+        parts.append(Text(visible(group)))
     return Group(*parts)
 
 

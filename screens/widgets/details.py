@@ -9,7 +9,7 @@ from nodeconsole.console.events import KernelEvent
 from nodeconsole.console.hosttext import show
 from nodeconsole.console.model import Gpu, HostSnapshot, IommuGroup, Vm
 from nodeconsole.console.topology import vm_gpus, vm_paths
-from nodeconsole.screens.widgets.gpu_text import clocks_text, fabric_text, nvlink_text
+from nodeconsole.screens.widgets.gpu_text import clocks_text, fabric_text, gpu_group_text, nvlink_text
 from nodeconsole.screens.widgets.text import metric
 
 LAST_EVENTS = 5
@@ -48,9 +48,9 @@ def gpu_details(snap: HostSnapshot, g: Gpu, events: Sequence[KernelEvent] = ()) 
         lines.append(f"  vGPU {i.uuid} {i.type_name} on {i.parent} VM {i.vm or '-'}")
     for p in g.processes:
         lines.append(f"  process {p.pid} {p.name} {metric(p.used_memory_mib)} MiB")
-    grp = snap.group(g.iommu_group)
-    if grp is not None:
-        lines.append(f"IOMMU group {grp.id}: {'viable' if grp.viable else 'NOT viable'} {grp.reason}")
+    group = gpu_group_text(snap, g)
+    if group:
+        lines.append(group)
     mine = [ev for ev in events if ev.gpu == g.address][-LAST_EVENTS:]
     lines.append(f"Last events ({len(mine)}, newest first):" if mine else "Last events: none in the kernel log")
     for ev in reversed(mine):
@@ -96,4 +96,8 @@ def group_details(snap: HostSnapshot, grp: IommuGroup) -> str:
             continue
         lines.append(f"  {a} {d.class_name or ''}: {d.device_name or d.vendor_name} [{d.driver or 'no driver'}]"
                      + ("  (bridge, exempt)" if d.is_bridge else ""))
+    gpus = [g for a in grp.devices if (g := snap.gpu(a)) is not None]
+    if len(gpus) > 1:  # the verdict above is about the group's first card: each GPU from its own side
+        lines.append("Each GPU (its own functions never block it):")
+        lines += [f"  GPU {g.index} {g.address}: {gpu_group_text(snap, g).partition(': ')[2]}" for g in gpus]
     return "\n".join(lines)

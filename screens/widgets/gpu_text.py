@@ -1,7 +1,8 @@
 """Short texts about one GPU that several screens show in their tables and panels."""
 from __future__ import annotations
 
-from nodeconsole.console.model import NA, Gpu
+from nodeconsole.console.iommu import blocker_reasons, slot_of
+from nodeconsole.console.model import NA, Gpu, HostSnapshot
 from nodeconsole.screens.widgets.text import metric
 
 
@@ -110,3 +111,18 @@ def fabric_text(g: Gpu) -> str:
     if g.fabric_state in (None, NA):
         return metric(g.fabric_state)
     return f"{g.fabric_state}" + ("" if g.fabric_status in ("ok", None) else f" ({g.fabric_status})")
+
+
+def gpu_group_text(snap: HostSnapshot, g: Gpu) -> str:
+    """The GPU's IOMMU group judged from this GPU's side: "IOMMU group 34: NOT viable for this GPU —
+    shares group 34 with 0000:ba:00.1 …". The group's own verdict is about its main card; here the GPU's
+    own functions never block it (GPU 7 must not read as blocked by 0000:bb:00.0, itself). The group's
+    warnings (boot VGA, ACS override) follow. "" when the GPU has no group."""
+    grp = snap.group(g.iommu_group)
+    if grp is None:
+        return ""
+    by_addr = {a: d for a in grp.devices if (d := snap.pci(a)) is not None}
+    blockers = blocker_reasons(grp, by_addr, [slot_of(g.address)])
+    warnings = [n for n in grp.reason.split("; ") if n.startswith("warning:")]
+    head = f"IOMMU group {grp.id}: " + ("NOT viable for this GPU — " + "; ".join(blockers) if blockers else "viable")
+    return "; ".join([head, *warnings])

@@ -20,11 +20,13 @@ from textual.widgets import Static
 from nodeconsole.console.iommu import slot_of
 from nodeconsole.screens.app import NodeConsoleApp
 from nodeconsole.screens.base import SnapshotScreen
-from nodeconsole.screens.gpus import GpusScreen
+from nodeconsole.screens.gpus import GpusScreen, gpu_panel
 from nodeconsole.screens.modals.details import DetailsModal
 from nodeconsole.screens.modals.help import KEY_WIDTH, help_rows, help_text
 from nodeconsole.screens.overview import ProblemList, fix_target, problems_view
 from nodeconsole.screens.vms import VmsScreen
+from nodeconsole.screens.widgets.details import gpu_details
+from nodeconsole.screens.widgets.gpu_text import gpu_group_text
 from nodeconsole.screens.widgets.keyed_table import Col, KeyedTable, fit_widths
 from tests.screens.conftest import FrozenCollector, make_frozen_seams
 from tests.screens.helpers import wait_until
@@ -223,19 +225,26 @@ async def test_f_goes_to_the_gpu_or_vm_the_problem_is_about(seams):
         assert await wait_until(pilot, lambda: gpus.tooltip == "Address: 0000:18:00.0"), gpus.tooltip
 
 
+def _blockers(text: str) -> list[str]:
+    return re.findall(r"shares group \d+ with ([0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7])", text)
+
+
 def test_a_gpu_passthrough_problem_never_names_its_own_card(seams):
+    """The issue saw "GPU 7 … shares group 34 with 0000:bb:00.0", itself: its problem, its panel on the
+    GPUs screen and its details judge the group from the GPU's side."""
     snap = FrozenCollector(seams).collect()
     seen = 0
-    for p in snap.problems:
-        g = snap.gpu(p.subject)
-        if g is None or "shares group" not in p.message:
-            continue
-        named = re.findall(r"shares group \d+ with ([0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7])", p.message)
-        assert named, p.message
-        for address in named:
-            assert slot_of(address) != slot_of(g.address), f"GPU {g.index} blocked by itself: {p.message}"
-        seen += 1
-    assert seen >= 2  # GPU 6 and GPU 7 share group 34 on the demo host
+    for g in snap.gpus:
+        texts = [p.message for p in snap.problems if p.subject == g.address and "shares group" in p.message]
+        texts += [gpu_group_text(snap, g), gpu_details(snap, g)]
+        texts.append(_plain(gpu_panel(snap, g.address), 500)[-1])  # the GPUs screen's panel: its group last
+        for text in texts:
+            for address in _blockers(text):
+                assert slot_of(address) != slot_of(g.address), f"GPU {g.index} blocked by itself: {text}"
+                seen += 1
+    assert seen >= 8  # GPU 6 and GPU 7 share group 34 on the demo host, each with other cards' functions
+    gpu7 = next(g for g in snap.gpus if g.address == "0000:bb:00.0")
+    assert _blockers(gpu_group_text(snap, gpu7)) == ["0000:ba:00.1", "0000:bc:00.0", "0000:bd:00.0"]
 
 
 # -- the help --------------------------------------------------------------------------------------
