@@ -3,13 +3,14 @@
 1. Snapshot collection on small, demo and large generated hosts: cold (first) and steady-state time
    per collect, and peak Python memory; how the cost grows with GPUs and with VMs.
 2. Console start: time from launch to the first frame showing all demo GPUs, in a real terminal
-   (tmux), against a bare Textual app with a Header, a DataTable and a Footer.
-3. Console CPU use over a window at a 1 s refresh on the demo and a large host, against `htop -d 10`
-   measured in the same window.
+   (tmux 160x50), against a bare Textual app with a Header, a DataTable and a Footer.
+3. The console at a 1 s refresh on the demo and a large host, the bare app, `htop -d 10` and nvitop on
+   the simulated GPUs, side by side in one window: CPU, RSS and the bytes each writes to its terminal.
 
-    .venv/bin/python benchmarks/run.py [--quick] [--window S]
+    .venv/bin/python benchmarks/run.py [--quick] [--window S] [--only-terminal]
 
-Targets (issue 3): first frame <= 1.5x the bare app; CPU <= 1% of a core on the demo host.
+Targets (issue 15): first frame <= 1.5x the bare app; CPU <= 1% of a core on the demo host, <= 2% on
+the large host; RSS <= 1.3x the bare app; <= 1,000 terminal bytes/s on the demo host.
 """
 from __future__ import annotations
 
@@ -119,17 +120,21 @@ class Bare(App):
         t.add_row("BARE-READY", "1")
 Bare().run()
 """
+COLS, ROWS = 160, 50  # the size the issue measured at
 
 
 class Tmux:
+    """One program in its own tmux server (a real terminal): its output can be captured and counted."""
+
     def __init__(self) -> None:
         self.socket = f"ncbench-{uuid.uuid4().hex[:6]}"
 
     def __call__(self, *args: str) -> str:
         return subprocess.run(["tmux", "-L", self.socket, *args], capture_output=True, text=True).stdout
 
-    def start(self, cmd: str, cols: int = 120, rows: int = 40) -> None:
-        self("new-session", "-d", "-x", str(cols), "-y", str(rows), cmd)
+    def start(self, cmd: str, cols: int = COLS, rows: int = ROWS) -> None:
+        # exec: the pane's process is the program itself (its CPU and memory, no shell)
+        self("new-session", "-d", "-x", str(cols), "-y", str(rows), f"exec {cmd}" if " && " not in cmd else cmd)
 
     def pid(self) -> int:
         return int(self("list-panes", "-F", "#{pane_pid}").split()[0])
@@ -147,36 +152,54 @@ def first_frame(cmd: str, needles: list[str], timeout: float = 30) -> float:
             screen = t("capture-pane", "-p")
             if all(n in screen for n in needles):
                 return time.perf_counter() - t0
-            time.sleep(0.01)
+            time.sleep(0.005)
         return float("nan")
     finally:
         t.kill()
 
 
-def first_frame_table(state: Path, runs: int) -> None:
+def programs(state: Path, large: Path | None) -> dict[str, str]:
     py = sys.executable
-    bare_file = state / "bare_app.py"
-    bare_file.write_text(BARE_APP)
-    # generate the demo once so that launches measure start-up, not generation
-    subprocess.run([py, "-m", "nodeconsole.console.cli", "snapshot", "--demo"], cwd=REPO, capture_output=True,
-                   env={**os.environ, "NODECONSOLE_STATE_DIR": str(state / "demo")})
+    bare = state / "bare_app.py"
+    bare.write_text(BARE_APP)
+    demo = f"NODECONSOLE_STATE_DIR={state / 'demo'}"
+    out = {
+        "nodeconsole --demo": f"cd {REPO} && {demo} exec {py} -m nodeconsole.screens.launch --demo --interval 1",
+        "bare Textual app": f"{py} {bare}",
+    }
+    if large is not None:
+        out["nodeconsole, large host"] = f"cd {REPO} && exec {py} -m benchmarks.large_console {large}"
+    if shutil.which("htop"):
+        out["htop -d 10"] = "htop -d 10"
+    try:
+        import nvitop  # noqa: F401
+
+        out["nvitop (simulated GPUs)"] = (f"cd {REPO} && exec {py} -m benchmarks.nvitop_demo {state / 'demo'} "
+                                          f"--interval 1")
+    except ImportError:
+        pass
+    return out
+
+
+def first_frame_table(state: Path, runs: int) -> dict[str, float]:
     from nodeconsole.console.demo.state import ensure_demo
 
     addrs = [g["address"] for g in __import__("json").loads(
         Path(ensure_demo(state / "demo").nvml_state).read_text())["gpus"]]
+    cmds = programs(state, None)
     bare, console = [], []
     for _ in range(runs):
-        bare.append(first_frame(f"{py} {bare_file}", ["BARE-READY"]))
-        launch = f"{py} -m nodeconsole.screens.launch --demo"
-        console.append(first_frame(f"cd {REPO} && NODECONSOLE_STATE_DIR={state / 'demo'} {launch}", addrs))
+        bare.append(first_frame(cmds["bare Textual app"], ["BARE-READY"]))
+        console.append(first_frame(cmds["nodeconsole --demo"], addrs))
     b, c = statistics.median(bare), statistics.median(console)
-    print(f"\n## First frame in a real terminal (tmux 120x40, median of {runs} launches)")
+    print(f"\n## First frame in a real terminal (tmux {COLS}x{ROWS}, median of {runs} launches)")
     print(f"bare Header+DataTable+Footer app  {b * 1000:7.0f} ms")
     print(f"nodeconsole --demo, all 8 GPUs    {c * 1000:7.0f} ms   ratio {c / b:.2f}x (target <= 1.5x)")
+    return {"bare": b, "console": c}
 
 
 def cpu_of(pid: int) -> float:
-    """User+system CPU seconds of a process and its children."""
+    """User+system CPU seconds of a process and its children (threads included, ended ones too)."""
     import psutil
 
     p = psutil.Process(pid)
@@ -190,31 +213,71 @@ def cpu_of(pid: int) -> float:
     return total
 
 
-def cpu_table(state: Path, window: float) -> None:
-    py = sys.executable
+def rss_of(pid: int) -> int:
+    import psutil
+
+    p = psutil.Process(pid)
+    total = 0
+    for q in [p] + p.children(recursive=True):
+        try:
+            total += q.memory_info().rss
+        except psutil.NoSuchProcess:
+            pass
+    return total
+
+
+def steady_table(state: Path, window: float, warm: float = 15.0) -> dict[str, dict[str, float]]:
+    """All programs side by side in one window at a 1 s refresh: CPU, peak RSS and the bytes each
+    writes to its terminal (tmux pipe-pane), after `warm` seconds of start-up."""
     tmp = Path(tempfile.mkdtemp(prefix="nclarge-"))
     large = generate(large_spec(), tmp / "large")
-    runs = {
-        "nodeconsole --demo": (f"cd {REPO} && NODECONSOLE_STATE_DIR={state / 'demo'} "
-                               f"{py} -m nodeconsole.screens.launch --demo --interval 1"),
-        "nodeconsole large host": (f"cd {REPO} && {py} -m benchmarks.large_console {large.dest}"),
-        "htop -d 10": "htop -d 10",
-    }
-    terms = {}
-    for name, cmd in runs.items():
-        t = Tmux()
-        t.start(cmd)
-        terms[name] = t
-    time.sleep(5)  # start-up is measured separately
-    start = {n: cpu_of(t.pid()) for n, t in terms.items()}
-    time.sleep(window)
-    end = {n: cpu_of(t.pid()) for n, t in terms.items()}
+    cmds = programs(state, large.dest)
+    terms: dict[str, Tmux] = {}
+    for name, cmd in cmds.items():
+        terms[name] = Tmux()
+        terms[name].start(cmd)
+    time.sleep(warm)
+    pids = {n: t.pid() for n, t in terms.items()}
+    outs = {n: tmp / f"out-{i}" for i, n in enumerate(terms)}
+    for n, t in terms.items():
+        outs[n].write_bytes(b"")
+        t("pipe-pane", "-o", f"cat >> {outs[n]}")
+    start = {n: cpu_of(p) for n, p in pids.items()}
+    peak = {n: 0 for n in pids}
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < window:
+        for n, p in pids.items():
+            peak[n] = max(peak[n], rss_of(p))
+        time.sleep(1.0)
+    elapsed = time.monotonic() - t0
+    end = {n: cpu_of(p) for n, p in pids.items()}
     for t in terms.values():
         t.kill()
+    res = {n: {"cpu": 100 * (end[n] - start[n]) / elapsed, "rss": peak[n] / 2**20,
+               "bps": outs[n].stat().st_size / elapsed} for n in cmds}
     shutil.rmtree(tmp, ignore_errors=True)
-    print(f"\n## CPU use over {window:.0f} s at a 1 s refresh (percent of one core, same window)")
-    for n in runs:
-        print(f"{n:28} {100 * (end[n] - start[n]) / window:6.2f} %")
+    print(f"\n## At a 1 s refresh, tmux {COLS}x{ROWS}, all side by side over the same {elapsed:.0f} s "
+          f"(after {warm:.0f} s of start-up)")
+    print(f"{'program':28} {'CPU % of a core':>16} {'RSS MiB':>9} {'terminal bytes/s':>17}")
+    for n, r in res.items():
+        print(f"{n:28} {r['cpu']:16.2f} {r['rss']:9.1f} {r['bps']:17.0f}")
+    return res
+
+
+def ratios(frame: dict[str, float], steady: dict[str, dict[str, float]]) -> None:
+    demo, bare = steady["nodeconsole --demo"], steady["bare Textual app"]
+    large = steady.get("nodeconsole, large host")
+    rows = [
+        ("first frame / bare app", frame["console"] / frame["bare"], 1.5, "x"),
+        ("CPU, demo host (% of a core)", demo["cpu"], 1.0, "%"),
+        ("CPU, large host (% of a core)", large["cpu"] if large else float("nan"), 2.0, "%"),
+        ("RSS / bare app", demo["rss"] / bare["rss"], 1.3, "x"),
+        ("terminal bytes/s, demo host", demo["bps"], 1000.0, ""),
+    ]
+    print("\n## Against the targets (issue 15)")
+    for name, value, target, unit in rows:
+        verdict = "met" if value <= target else "MISSED"
+        print(f"{name:32} {value:9.2f}{unit:1}  target <= {target:g}{unit}  {verdict}")
 
 
 def main() -> None:
@@ -232,10 +295,11 @@ def main() -> None:
         print("\n(terminal measurements skipped: no tmux)")
         return
     state = Path(tempfile.mkdtemp(prefix="ncbench-state-"))
-    first_frame_table(state, 3 if args.quick else 5)
+    frame = first_frame_table(state, 3 if args.quick else 5)
     if shutil.which("htop") is None:
         print("\n(htop not installed: apt-get install htop)")
-    cpu_table(state, 10.0 if args.quick else args.window)
+    steady = steady_table(state, 10.0 if args.quick else args.window)
+    ratios(frame, steady)
     shutil.rmtree(state, ignore_errors=True)
 
 
