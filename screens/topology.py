@@ -5,7 +5,6 @@ from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 from textual.app import ComposeResult
-from textual.containers import VerticalScroll
 from textual.widgets import Static
 
 from nodeconsole.console.cpulist import format_cpulist
@@ -14,6 +13,7 @@ from nodeconsole.console.model import HostSnapshot
 from nodeconsole.console.nics import distance_rank, distance_to, vm_gpu_addresses
 from nodeconsole.console.topology import matrix, tree
 from nodeconsole.screens.base import SnapshotScreen
+from nodeconsole.screens.widgets.hinted_scroll import HintedScroll
 
 
 def tree_text(snap: HostSnapshot) -> Text:
@@ -106,7 +106,7 @@ class TopologyScreen(SnapshotScreen):
     TITLE = "Topology"
 
     def compose_body(self) -> ComposeResult:
-        with VerticalScroll(id="topo-scroll"):
+        with HintedScroll(id="topo-scroll"):
             yield Static("GPU/NIC matrix", classes="section")
             yield Static("X self  NV# NVLink (# links)  PIX one switch  PXB several switches  PHB host bridge  "
                          "NODE same NUMA node  SYS across sockets  → the VMs holding it", classes="legend")
@@ -115,6 +115,7 @@ class TopologyScreen(SnapshotScreen):
             yield Static(id="nics")
             yield Static("PCIe tree", classes="section")
             yield Static(id="tree")
+        yield Static(id="topo-scroll-more", classes="more")  # lines out of sight, when some are
         self._sig = None
 
     def render_snapshot(self, snap: HostSnapshot) -> None:

@@ -149,6 +149,7 @@ def test_tables_cut_short_at_80x24_say_how_many_more(walked):
     svg = walked["80x24"]
     assert "more:&#160;Tab&#160;to&#160;the&#160;table" in svg["overview"].svg  # the VMs' section title
     assert "more&#160;below:&#160;j/k" in svg["iommu"].svg  # the group table's line below it
+    assert "lines&#160;below:&#160;j/k" in svg["topology"].svg  # the topology's scrolling view
 
 
 # -- the column fitting ------------------------------------------------------------------------------
