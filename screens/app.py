@@ -22,6 +22,7 @@ from textual.timer import Timer
 from textual.widget import AwaitMount
 
 from nodeconsole.console.collector import Collector
+from nodeconsole.console.first_look import FirstLook
 from nodeconsole.console.hosttext import LINE_MAX, lines, visible
 from nodeconsole.console.model import HostSnapshot
 from nodeconsole.console.seams import Seams
@@ -46,6 +47,7 @@ if TYPE_CHECKING:  # the actions and the NCCL screen are imported on first use
     from nodeconsole.screens.setup import SetupScreen
 
 HISTORY = 30  # samples of VM CPU % kept for the sparklines
+FIRST_LOOK_WAIT_S = 0.25  # how long the first frame waits for the host's first, sysfs-only snapshot
 
 # (action name, parameters) -> the screens (modes) the registry says the action works on
 _WHERE: dict[tuple[str, tuple[object, ...]], tuple[str, ...]] = {
@@ -61,12 +63,16 @@ class NodeConsoleApp(App):
              "events": lambda: _events_screen()}
     BINDINGS: ClassVar[list[BindingType]] = [*bindings()]
 
-    def __init__(self, seams: Seams | Callable[[], Seams], interval: float = 1.0, theme: str | None = None,
-                 collector: Collector | None = None) -> None:
+    def __init__(self, seams: Seams | Callable[[], Seams] | FirstLook, interval: float = 1.0,
+                 theme: str | None = None, collector: Collector | None = None) -> None:
         super().__init__()
         # Seams may come as a factory: the demo host is then prepared in the first poll's worker,
-        # while Textual starts up, instead of before the first frame.
-        self._seams_factory: Callable[[], Seams] | None = None if isinstance(seams, Seams) else seams
+        # while Textual starts up, instead of before the first frame. A FirstLook (console/first_look.py)
+        # was started before Textual was imported: its sysfs-only snapshot is usually ready for the
+        # first frame.
+        self._first = seams if isinstance(seams, FirstLook) else None
+        self._seams_factory: Callable[[], Seams] | None = (
+            None if isinstance(seams, (Seams, FirstLook)) else seams)
         self.seams = seams if isinstance(seams, Seams) else None
         self.interval = interval
         self.collector = collector or (Collector(seams) if isinstance(seams, Seams) else None)
@@ -87,6 +93,9 @@ class NodeConsoleApp(App):
         for t in THEMES:
             self.register_theme(t)
         self.theme = self._theme_name
+        first = self._first
+        if first is not None and first.wait(FIRST_LOOK_WAIT_S) and first.snapshot is not None:
+            self.snapshot = first.snapshot  # the first frame already lists the GPUs
         self.switch_mode("overview")
         self.poll_now()
 
@@ -121,14 +130,24 @@ class NodeConsoleApp(App):
     def _poll(self) -> None:
         try:
             collector = self.collector
+            first, self._first = self._first, None
+            if collector is None and first is not None:
+                first.wait()
+                if first.error is not None:
+                    raise first.error
+                assert first.seams is not None and first.collector is not None
+                self.seams, self.collector = first.seams, first.collector
+                collector = first.collector
+                if self.snapshot is None and first.snapshot is not None:
+                    self.call_from_thread(self._show_partial, first.snapshot)
             if collector is None:
                 assert self._seams_factory is not None  # __init__ keeps the factory when it makes no collector
                 self.seams = self._seams_factory()
                 self.collector = collector = Collector(self.seams)
             if self.snapshot is None:
                 # First frame fast: the GPUs and topology from sysfs, then the full picture.
-                first = collector.collect(partial=True)
-                self.call_from_thread(self._show_partial, first)
+                partial = collector.collect(partial=True)
+                self.call_from_thread(self._show_partial, partial)
             snap = collector.collect()
         except Exception as exc:
             self.call_from_thread(self._poll_failed, exc)

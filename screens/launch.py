@@ -16,11 +16,14 @@ def run_console(args: argparse.Namespace) -> int:
         from nodeconsole.screens.fleet import run_fleet
 
         return run_fleet(args.fleet, theme=args.theme)
+    from nodeconsole.console.first_look import FirstLook
+
+    # Preparing the host (the demo's generation check, opening sources) and its first, sysfs-only
+    # snapshot run on a thread from here, overlapping Textual's import and start-up.
+    first = FirstLook(lambda: seams_from_args(args))
     from nodeconsole.screens.app import run_app
 
-    # Preparing the host (the demo's generation check, opening sources) happens in the first poll,
-    # overlapping Textual's start-up.
-    return run_app(lambda: seams_from_args(args), interval=args.interval, theme=args.theme)
+    return run_app(first, interval=args.interval, theme=args.theme)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

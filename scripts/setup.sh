@@ -60,3 +60,7 @@ if [ ! -f $stamp ] || [ pyproject.toml -nt $stamp ] || [ constraints.txt -nt $st
   fi
   touch $stamp
 fi
+# Byte-compile the checkout, as pip does for an installed package: an editable install otherwise
+# compiles every module at each start wherever PYTHONDONTWRITEBYTECODE is set (the console starts
+# ~0.1 s sooner). Cheap when nothing changed: only sources newer than their .pyc are compiled.
+.venv/bin/python -m compileall -q -j 0 console screens actions themes benchmarks >/dev/null

@@ -5,9 +5,10 @@ table (and repaints all of it). A console table changes a few figures each secon
 so `update_cell` here forgets only the changed row's cached renders and repaints only that row, unless
 the column has to grow (then DataTable's own path re-measures everything).
 
-This relies on DataTable's cache keys (row key then column key in the cell cache, row key first in the row cache, the virtual line first in
-the line cache, (update count, row index) in the row renderables): tests/screens/test_quiet_table.py
-compares every frame with a plain DataTable's, so a Textual upgrade that changes them fails there.
+This relies on DataTable's cache keys (row key then column key in the cell cache, row key first in the
+row cache, the virtual line first in the line cache, (update count, row index) in the row renderables):
+tests/screens/test_quiet_table.py compares every frame with a plain DataTable's, so a Textual upgrade
+that changes them fails there.
 """
 from __future__ import annotations
 

@@ -36,3 +36,56 @@ def test_partial_collect_marks_sources_pending(demo_seams):
     assert snap.sources.sysfs == "ok"
     assert (snap.sources.nvml, snap.sources.libvirt, snap.sources.psutil) == ("pending",) * 3
     assert {g.owner.kind for g in snap.gpus} >= {"vfio", "unbound", "host"}
+
+
+async def test_a_first_look_started_before_the_app_is_the_first_frame(demo_seams):
+    """The launcher starts the first look (seams + a sysfs-only snapshot) on a thread before Textual is
+    imported: when it is ready, the screen's first picture already lists the GPUs."""
+    from nodeconsole.console.first_look import FirstLook
+
+    first = FirstLook(lambda: demo_seams)
+    assert first.wait(30) and first.error is None and len(first.snapshot.gpus) == 8
+    app = NodeConsoleApp(first, interval=5)
+    async with app.run_test(size=(80, 24)) as pilot:
+        assert app.snapshot is first.snapshot  # taken in on_mount, before anything was drawn
+        await pilot.pause()
+        assert app.screen.query_one("#gpus").row_count == 8
+        for _ in range(100):
+            await pilot.pause(0.05)
+            if app.polls:
+                break
+        assert app.collector is first.collector and len(app.snapshot.vms) == 13
+
+
+async def test_a_slow_or_failing_first_look_does_not_hold_the_console(demo_seams):
+    import threading
+
+    from nodeconsole.console.first_look import FirstLook
+
+    gate = threading.Event()
+
+    def slow():
+        gate.wait(10)
+        return demo_seams
+
+    app = NodeConsoleApp(FirstLook(slow), interval=5)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.pause()
+        assert app.snapshot is None  # drawn without waiting for it
+        gate.set()
+        for _ in range(100):
+            await pilot.pause(0.05)
+            if app.polls:
+                break
+        assert len(app.snapshot.gpus) == 8 and len(app.snapshot.vms) == 13
+
+    def broken():
+        raise OSError("no such host tree")
+
+    app = NodeConsoleApp(FirstLook(broken), interval=5)
+    async with app.run_test(size=(80, 24)) as pilot:
+        for _ in range(40):
+            await pilot.pause(0.05)
+            if app.note:
+                break
+        assert "no such host tree" in app.note and app.snapshot is None
