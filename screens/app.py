@@ -46,7 +46,8 @@ if TYPE_CHECKING:  # the actions and the NCCL screen are imported on first use
     from nodeconsole.screens.nccl import NcclScreen
     from nodeconsole.screens.setup import SetupScreen
 
-HISTORY = 30  # samples of VM CPU % kept for the sparklines
+HISTORY = 30  # bars of VM CPU % kept for the sparklines
+BAR_S = 5.0  # seconds of polls one sparkline bar averages: a sparkline moves once per bar, not per poll
 FIRST_LOOK_WAIT_S = 0.25  # how long the first frame waits for the host's first, sysfs-only snapshot
 
 # (action name, parameters) -> the screens (modes) the registry says the action works on
@@ -77,7 +78,9 @@ class NodeConsoleApp(App):
         self.interval = interval
         self.collector = collector or (Collector(seams) if isinstance(seams, Seams) else None)
         self.snapshot: HostSnapshot | None = None
-        self.vm_history: dict[str, deque[float | None]] = {}
+        # per VM, the CPU % samples of each sparkline bar (the last bar fills as polls come)
+        self.vm_history: dict[str, deque[list[float | None]]] = {}
+        self._bar_polls = max(1, round(BAR_S / interval)) if interval > 0 else 1
         self.paused = False
         self.note = ""
         self.polls = 0
@@ -167,8 +170,15 @@ class NodeConsoleApp(App):
         self.polls += 1
         self.note = ""
         self.snapshot = snap
+        # bars start on whole multiples of the bar's polls, the same for every VM: between two bars only
+        # the last one moves, so a sparkline costs the terminal one cell a second, not its width
+        new_bar = (self.polls - 1) % self._bar_polls == 0
         for v in snap.vms:
-            self.vm_history.setdefault(v.name, deque(maxlen=HISTORY)).append(v.cpu_percent)
+            bars = self.vm_history.setdefault(v.name, deque(maxlen=HISTORY))
+            if new_bar or not bars:
+                bars.append([v.cpu_percent])
+            else:
+                bars[-1].append(v.cpu_percent)
         for gone in set(self.vm_history) - {v.name for v in snap.vms}:
             del self.vm_history[gone]
         self.render_current()
@@ -199,7 +209,7 @@ class NodeConsoleApp(App):
             self._timer = self.set_timer(self.interval, self.poll_now)
 
     def host_view(self) -> HostView:
-        history = {name: tuple(values) for name, values in self.vm_history.items()}
+        history = {name: tuple(_mean(bar) for bar in bars) for name, bars in self.vm_history.items()}
         return HostView(self.snapshot, history, self.paused, self.note, self.seams)
 
     def render_current(self) -> None:
@@ -473,6 +483,11 @@ def _events_screen() -> EventsScreen:
     from nodeconsole.screens.events import EventsScreen
 
     return EventsScreen()
+
+
+def _mean(samples: list[float | None]) -> float | None:
+    known = [x for x in samples if x is not None]
+    return sum(known) / len(known) if known else None
 
 
 class _ShadowedUpdate(CompositorUpdate):
