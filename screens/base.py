@@ -225,7 +225,7 @@ class SnapshotScreen(Screen):
 def more_text(above: int, below: int) -> str:
     """What a table cut short says: how many rows are out of sight, and how to see them."""
     parts = ([f"▲ {above} more above"] if above else []) + ([f"▼ {below} more below"] if below else [])
-    return "  ".join(parts) + ": j/k, PgUp/PgDn scroll, g/G first/last, / filters" if parts else ""
+    return "  ".join(parts) + ": j/k PgUp/PgDn scroll, g/G first/last, / filters" if parts else ""
 
 
 def tab_strip(title: str, compact: bool = False) -> str:

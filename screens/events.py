@@ -105,8 +105,7 @@ class EventsScreen(SnapshotScreen):
         table = self.query_one("#events-table", KeyedTable)
         if [k for k, _ in rows] != self._keys:  # new rows go on top: rebuild (the list is short)
             self._keys = [k for k, _ in rows]
-            table.clear()
-            table._rows.clear()
+            table.clear_rows()
         table.sync(rows)
         head = (f"{len(events)} GPU event(s) from the kernel log, {len(self.changes)} applied change(s), "
                 f"{len(sources)} source change(s); newest first")

@@ -21,7 +21,7 @@ from rich.text import Text
 from textual import work
 from textual.app import ComposeResult
 from textual.binding import Binding
-from textual.containers import Horizontal, VerticalScroll
+from textual.containers import Horizontal
 from textual.widgets import Button, ProgressBar, Static
 
 from nodeconsole.actions.nccl.commands import LocalCommand, format_command, sweep_args
@@ -43,6 +43,7 @@ from nodeconsole.console.model import HostSnapshot
 from nodeconsole.console.seams import Seams
 from nodeconsole.screens.base import SnapshotScreen
 from nodeconsole.screens.nccl_pick import GpuChoice, GpuPickModal
+from nodeconsole.screens.widgets.hinted_scroll import HintedScroll
 from nodeconsole.screens.widgets.keyed_table import KeyedTable
 from nodeconsole.screens.widgets.text import plain_text, severity_text
 
@@ -145,7 +146,7 @@ class NcclScreen(SnapshotScreen):
         self._preflight_key: tuple | None = None
 
     def compose_body(self) -> ComposeResult:
-        with VerticalScroll(id="nccl-scroll"):
+        with HintedScroll(id="nccl-scroll"):
             with Horizontal(id="nccl-controls"):
                 yield Button("Run (r)", id="nccl-run", variant="primary", compact=True)
                 yield Button("Cancel (c)", id="nccl-cancel", compact=True, disabled=True)
@@ -156,6 +157,7 @@ class NcclScreen(SnapshotScreen):
             yield Static(id="nccl-chart")
             yield Static("reading the host…", id="nccl-plan")
             yield Static(id="nccl-preflight")
+        yield Static(id="nccl-scroll-more", classes="more")  # lines out of sight, when some are
 
     def on_mount(self) -> None:
         super().on_mount()

@@ -34,6 +34,9 @@ from tests.screens.helpers import wait_until
 SIZES = {"80x24": (80, 24), "160x50": (160, 50)}
 SCREENS = {"1": "overview", "2": "topology", "3": "iommu", "4": "gpus", "5": "vms", "6": "nccl", "7": "setup",
            "8": "changes", "9": "events"}
+# what a screen reads in a worker before its picture is whole (the others show the app's snapshot)
+READY = {"nccl": lambda s: s.plan is not None, "setup": lambda s: s.report is not None,
+         "changes": lambda s: s.read_once}
 
 
 @dataclass
@@ -91,6 +94,8 @@ async def _walk(seams, size) -> dict[str, ScreenSeen]:
         for key, mode in SCREENS.items():
             await pilot.press(key)
             assert await wait_until(pilot, lambda m=mode: app.current_mode == m)
+            ready = READY.get(mode, lambda s: True)
+            assert await wait_until(pilot, lambda r=ready: r(app.screen), tries=200), mode
             await app.workers.wait_for_complete()  # what the screen reads in a worker (doctor, log, events)
             if mode == "changes":  # the audit log's path is a temporary directory: the same in every picture
                 summary = app.screen.query_one("#changes-summary", Static)
