@@ -237,6 +237,8 @@ class OverviewScreen(SnapshotScreen):
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
         self._more: dict[str, tuple[int, int]] = {}  # table id -> rows (above, below) out of sight
+        self._problems: tuple | None = None
+        self._targets: tuple = ()
 
     def action_setup(self) -> None:
         """Open the Setup screen on the first problem's doctor check (the check's fix is there)."""
@@ -300,8 +302,10 @@ class OverviewScreen(SnapshotScreen):
         self.query_one("#gpus", KeyedTable).sync(gpu_rows(snap))
         self.query_one("#vms", KeyedTable).sync(vm_rows(snap, self.history))
         self._titles()
-        targets = tuple((t[2] if t else None) for t in (fix_target(snap, p) for p in snap.problems))
-        self.query_one("#problems", ProblemList).show(snap.problems, targets)
+        if snap.problems != self._problems:  # where each problem is fixed: worked out when they change
+            self._problems = snap.problems
+            self._targets = tuple((t[2] if t else None) for t in (fix_target(snap, p) for p in snap.problems))
+        self.query_one("#problems", ProblemList).show(snap.problems, self._targets)
 
     def _titles(self) -> None:
         """Each section's title counts its rows; a table cut short says how many more and how to see them."""
