@@ -13,17 +13,26 @@ from __future__ import annotations
 
 from textual.app import ComposeResult
 from textual.binding import Binding
-from textual.containers import Horizontal, Vertical, VerticalScroll
+from textual.containers import Horizontal, Vertical
 from textual.screen import ModalScreen
 from textual.widgets import Button, Input, Static
 
 from nodeconsole.console.hosttext import LINE_MAX
 from nodeconsole.screens.widgets.hanging import hanging
+from nodeconsole.screens.widgets.hinted_scroll import HintedScroll
 from nodeconsole.screens.widgets.text import plain_text
 
 
 class PlanModal(ModalScreen[bool | None]):
-    BINDINGS = [Binding("escape", "no", "No")]
+    BINDINGS = [Binding("escape", "no", "No"),
+                # the plan scrolls whatever has the focus (the answer buttons, or the typed box, which
+                # keeps the letters it is typed)
+                Binding("j,down", "scroll_plan(1)", "Down", show=False),
+                Binding("k,up", "scroll_plan(-1)", "Up", show=False),
+                Binding("pagedown", "scroll_plan(10)", "Page down", show=False),
+                Binding("pageup", "scroll_plan(-10)", "Page up", show=False),
+                Binding("g", "scroll_plan(-100000)", "Top", show=False),
+                Binding("G", "scroll_plan(100000)", "Bottom", show=False)]
 
     def __init__(self, title: str, lines: list[str], can_apply: bool, typed: str | None = None) -> None:
         super().__init__()
@@ -36,9 +45,11 @@ class PlanModal(ModalScreen[bool | None]):
             yield Static(plain_text(self._title, limit=LINE_MAX), id="plan-title")
             # the plan's own first line is its title, already shown above
             body = self._lines[1:] if self._lines and self._title.startswith(self._lines[0]) else self._lines
-            with VerticalScroll(id="plan-scroll"):
+            with HintedScroll(id="plan-scroll"):
                 yield Static(hanging("\n".join(body)), id="plan-body")
             with Vertical(id="plan-foot"):  # docked below the body: never scrolled out of sight
+                # a plan longer than the dialog says how much is below and how to scroll it
+                yield Static(id="plan-scroll-more", classes="more")
                 if self._typed:
                     yield Static(plain_text(f"A VM's config uses this device: type {self._typed} and press "
                                             "Enter to apply (Esc cancels)"), id="plan-typed-hint")
@@ -97,6 +108,9 @@ class PlanModal(ModalScreen[bool | None]):
         box = self.query_one("#plan-typed", Input)
         box.focus()
         box.select_all()
+
+    def action_scroll_plan(self, lines: int) -> None:
+        self.query_one("#plan-scroll", HintedScroll).scroll_relative(y=lines, animate=False)
 
     def action_no(self) -> None:
         self.dismiss(False if self._can_apply else None)

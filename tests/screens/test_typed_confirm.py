@@ -107,6 +107,13 @@ async def test_long_plans_keep_their_buttons_on_screen_and_one_outcome_has_one_o
             assert screen.contains_region(yes) and screen.contains_region(no), (yes, screen)
             body = modal.query_one("#plan-scroll")
             assert body.region.bottom <= yes.y and body.max_scroll_y > 0  # the body scrolls, not the buttons
+            hint = modal.query_one("#plan-scroll-more", Static)  # …and says so, on screen
+            assert await wait_until(pilot, lambda h=hint: h.display and "lines below" in str(h.content))
+            assert screen.contains_region(hint.region) and hint.region.bottom <= yes.y
+            if not typed:  # the answer buttons have the focus: j scrolls the plan (the box keeps its letters)
+                await pilot.press("j", "j")
+                assert await wait_until(pilot, lambda b=body: round(b.scroll_y) == 2), body.scroll_y
+                assert await wait_until(pilot, lambda h=hint: "2 lines above" in str(h.content))
             if typed:
                 assert screen.contains_region(modal.query_one("#plan-typed", Input).region)
             await pilot.click("#no")
