@@ -16,7 +16,7 @@ def _lines(n: int) -> str:
 
 def scroll_hint(above: int, below: int) -> str:
     parts = ([f"▲ {_lines(above)} above"] if above else []) + ([f"▼ {_lines(below)} below"] if below else [])
-    return "  ".join(parts) + ": j/k, PgUp/PgDn scroll, g/G top/bottom" if parts else ""
+    return "  ".join(parts) + ": j/k PgUp/PgDn g/G scroll" if parts else ""
 
 
 class HintedScroll(VerticalScroll):

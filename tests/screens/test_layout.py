@@ -154,7 +154,7 @@ def test_tables_cut_short_at_80x24_say_how_many_more(walked):
     svg = walked["80x24"]
     assert "more:&#160;Tab&#160;to&#160;the&#160;table" in svg["overview"].svg  # the VMs' section title
     assert "more&#160;below:&#160;j/k" in svg["iommu"].svg  # the group table's line below it
-    assert "lines&#160;below:&#160;j/k" in svg["topology"].svg  # the topology's scrolling view
+    assert "lines&#160;below:&#160;j/k&#160;PgUp/PgDn" in svg["topology"].svg  # the topology's scrolling view
 
 
 # -- the column fitting ------------------------------------------------------------------------------
@@ -229,6 +229,15 @@ async def test_f_goes_to_the_gpu_or_vm_the_problem_is_about(seams):
         x = sum(w + 2 for k, w in gpus.column_widths().items() if k in ("idx", "smi")) + 1
         await pilot.hover("#gpus", offset=(x, 1))
         assert await wait_until(pilot, lambda: gpus.tooltip == "Address: 0000:18:00.0"), gpus.tooltip
+
+        # GPU 7's details are longer than an 80x24 dialog: the line below them says so, and j scrolls
+        gpus.focus()
+        await pilot.press("G", "enter")
+        assert await wait_until(pilot, lambda: isinstance(app.screen, DetailsModal))
+        hint = app.screen.query_one("#details-scroll-more", Static)
+        assert await wait_until(pilot, lambda: hint.display and "lines below" in str(hint.content))
+        await pilot.press("j")
+        assert await wait_until(pilot, lambda: "1 line above" in str(hint.content)), hint.content
 
 
 def _blockers(text: str) -> list[str]:
