@@ -5,18 +5,24 @@ table (and repaints all of it). A console table changes a few figures each secon
 so `update_cell` here forgets only the changed row's cached renders and repaints only that row, unless
 the column has to grow (then DataTable's own path re-measures everything).
 
-This relies on DataTable's cache keys (row key then column key in the cell cache, row key first in the
-row cache, the virtual line first in the line cache, (update count, row index) in the row renderables):
+This relies on DataTable's cache keys (the cell cache's key tuple, (update count, row index) in the row
+renderables):
 tests/screens/test_quiet_table.py compares every frame with a plain DataTable's, so a Textual upgrade
 that changes them fails there.
 """
 from __future__ import annotations
 
+from rich.style import Style
 from textual.widgets import DataTable
 from textual.widgets.data_table import CellType, ColumnKey, RowKey
 
 
 class QuietTable(DataTable):
+    def __init__(self, *args, **kw) -> None:
+        super().__init__(*args, **kw)
+        self._seen_styles: set[Style] = set()
+        self._seen_states: set[object] = set()
+
     def update_cell(self, row_key: RowKey | str, column_key: ColumnKey | str, value: CellType, *,
                     update_width: bool = False) -> None:
         if update_width or self._require_update_dimensions:
@@ -33,14 +39,24 @@ class QuietTable(DataTable):
         self._forget_cell(rk, ck, index)
         self.refresh_row(index)
 
+    def _render_cell(self, row_index: int, column_index: int, base_style: Style, width: int,
+                     cursor: bool = False, hover: bool = False):
+        # the styles and pseudo-class states cells are rendered under: the keys _forget_cell drops
+        self._seen_styles.add(base_style)
+        self._seen_states.add(self._pseudo_class_state)
+        return super()._render_cell(row_index, column_index, base_style, width, cursor, hover)
+
     def _forget_cell(self, rk: RowKey, ck: ColumnKey, index: int) -> None:
-        """Drop the renders of one cell and of the row and line holding it (the other cells' renders
-        stay: the row is put together again from them)."""
-        for key in [k for k in self._cell_render_cache.keys() if k[0] == rk and k[1] == ck]:
-            self._cell_render_cache.discard(key)
-        for key in [k for k in self._row_render_cache.keys() if k[0] == rk]:
-            self._row_render_cache.discard(key)
-        self._row_renderable_cache.discard((self._update_count, index))
-        y = (self.header_height if self.show_header else 0) + index  # the row's line (rows are one line)
-        for key in [k for k in self._line_cache.keys() if k[0] == y]:
-            self._line_cache.discard(key)
+        """Drop the renders of one cell (each key it can have been cached under: a few dozen exact
+        lookups, not a scan of a cache of thousands) and the row and line renders (cleared whole:
+        rebuilt from the cached cells for the rows that are painted again)."""
+        cache, count = self._cell_render_cache, self._update_count
+        for style in self._seen_styles:
+            for state in self._seen_states:
+                for cursor in (False, True):
+                    for hover in (False, True):
+                        for show_hover in (False, True):
+                            cache.discard((rk, ck, style, cursor, hover, show_hover, count, state))
+        self._row_render_cache.clear()
+        self._row_renderable_cache.discard((count, index))
+        self._line_cache.clear()

@@ -50,9 +50,14 @@ async def test_same_picture_as_datatable_after_random_updates():
                     value = Text("x" * rng.randint(5, 12))
                 for t in (plain, quiet):
                     t.update_cell(key, col, value, update_width=wide)
-            elif op < 0.85:
+            elif op < 0.8:
                 for t in (plain, quiet):
                     t.move_cursor(row=step % 15)
+            elif op < 0.85:  # focus moves: both render under the other pseudo-class state, then back
+                for t in (plain, quiet):
+                    t.focus()
+                    await pilot.pause()
+                    app.set_focus(None)
             else:
                 y = rng.randrange(8)
                 for t in (plain, quiet):
