@@ -152,3 +152,20 @@ def test_a_pin_to_every_cpu_is_no_pin():
 
     assert vm_alignment(snap, snap.vm("train")) == "unpinned"
     assert not any(p.subject == "train" and "node(s)" in p.message for p in snap.problems)
+
+
+def test_with_is_dataclasses_replace_without_init(state_ro) -> None:
+    """The collector's fast replace gives the same value (equal, same hash, same fields) as
+    dataclasses.replace on the model's frozen dataclasses."""
+    from nodeconsole.console.collector import _with
+    from nodeconsole.console.demo.nvml_sim import SimulatedNvml
+    from nodeconsole.console.demo.state import ensure_demo
+
+    host = ensure_demo(state_ro)
+    root = Root(host.root)
+    lib = SimulatedNvml.from_file(host.nvml_state, root=root, privileged=True)
+    snap = Collector(Seams(root=root, libvirt_uri=host.libvirt_uri, nvml_lib=lib)).collect()
+    vm = snap.vms[0]
+    a, b = _with(vm, steal_percent=3.5), replace(vm, steal_percent=3.5)
+    assert a == b and hash(a) == hash(b) and a is not vm and vm.steal_percent != 3.5
+    assert _with(snap.gpus[0], name="x") == replace(snap.gpus[0], name="x")
