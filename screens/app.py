@@ -28,23 +28,15 @@ from nodeconsole.console.model import HostSnapshot
 from nodeconsole.console.seams import Seams
 from nodeconsole.screens.base import SnapshotScreen
 from nodeconsole.screens.commands import COMMANDS, bindings
-from nodeconsole.screens.gpus import GpusScreen
-from nodeconsole.screens.iommu import IommuScreen
 from nodeconsole.screens.messages import GpuSelected, HostView, SnapshotUpdated, VmSelected
 from nodeconsole.screens.overview import OverviewScreen
 from nodeconsole.screens.terminal import ScreenShadow
-from nodeconsole.screens.topology import TopologyScreen
-from nodeconsole.screens.vms import VmsScreen
 from nodeconsole.themes import CSS_PATH, NAMES, THEMES, resolve
 
 if TYPE_CHECKING:  # the actions and the NCCL screen are imported on first use
     from nodeconsole.actions.plan import Plan
     from nodeconsole.actions.runner import Progress, RunResult
     from nodeconsole.actions.session import ActionSession, Request
-    from nodeconsole.screens.changes import ChangesScreen
-    from nodeconsole.screens.events import EventsScreen
-    from nodeconsole.screens.nccl import NcclScreen
-    from nodeconsole.screens.setup import SetupScreen
 
 HISTORY = 30  # bars of VM CPU % kept for the sparklines
 BAR_S = 5.0  # seconds of polls one sparkline bar averages: a sparkline moves once per bar, not per poll
@@ -58,10 +50,13 @@ _WHERE: dict[tuple[str, tuple[object, ...]], tuple[str, ...]] = {
 class NodeConsoleApp(App):
     TITLE = "nodeconsole"
     CSS_PATH = CSS_PATH
-    MODES = {"overview": OverviewScreen, "topology": TopologyScreen, "iommu": IommuScreen,
-             "gpus": GpusScreen, "vms": VmsScreen, "nccl": lambda: _nccl_screen(),
-             "setup": lambda: _setup_screen(), "changes": lambda: _changes_screen(),
-             "events": lambda: _events_screen()}
+    # The Overview is the first screen; the others are imported when first shown (less to import and
+    # hold before the first frame).
+    MODES = {"overview": OverviewScreen, "topology": lambda: _screen("topology", "TopologyScreen"),
+             "iommu": lambda: _screen("iommu", "IommuScreen"), "gpus": lambda: _screen("gpus", "GpusScreen"),
+             "vms": lambda: _screen("vms", "VmsScreen"), "nccl": lambda: _screen("nccl", "NcclScreen"),
+             "setup": lambda: _screen("setup", "SetupScreen"), "changes": lambda: _screen("changes", "ChangesScreen"),
+             "events": lambda: _screen("events", "EventsScreen")}
     BINDINGS: ClassVar[list[BindingType]] = [*bindings()]
 
     def __init__(self, seams: Seams | Callable[[], Seams] | FirstLook, interval: float = 1.0,
@@ -457,32 +452,11 @@ class NodeConsoleApp(App):
         self.push_screen(DiffModal())
 
 
-def _nccl_screen() -> NcclScreen:
-    # imported on first use: the NCCL checks are not needed for the first frame
-    from nodeconsole.screens.nccl import NcclScreen
+def _screen(module: str, name: str) -> Screen:
+    """A screen of screens/<module>.py, imported on first use."""
+    import importlib
 
-    return NcclScreen()
-
-
-def _setup_screen() -> SetupScreen:
-    # imported on first use, like the NCCL screen
-    from nodeconsole.screens.setup import SetupScreen
-
-    return SetupScreen()
-
-
-def _changes_screen() -> ChangesScreen:
-    # imported on first use, like the NCCL screen
-    from nodeconsole.screens.changes import ChangesScreen
-
-    return ChangesScreen()
-
-
-def _events_screen() -> EventsScreen:
-    # imported on first use, like the NCCL screen
-    from nodeconsole.screens.events import EventsScreen
-
-    return EventsScreen()
+    return getattr(importlib.import_module(f"nodeconsole.screens.{module}"), name)()
 
 
 def _mean(samples: list[float | None]) -> float | None:

@@ -39,7 +39,7 @@ def test_demo_in_a_real_terminal(term):
     term.run("send-keys", "5")
     text = term.wait_for("Pinned to", "train-b", "CROSS")
     term.run("send-keys", "?")
-    term.wait_for("nodeconsole keys", "GPUs, VMs and the most important problems")
+    term.wait_for("nodeconsole keys", "GPUs, VMs and the most")  # the help wraps its last column at 80
     term.run("send-keys", "Escape")
     # an Escape followed at once by q would read as alt+q: wait until the help is gone
     end = time.monotonic() + 10
