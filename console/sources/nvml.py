@@ -73,13 +73,18 @@ class NvmlSource:
     it, e.g. after an action changed drivers."""
 
     def __init__(self, lib: object | None = None, rescan_s: float = 60.0,
-                 clock: Callable[[], float] = time.monotonic, slow_s: float = 5.0) -> None:
+                 clock: Callable[[], float] = time.monotonic, slow_s: float = 5.0,
+                 nvlink_counters_s: float = 30.0) -> None:
         self.lib = lib
         self.rescan_s = rescan_s
         # Health counters, PCIe link, MIG layout and vGPU change rarely: read every `slow_s` (and after
         # invalidate()), not every tick — most of a poll's NVML calls otherwise.
         self.slow_s = slow_s
         self._slow: dict[str, tuple[float, dict[str, Any]]] = {}
+        # NVLink error counters (four per link, up to 18 links a GPU: most of a slow read's calls) are
+        # cumulative: read every `nvlink_counters_s`; the links' states every slow read
+        self.nvlink_counters_s = nvlink_counters_s
+        self._link_counts: dict[str, tuple[float, dict[int, dict[str, Metric]]]] = {}
         self._clock = clock
         self._lock = threading.Lock()
         self._initialised = False
@@ -99,6 +104,7 @@ class NvmlSource:
         self._rescan_soon = True
         self._init_at = -1e18
         self._slow.clear()
+        self._link_counts.clear()
 
     def close(self) -> None:
         """Shut NVML down (releases /dev/nvidia* — needed before unbinding a GPU from the driver)."""
@@ -327,14 +333,26 @@ class NvmlSource:
             static.nvlinks = self._link_ends(handle)
         if not isinstance(static.nvlinks, tuple):
             return static.nvlinks
+        now = self._clock()
+        cached = self._link_counts.get(static.address)
+        fresh = cached is not None and now - cached[0] < self.nvlink_counters_s
+        counts: dict[int, dict[str, Metric]] = dict(cached[1]) if fresh and cached is not None else {}
         links = []
         for link, version, remote, kind in static.nvlinks:
             state = nvml_call(pynvml.nvmlDeviceGetNvLinkState, handle, link)
             active = state == pynvml.NVML_FEATURE_ENABLED
-            counters = {name: nvml_call(pynvml.nvmlDeviceGetNvLinkErrorCounter, handle, link, c) if active else None
-                        for name, c in _NVLINK_COUNTERS}
+            if not active:
+                counters: dict[str, Metric] = {name: None for name, _ in _NVLINK_COUNTERS}
+                counts.pop(link, None)
+            elif link in counts:
+                counters = counts[link]
+            else:
+                counters = counts[link] = {
+                    name: nvml_call(pynvml.nvmlDeviceGetNvLinkErrorCounter, handle, link, c)
+                    for name, c in _NVLINK_COUNTERS}
             links.append(NvLink(link=link, active=active, version=version, remote=remote, remote_type=kind,
                                 **counters))
+        self._link_counts[static.address] = (cached[0] if fresh and cached is not None else now, counts)
         return tuple(links)
 
     @staticmethod

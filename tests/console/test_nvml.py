@@ -197,6 +197,34 @@ def test_static_facts_are_cached_and_fast_facts_read_every_poll():
         assert sim.calls[name] == 2 * first[name], name
 
 
+def test_nvlink_error_counters_every_30_s_link_states_every_slow_read(state_ro):
+    """NVLink error counters (four per link, up to 18 links a GPU) are cumulative: read every 30 s, the
+    links' states every slow read (5 s); invalidate() reads both at once. The same values come back in
+    between."""
+    from nodeconsole.console.demo.state import ensure_demo
+    from nodeconsole.console.root import Root
+
+    host = ensure_demo(state_ro)
+    sim = SimulatedNvml.from_file(host.nvml_state, root=Root(host.root), clock=lambda: 1000.0)
+    clock = Clock(0.0)
+    source = NvmlSource(sim, clock=clock, slow_s=5.0)
+    first = source.read()
+    counters, states = sim.calls["nvmlDeviceGetNvLinkErrorCounter"], sim.calls["nvmlDeviceGetNvLinkState"]
+    assert counters > 0 and states > 0
+    for t in (6.0, 12.0, 18.0, 24.0):
+        clock.t = t
+        again = source.read()
+    assert sim.calls["nvmlDeviceGetNvLinkErrorCounter"] == counters
+    assert sim.calls["nvmlDeviceGetNvLinkState"] > states
+    assert [g.nvlinks for g in again.gpus] == [g.nvlinks for g in first.gpus]
+    clock.t = 31.0
+    source.read()
+    assert sim.calls["nvmlDeviceGetNvLinkErrorCounter"] == 2 * counters
+    source.invalidate()
+    source.read()
+    assert sim.calls["nvmlDeviceGetNvLinkErrorCounter"] == 3 * counters
+
+
 def test_utilization_and_memory_move_with_the_clock_deterministically():
     clock = Clock(0.0)
     source = NvmlSource(SimulatedNvml(demo_state(), clock=clock))
