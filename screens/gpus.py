@@ -25,8 +25,8 @@ from nodeconsole.screens.widgets.keyed_table import Col, KeyedTable
 from nodeconsole.screens.widgets.slice_bar import slice_bar
 from nodeconsole.screens.widgets.text import metric
 
-COLS = [Col("idx", "#", 3), Col("smi", "smi", 1), Col("addr", "Address", 1), Col("owner", "Owner", 2),
-        Col("mig", "MIG", 1), Col("vgpu", "vGPU"), Col("ecc", "ECC v/a"), Col("proc", "Procs"), Col("link", "Link")]
+COLS = [Col("idx", "#", 3), Col("smi", "smi", 1), Col("addr", "Address", 1, 12), Col("owner", "Owner", 2),
+        Col("mig", "MIG", 2), Col("vgpu", "vGPU"), Col("ecc", "ECC v/a"), Col("proc", "Procs"), Col("link", "Link", 0, 6)]
 
 
 def mig_text(g) -> str:

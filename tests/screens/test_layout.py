@@ -223,12 +223,14 @@ async def test_f_goes_to_the_gpu_or_vm_the_problem_is_about(seams):
         await pilot.press("1")
         assert await wait_until(pilot, lambda: app.current_mode == "overview")
         gpus = app.screen.query_one("#gpus", KeyedTable)
-        assert gpus.column_widths()["addr"] == len("0000:18:00.0")
+        owner = "mig→mig-infer-a,mig-infer-b"
+        assert gpus.column_widths()["owner"] >= len(owner)
         await pilot.resize_terminal(80, 24)
-        assert await wait_until(pilot, lambda: gpus.column_widths()["addr"] < len("0000:18:00.0"))
-        x = sum(w + 2 for k, w in gpus.column_widths().items() if k in ("idx", "smi")) + 1
-        await pilot.hover("#gpus", offset=(x, 1))
-        assert await wait_until(pilot, lambda: gpus.tooltip == "Address: 0000:18:00.0"), gpus.tooltip
+        assert await wait_until(pilot, lambda: gpus.column_widths()["owner"] < len(owner))
+        assert gpus.column_widths()["addr"] == len("0000:18:00.0")  # an address is never cut
+        x = sum(w + 2 for k, w in gpus.column_widths().items() if k in ("idx", "smi", "addr", "name")) + 1
+        await pilot.hover("#gpus", offset=(x, 3))  # GPU 2's owner
+        assert await wait_until(pilot, lambda: gpus.tooltip == f"Owner: {owner}"), gpus.tooltip
 
         # GPU 7's details are longer than an 80x24 dialog: the line below them says so, and j scrolls
         gpus.focus()
