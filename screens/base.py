@@ -128,7 +128,7 @@ class SnapshotScreen(Screen):
         if not tables or not tables[0].has_row(key):
             return
         self._wanted_row = None
-        tables[0].move_cursor(row=tables[0].get_row_index(key), animate=False)
+        tables[0].show_row(tables[0].get_row_index(key))
 
     def announce_selection(self) -> None:
         """Tell the app what the selection table's cursor is on, when that changed."""

@@ -195,14 +195,19 @@ class SetupScreen(SnapshotScreen):
         table.sync(rows)
         keys = [k for k, _ in rows]
         if self._wanted in keys:
-            table.move_cursor(row=keys.index(self._wanted))
+            self._place(table, keys.index(self._wanted))
             self._wanted, self._placed = None, True
         elif not self._placed and rows:
             self._placed = True
             nxt = todo(report)
             if nxt:
-                table.move_cursor(row=keys.index(nxt[0].id))
+                self._place(table, keys.index(nxt[0].id))
         self._show_check(table.selected_key())
+
+    def _place(self, table: KeyedTable, row: int) -> None:
+        # the summary above the table changes with the report: the table keeps the row in sight as the
+        # screen is laid out again
+        table.show_row(row)
 
     def show_check(self, check_id: str) -> None:
         """Put the cursor on a check (now, or when the doctor has read the host)."""

@@ -107,6 +107,7 @@ class KeyedTable(QuietTable):
         self._widths: list[int] = []  # the content widths the columns have now
         self.filter_text = ""
         self._more = (0, 0)
+        self._pinned: int | None = None  # a row put under the cursor by the screen, kept in sight on re-layouts
 
     def on_mount(self) -> None:
         for c, width in zip(self._columns, self._natural):
@@ -217,7 +218,27 @@ class KeyedTable(QuietTable):
 
     def on_resize(self) -> None:
         self._relayout()
+        self._show_pinned()
         self._check_more()
+
+    # -- a row the screen puts the cursor on -------------------------------------------------------
+    def show_row(self, row: int) -> None:
+        """Put the cursor on `row`, scrolled as little as shows it; the screen around the table may still
+        be laid out (a summary above it growing): each resize until the cursor moves scrolls it again, so
+        where the row ends up does not depend on when the layout ran."""
+        self.move_cursor(row=row, scroll=False)
+        self._pinned = row
+        self._show_pinned()
+
+    def _show_pinned(self) -> None:
+        if self._pinned is None:
+            return
+        if self.cursor_row != self._pinned:  # the admin moved on
+            self._pinned = None
+            return
+        rows = self.scrollable_content_region.height - (self.header_height if self.show_header else 0)
+        if rows > 0:
+            self.scroll_to(y=max(0, self._pinned - rows + 1), animate=False, immediate=True)
 
     def watch_show_vertical_scrollbar(self) -> None:
         self._relayout()  # the scrollbar came or went: the room for the columns changed
