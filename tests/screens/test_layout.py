@@ -22,7 +22,7 @@ from nodeconsole.screens.app import NodeConsoleApp
 from nodeconsole.screens.base import SnapshotScreen
 from nodeconsole.screens.gpus import GpusScreen, gpu_panel
 from nodeconsole.screens.modals.details import DetailsModal
-from nodeconsole.screens.modals.help import KEY_WIDTH, help_rows, help_text
+from nodeconsole.screens.modals.help import KEY_WIDTH, TITLE_WIDTH, help_text
 from nodeconsole.screens.overview import ProblemList, fix_target, problems_view
 from nodeconsole.screens.vms import VmsScreen
 from nodeconsole.screens.widgets.details import gpu_details
@@ -266,18 +266,18 @@ def test_a_gpu_passthrough_problem_never_names_its_own_card(seams):
 
 # -- the help --------------------------------------------------------------------------------------
 def test_help_keeps_its_key_column_at_80_columns():
-    lines = _plain(help_text(), 70)  # the help's frame inside an 80-column terminal
-    rows = [line for line in lines if line.startswith(" ")]
-    assert rows and all(len(line) <= 70 for line in lines)
-    key_width = KEY_WIDTH
+    lines = _plain(help_text(), 68)  # the help's frame inside an 80-column terminal
+    rows = [line for line in lines if line.startswith(" ")]  # not the group headings
+    assert rows and all(len(line) <= 68 for line in lines)
+    desc = KEY_WIDTH + 1 + TITLE_WIDTH + 1  # where every description starts
     for line in rows:
-        key, rest = line[:key_width], line[key_width + 1:]
-        # a wrapped description continues under the description, never under the keys or the titles
-        assert key.strip() or rest.startswith(" " * 11), line
-    titles = max(len(t) for _, rows in help_rows() for _, t, _ in rows)
-    wrapped = [line for line in rows if not line[:key_width + 1 + titles].strip()]
-    assert wrapped, "some description wraps at 70 columns"  # …and continues under the descriptions
-    assert all(line[key_width + 1 + titles + 1] != " " for line in wrapped), wrapped
+        key = line[:KEY_WIDTH]
+        # the keys stay in their column (right-aligned, a space after), the titles in theirs, and a
+        # description, wrapped or not, continues under itself
+        assert (not key.strip() or key.endswith(key.strip())) and line[KEY_WIDTH] == " ", line
+        assert line[desc - 1] == " " and (len(line) <= desc or line[desc] != " "), line
+    assert any(not line[:desc].strip() for line in rows), "some description wraps at 68 columns"
+    assert any("GPUs, VMs and the most important problems" in line for line in rows)  # one line, at 80
 
 
 def test_problem_text_is_not_markup():
