@@ -291,7 +291,9 @@ def main() -> None:
     if not args.only_terminal:
         generation_table()
         collection_tables(args.quick)
-    if args.skip_terminal or shutil.which("tmux") is None:
+    if args.skip_terminal:
+        return
+    if shutil.which("tmux") is None:
         print("\n(terminal measurements skipped: no tmux)")
         return
     state = Path(tempfile.mkdtemp(prefix="ncbench-state-"))
