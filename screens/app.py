@@ -469,7 +469,11 @@ class _ShadowedUpdate(CompositorUpdate):
         self.update, self.shadow, self.size = update, shadow, (size.width, size.height)
 
     def render_segments(self, console) -> str:
-        return self.shadow.render(self.update, console, self.size)
+        try:
+            return self.shadow.render(self.update, console, self.size)
+        except Exception:  # never let the output optimisation take the console down: write it whole
+            self.shadow.reset()
+            return self.update.render_segments(console)
 
 
 def run_app(seams: Seams | Callable[[], Seams], interval: float = 1.0, theme: str | None = None) -> int:

@@ -216,3 +216,24 @@ async def test_console_output_equals_a_fresh_render(state_ro):
             assert (app.written - before) / (app.polls - polls) < w * h / 4, size
         await pilot.press("ctrl+l")
         await settle_and_compare("after ^L")
+
+
+def test_a_failing_shadow_writes_the_update_whole(monkeypatch):
+    """The output optimisation must never take the console down: if it fails, the update is written as
+    Textual writes it and the shadow starts over."""
+    from textual.geometry import Size
+
+    from nodeconsole.screens.app import _ShadowedUpdate
+
+    width, height = 10, 2
+    con = console(width, height)
+    shadow = ScreenShadow()
+    upd = LayoutUpdate([[Strip([Segment("x" * width)])] for _ in range(height)], Region(0, 0, width, height))
+
+    def broken(*a):
+        raise RuntimeError("bug")
+
+    monkeypatch.setattr(shadow, "_apply", broken)
+    assert _ShadowedUpdate(upd, shadow, Size(width, height)).render_segments(con) == upd.render_segments(con)
+    monkeypatch.undo()
+    assert shadow.render(upd, con, (width, height)).count("x") == width * height  # starts over: all of it
