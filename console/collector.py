@@ -14,8 +14,6 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, replace
 from typing import TYPE_CHECKING, TypeVar
 
-from nodeconsole.console.event_watch import EventWatch, event_problems
-from nodeconsole.console.events import KernelEvent
 from nodeconsole.console.model import (
     SCHEMA,
     Gpu,
@@ -40,7 +38,9 @@ from nodeconsole.console.sources.types import LibvirtData, NvmlData, NvmlGpu, So
 SYSFS_FULL_S = 30.0  # the whole sysfs tree is read again at least this often
 STEAL_EVERY_S = 5.0  # how often the vCPU threads' wait time is read on a live host
 
-if TYPE_CHECKING:  # the sources are imported on first use
+if TYPE_CHECKING:  # the sources (and the kernel-log watch) are imported on first use
+    from nodeconsole.console.event_watch import EventWatch
+    from nodeconsole.console.events import KernelEvent
     from nodeconsole.console.sources.libvirt_src import LibvirtSource
     from nodeconsole.console.sources.load import LoadReader
     from nodeconsole.console.sources.nvml import NvmlSource
@@ -106,7 +106,9 @@ class Collector:
         self.disabled: dict[str, str] = dict(seams.unavailable)
         # GPU events from the kernel log, read incrementally at each full poll (console/event_watch.py),
         # tied to the VMs of the latest snapshot; replaced whole, so the UI thread may read them
-        self.watch = EventWatch()
+        # (made at the first full poll: the first, sysfs-only look at the host does not need it)
+        self._watch: EventWatch | None = None
+        self._watch_lock = threading.Lock()
         self.gpu_events: tuple[KernelEvent, ...] = ()
 
     def invalidate(self) -> None:
@@ -121,7 +123,8 @@ class Collector:
 
     def close(self) -> None:
         """Release the sources (NVML shut down, libvirt connection closed)."""
-        self.watch.close()
+        if self._watch is not None:
+            self._watch.close()
         if self._nvml is not None:
             self._nvml.close()
         if self._libvirt is not None:
@@ -244,12 +247,23 @@ class Collector:
         snap = assemble(sysfs, nvml, virt, load, sources, known_names=self._names)
         return snap if partial else self._with_events(snap)
 
+    @property
+    def watch(self) -> EventWatch:
+        with self._watch_lock:
+            if self._watch is None:
+                from nodeconsole.console.event_watch import EventWatch
+
+                self._watch = EventWatch()
+            return self._watch
+
     def _with_events(self, snap: HostSnapshot) -> HostSnapshot:
         """The kernel log's new events read (cheap: from where the last poll stopped), tied to this
         snapshot's VMs; a fatal Xid or an uncorrectable AER error adds a problem."""
         self.watch.note_sources(asdict(snap.sources))
         self.watch.poll(self.seams.root, self.seams.is_this_machine)
         self.gpu_events = self.watch.tied(snap)
+        from nodeconsole.console.event_watch import event_problems
+
         extra = event_problems(self.gpu_events)
         return replace(snap, problems=(*extra, *snap.problems)) if extra else snap
 
