@@ -45,7 +45,7 @@ COMMANDS: tuple[Command, ...] = (
     Command("n", "pin", "Pin", "Plan NUMA-aware pinning for the selected VM (VMs screen)", "Actions",
             screens=("vms",)),
     Command("N", "pin_all", "Pin all", "One plan pinning every unpinned GPU VM", "Actions", footer=False),
-    Command("u", "undo", "Undo last change", "Plan rolling back the latest change (Changes screen: the "
+    Command("u", "undo", "Undo", "Plan rolling back the latest change (Changes screen: the "
             "selected one)", "Actions", footer=False),
     Command("r", "redo", "Redo", "Plan putting back the change the latest undo reverted (Changes screen: the "
             "selected one)", "Actions", footer=False, global_key=False),

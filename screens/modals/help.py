@@ -15,7 +15,6 @@ from textual.widgets import Static
 from nodeconsole.screens.commands import COMMANDS, key_label
 
 KEY_WIDTH = 8
-TITLE_WIDTH = 11
 
 
 def help_rows() -> list[tuple[str, list[tuple[str, str, str]]]]:
@@ -33,7 +32,7 @@ def help_text() -> Table:
     """One grid for every group, so the columns line up from the first key to the last."""
     table = Table.grid(padding=(0, 1), pad_edge=False)
     table.add_column(justify="right", no_wrap=True, min_width=KEY_WIDTH)
-    table.add_column(max_width=TITLE_WIDTH)  # the odd long title wraps in its column, not the layout
+    table.add_column(no_wrap=True)  # short titles (at most 12): the descriptions keep the width
     table.add_column(ratio=1, overflow="fold")
     for n, (group, rows) in enumerate(help_rows()):
         if n:

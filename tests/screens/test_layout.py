@@ -22,7 +22,7 @@ from nodeconsole.screens.app import NodeConsoleApp
 from nodeconsole.screens.base import SnapshotScreen
 from nodeconsole.screens.gpus import GpusScreen, gpu_panel
 from nodeconsole.screens.modals.details import DetailsModal
-from nodeconsole.screens.modals.help import KEY_WIDTH, TITLE_WIDTH, help_text
+from nodeconsole.screens.modals.help import KEY_WIDTH, help_rows, help_text
 from nodeconsole.screens.overview import ProblemList, fix_target, problems_view
 from nodeconsole.screens.vms import VmsScreen
 from nodeconsole.screens.widgets.details import gpu_details
@@ -269,7 +269,9 @@ def test_help_keeps_its_key_column_at_80_columns():
     lines = _plain(help_text(), 68)  # the help's frame inside an 80-column terminal
     rows = [line for line in lines if line.startswith(" ")]  # not the group headings
     assert rows and all(len(line) <= 68 for line in lines)
-    desc = KEY_WIDTH + 1 + TITLE_WIDTH + 1  # where every description starts
+    titles = max(len(t) for _, rows in help_rows() for _, t, _ in rows)
+    assert titles <= 12  # short titles leave the descriptions their width
+    desc = KEY_WIDTH + 1 + titles + 1  # where every description starts
     for line in rows:
         key = line[:KEY_WIDTH]
         # the keys stay in their column (right-aligned, a space after), the titles in theirs, and a
