@@ -105,6 +105,8 @@ class KeyedTable(QuietTable):
         self._labels = [Text(c.label).cell_len for c in self._columns]
         self._natural = list(self._labels)  # the widest cell (or label) of each column
         self._widths: list[int] = []  # the content widths the columns have now
+        self._grown = False  # during a sync: a cell got wider than its column's widest
+        self._shrunk: set[int] = set()  # during a sync: columns whose widest cell may have gone
         self.filter_text = ""
         self._more = (0, 0)
         self._pinned: int | None = None  # a row put under the cursor by the screen, kept in sight on re-layouts
@@ -125,8 +127,7 @@ class KeyedTable(QuietTable):
         """Make the table show exactly `rows` (key, cells), touching only what changed."""
         wanted = [(k, cells) for k, cells in rows if self._visible(cells)]
         wanted_keys = [k for k, _ in wanted]
-        self._grown = False
-        self._shrunk: set[int] = set()  # columns whose widest cell may have gone
+        self._grown, self._shrunk = False, set()
         if list(self._rows) != wanted_keys and set(self._rows) - set(wanted_keys):
             for k in list(self._rows):
                 if k not in wanted_keys:
