@@ -18,6 +18,7 @@ from textual.app import App, SystemCommand
 from textual.binding import BindingType
 from textual.notifications import SeverityLevel
 from textual.screen import Screen
+from textual.scrollbar import ScrollBar, ScrollBarRender
 from textual.timer import Timer
 from textual.widget import AwaitMount
 
@@ -45,6 +46,18 @@ FIRST_LOOK_WAIT_S = 0.25  # how long the first frame waits for the host's first,
 # (action name, parameters) -> the screens (modes) the registry says the action works on
 _WHERE: dict[tuple[str, tuple[object, ...]], tuple[str, ...]] = {
     parse_action(c.action)[1:]: c.screens for c in COMMANDS if c.screens}
+
+
+class WholeCellScrollBar(ScrollBarRender):
+    """Scrollbars in whole cells. Textual ends a thumb with eighth blocks (▃, ▆) for smoothness; on a
+    terminal, and in what an admin copies from it, those read as characters left over at the screen's
+    right edge. Every list also says in words how much of it is out of sight."""
+
+    VERTICAL_BARS: ClassVar[list[str]] = [" "] * 8
+    HORIZONTAL_BARS: ClassVar[list[str]] = [" "] * 8
+
+
+ScrollBar.renderer = WholeCellScrollBar
 
 
 class NodeConsoleApp(App):

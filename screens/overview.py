@@ -22,7 +22,7 @@ from nodeconsole.screens.widgets.text import metric, plain_text, severity_text, 
 # priority: the columns that keep their full text longest when the terminal is narrow (keyed_table.py);
 # a PCI address is never cut (its minimum width is its length)
 GPU_COLS = [Col("idx", "#", 3), Col("smi", "smi", 1), Col("addr", "Address", 1, 12), Col("name", "Model", 2),
-            Col("owner", "Owner", 2), Col("util", "Util", 1), Col("mem", "Mem"), Col("temp", "Temp"),
+            Col("owner", "Owner", 2), Col("util", "Util", 1, 7), Col("mem", "Mem", 0, 6), Col("temp", "Temp"),
             Col("link", "Link", 0, 6)]  # x8/16↓: a downtrained link keeps its mark
 VM_COLS = [Col("name", "VM", 3), Col("state", "State", 1), Col("vcpus", "vCPU", 1), Col("cpu", "CPU%", 1),
            Col("hist", "History", 0, 4), Col("numa", "NUMA", 1, 7), Col("gpus", "GPUs", 2)]

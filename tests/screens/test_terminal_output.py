@@ -237,3 +237,20 @@ def test_a_failing_shadow_writes_the_update_whole(monkeypatch):
     assert _ShadowedUpdate(upd, shadow, Size(width, height)).render_segments(con) == upd.render_segments(con)
     monkeypatch.undo()
     assert shadow.render(upd, con, (width, height)).count("x") == width * height  # starts over: all of it
+
+
+def test_scrollbars_are_drawn_in_whole_cells():
+    """No eighth-block glyph (▁…▇) at a thumb's ends: in a terminal's text those read as stray cells."""
+    from textual.scrollbar import ScrollBar
+
+    from nodeconsole.screens.app import WholeCellScrollBar
+
+    assert ScrollBar.renderer is WholeCellScrollBar
+    for position in (0, 3.3, 7.7, 12.5, 30):
+        for vertical in (True, False):
+            segments = WholeCellScrollBar.render_bar(size=20, virtual_size=57, window_size=20, position=position,
+                                                     vertical=vertical)
+            segs = list(segments.segments)
+            text = "".join(s.text for s in segs)
+            assert set(text) <= {" ", "\n"}, (position, vertical, text)
+            assert any(s.style and s.style.reverse for s in segs)  # the thumb is there
