@@ -160,7 +160,8 @@ def test_capture_of_a_replay_is_the_same_archive_but_the_time(demo):
     assert rc == 0, err
     a, b = members(demo["archive"]), members(again)
     assert set(a) == set(b)
-    assert [n for n in a if a[n] != b[n]] == [MANIFEST]
+    # only the manifest may differ: its capture time (the same when both fall in one second)
+    assert [n for n in a if a[n] != b[n]] in ([], [MANIFEST])
     ma, mb = json.loads(a[MANIFEST][2]), json.loads(b[MANIFEST][2])
     assert ma.pop("captured_at") != "" and mb.pop("captured_at") != ""
     assert ma == mb
