@@ -9,18 +9,12 @@ from textual.screen import ModalScreen
 from textual.widgets import Static
 
 from nodeconsole.console.hosttext import LINE_MAX
-from nodeconsole.screens.widgets.hinted_scroll import HintedScroll
+from nodeconsole.screens.widgets.hinted_scroll import HintedScroll, scroll_bindings
 from nodeconsole.screens.widgets.text import host_text, plain_text
 
 
 class DetailsModal(ModalScreen[None]):
-    BINDINGS = [Binding("escape,enter,q", "dismiss", "Close"),
-                Binding("j,down", "scroll_body(1)", "Down", show=False),
-                Binding("k,up", "scroll_body(-1)", "Up", show=False),
-                Binding("pagedown,space", "scroll_body(10)", "Page down", show=False),
-                Binding("pageup", "scroll_body(-10)", "Page up", show=False),
-                Binding("g,home", "scroll_body(-100000)", "Top", show=False),
-                Binding("G,end", "scroll_body(100000)", "Bottom", show=False)]
+    BINDINGS = [Binding("escape,enter,q", "dismiss", "Close"), *scroll_bindings("scroll_body")]
 
     def __init__(self, title: str, body: str) -> None:
         super().__init__()

@@ -19,20 +19,14 @@ from textual.widgets import Button, Input, Static
 
 from nodeconsole.console.hosttext import LINE_MAX
 from nodeconsole.screens.widgets.hanging import hanging
-from nodeconsole.screens.widgets.hinted_scroll import HintedScroll
+from nodeconsole.screens.widgets.hinted_scroll import HintedScroll, scroll_bindings
 from nodeconsole.screens.widgets.text import plain_text
 
 
 class PlanModal(ModalScreen[bool | None]):
-    BINDINGS = [Binding("escape", "no", "No"),
-                # the plan scrolls whatever has the focus (the answer buttons, or the typed box, which
-                # keeps the letters it is typed)
-                Binding("j,down", "scroll_plan(1)", "Down", show=False),
-                Binding("k,up", "scroll_plan(-1)", "Up", show=False),
-                Binding("pagedown", "scroll_plan(10)", "Page down", show=False),
-                Binding("pageup", "scroll_plan(-10)", "Page up", show=False),
-                Binding("g", "scroll_plan(-100000)", "Top", show=False),
-                Binding("G", "scroll_plan(100000)", "Bottom", show=False)]
+    # the plan scrolls whatever has the focus (the answer buttons, or the typed box, which keeps the
+    # letters it is typed)
+    BINDINGS = [Binding("escape", "no", "No"), *scroll_bindings("scroll_plan", typing=True)]
 
     def __init__(self, title: str, lines: list[str], can_apply: bool, typed: str | None = None) -> None:
         super().__init__()

@@ -53,3 +53,16 @@ class HintedScroll(VerticalScroll):
 
     def on_resize(self) -> None:
         self._hint()
+
+
+def scroll_bindings(action: str, typing: bool = False) -> list[BindingType]:
+    """A dialog's keys for its HintedScroll, whatever has the focus: j/k and the arrows, PgUp/PgDn, g/G,
+    each calling `action(lines)`. `typing`: the dialog has a text box, so space, Home and End stay the
+    box's."""
+    page, top, bottom = ("pagedown", "g", "G") if typing else ("pagedown,space", "g,home", "G,end")
+    return [Binding("j,down", f"{action}(1)", "Down", show=False),
+            Binding("k,up", f"{action}(-1)", "Up", show=False),
+            Binding(page, f"{action}(10)", "Page down", show=False),
+            Binding("pageup", f"{action}(-10)", "Page up", show=False),
+            Binding(top, f"{action}(-100000)", "Top", show=False),
+            Binding(bottom, f"{action}(100000)", "Bottom", show=False)]
