@@ -22,13 +22,13 @@ class FirstLook:
         self.collector: Collector | None = None
         self.snapshot: HostSnapshot | None = None  # sysfs only (sources other than sysfs PENDING)
         self.error: Exception | None = None
-        self._factory = seams_factory
+        self.factory = seams_factory
         self._done = threading.Event()
         threading.Thread(target=self._run, name="first-look", daemon=True).start()
 
     def _run(self) -> None:
         try:
-            self.seams = self._factory()
+            self.seams = self.factory()
             self.collector = Collector(self.seams)
             self.snapshot = self.collector.collect(partial=True)
         except Exception as exc:  # the first poll reports it, as it would have

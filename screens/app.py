@@ -80,8 +80,9 @@ class NodeConsoleApp(App):
         # was started before Textual was imported: its sysfs-only snapshot is usually ready for the
         # first frame.
         self._first = seams if isinstance(seams, FirstLook) else None
+        # a failed first look is tried again by the next poll, through the same factory
         self._seams_factory: Callable[[], Seams] | None = (
-            None if isinstance(seams, (Seams, FirstLook)) else seams)
+            seams.factory if isinstance(seams, FirstLook) else None if isinstance(seams, Seams) else seams)
         self.seams = seams if isinstance(seams, Seams) else None
         self.interval = interval
         self.collector = collector or (Collector(seams) if isinstance(seams, Seams) else None)

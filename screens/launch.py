@@ -16,8 +16,14 @@ def run_console(args: argparse.Namespace) -> int:
         from nodeconsole.screens.fleet import run_fleet
 
         return run_fleet(args.fleet, theme=args.theme)
+    from nodeconsole.console.cli import UsageError
     from nodeconsole.console.first_look import FirstLook
+    from nodeconsole.themes import resolve
 
+    try:  # bad input changes nothing: before the first look (which may generate the demo host)
+        resolve(args.theme)
+    except ValueError as e:
+        raise UsageError(str(e)) from None
     # Preparing the host (the demo's generation check, opening sources) and its first, sysfs-only
     # snapshot run on a thread from here, overlapping Textual's import and start-up.
     first = FirstLook(lambda: seams_from_args(args))

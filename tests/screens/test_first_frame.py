@@ -86,13 +86,23 @@ async def test_a_slow_or_failing_first_look_does_not_hold_the_console(demo_seams
                 break
         assert len(app.snapshot.gpus) == 8 and len(app.snapshot.vms) == 13
 
-    def broken():
-        raise OSError("no such host tree")
+    tries = []
 
-    app = NodeConsoleApp(FirstLook(broken), interval=5)
+    def broken_once():  # a host tree that is not there yet, then is: the console recovers
+        tries.append(1)
+        if len(tries) == 1:
+            raise OSError("no such host tree")
+        return demo_seams
+
+    app = NodeConsoleApp(FirstLook(broken_once), interval=0.05)
     async with app.run_test(size=(80, 24)) as pilot:
         for _ in range(40):
             await pilot.pause(0.05)
             if app.note:
                 break
-        assert "no such host tree" in app.note and app.snapshot is None
+        assert "no such host tree" in app.note
+        for _ in range(100):
+            await pilot.pause(0.05)
+            if app.polls:
+                break
+        assert len(tries) == 2 and len(app.snapshot.gpus) == 8 and app.note == ""
