@@ -148,18 +148,23 @@ class Collector:
 
     def _signs(self, data: SysfsData | None) -> tuple:
         """What moves when the host's PCI picture changes: the functions present (hot-plug, VFs), each
-        one's driver (a bind or unbind made elsewhere), the mdev devices (vGPUs), the online CPUs and the
-        GPUs' link width and speed (a link that downtrains). About a millisecond, against ~20 ms for the
-        whole tree on the demo host."""
+        one's driver (a bind or unbind made elsewhere), the GPUs' driver_override and link width and
+        speed (a link that downtrains), the vGPU type of each NVIDIA VF (SR-IOV vGPU adds no mdev), the
+        mdev devices, the online CPUs. A few milliseconds, against ~20 ms for the whole tree of the demo
+        host; the console's own changes invalidate the cache outright."""
         root = self.seams.root
         base = "sys/bus/pci/devices"
         present = tuple(root.listdir(base))
         drivers = tuple(root.readlink(f"{base}/{a}/driver") for a in present)
-        links = tuple((root.read(f"{base}/{d.address}/current_link_width"),
-                       root.read(f"{base}/{d.address}/current_link_speed"))
-                      for d in (data.pci_devices if data else ()) if is_gpu(d))
-        return (present, drivers, tuple(root.listdir("sys/bus/mdev/devices")),
-                root.read("sys/devices/system/cpu/online"), links)
+        devices = data.pci_devices if data else ()
+        gpus = tuple((root.read(f"{base}/{d.address}/current_link_width"),
+                      root.read(f"{base}/{d.address}/current_link_speed"),
+                      root.read(f"{base}/{d.address}/driver_override"))
+                     for d in devices if is_gpu(d))
+        vgpus = tuple(root.read(f"{base}/{d.address}/nvidia/current_vgpu_type")
+                      for d in devices if d.vendor_id == NVIDIA and d.physfn)
+        return (present, drivers, gpus, vgpus, tuple(root.listdir("sys/bus/mdev/devices")),
+                root.read("sys/devices/system/cpu/online"))
 
     def _read_nvml(self) -> NvmlData:
         if not self.seams.use_real_nvml and self.seams.nvml_lib is None:

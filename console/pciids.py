@@ -140,6 +140,7 @@ class PciIds:
         self._blocks: dict[int, tuple[int, int]] = {}  # vendor → byte range of its device lines
         self._devices: dict[tuple[int, int], str] = {}
         self._parsed: set[int] = set()  # vendors whose devices are in _devices
+        self._identity: tuple[int, int, int] | None = None  # (inode, size, mtime) of the file indexed
         self._classes: dict[int, str] = {}  # (base << 8 | sub) and (base << 16 | sub << 8 | progif) → name
 
     def _load(self) -> None:
@@ -150,9 +151,12 @@ class PciIds:
                 return
             for path in self.paths:
                 try:
-                    data = path.read_bytes()
+                    with open(path, "rb") as f:
+                        st = os.fstat(f.fileno())
+                        data = f.read()
                 except OSError:
                     continue
+                self._identity = (st.st_ino, st.st_size, st.st_mtime_ns)
                 self._index(data)
                 self.source = path
                 break
@@ -174,6 +178,13 @@ class PciIds:
                 continue
             self._vendors[vendor] = line[4:].strip()
             self._blocks[vendor] = (m.end(), end)
+
+    def _reindex(self, data: bytes, st: os.stat_result) -> None:
+        self._vendors, self._blocks, self._classes = {}, {}, {}
+        self._devices.clear()
+        self._parsed.clear()
+        self._identity = (st.st_ino, st.st_size, st.st_mtime_ns)
+        self._index(data)
 
     def _parse_classes(self, head: str, body: str) -> None:
         try:
@@ -211,6 +222,12 @@ class PciIds:
             if block is not None and self.source is not None:
                 try:
                     with open(self.source, "rb") as f:
+                        st = os.fstat(f.fileno())
+                        if (st.st_ino, st.st_size, st.st_mtime_ns) != self._identity:
+                            # the database was updated since it was indexed (update-pciids, a package
+                            # upgrade): index the new one, the stored offsets mean nothing in it
+                            self._reindex(f.read(), st)
+                            block = self._blocks.get(vendor, (0, 0))
                         f.seek(block[0])
                         text = f.read(block[1] - block[0]).decode("utf-8", "replace")
                 except OSError:

@@ -67,7 +67,8 @@ class Root:
 
     def __init__(self, path: str | os.PathLike[str] = "/") -> None:
         self.path = Path(path)
-        self._base = os.path.join(os.fspath(self.path), "")
+        # absolute: the per-pass directory cache walks paths from `/` (a relative --root works the same)
+        self._base = os.path.join(os.path.abspath(self.path), "")
         self._real = os.path.realpath(self.path)
         self._prefix = os.path.join(self._real, "")
         self._whole = self._real == "/"  # nothing can lead out of `/`

@@ -169,3 +169,24 @@ def test_with_is_dataclasses_replace_without_init(state_ro) -> None:
     a, b = _with(vm, steal_percent=3.5), replace(vm, steal_percent=3.5)
     assert a == b and hash(a) == hash(b) and a is not vm and vm.steal_percent != 3.5
     assert _with(snap.gpus[0], name="x") == replace(snap.gpus[0], name="x")
+
+
+def test_sysfs_is_read_again_when_a_sign_moves(tmp_path) -> None:
+    """Between whole sysfs reads (every 30 s) the collector checks cheap signs every sysfs_ttl: a
+    driver_override set by someone else, a function removed, show in the next poll; without a sign the
+    cached tree is kept."""
+    from nodeconsole.console.demo.nvml_sim import SimulatedNvml
+    from nodeconsole.console.demo.state import ensure_demo
+
+    host = ensure_demo(tmp_path / "demo")
+    root = Root(host.root)
+    lib = SimulatedNvml.from_file(host.nvml_state, root=root, privileged=True)
+    c = Collector(Seams(root=root, libvirt_uri=host.libvirt_uri, nvml_lib=lib), sysfs_ttl=0.0, sysfs_full=1e9)
+    first = c.collect()
+    gpu = next(d for d in first.pci_devices if d.address.endswith(":ba:00.0"))
+    assert gpu.driver_override in (None, "")
+    assert c.collect().pci_devices is first.pci_devices  # nothing moved: the cached tree
+    override = root.p(f"sys/bus/pci/devices/{gpu.address}/driver_override")
+    override.write_text("vfio-pci\n")
+    again = c.collect()
+    assert next(d for d in again.pci_devices if d.address == gpu.address).driver_override == "vfio-pci"

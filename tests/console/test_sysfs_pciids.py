@@ -84,6 +84,20 @@ def test_loaded_lazily_and_once(tmp_path: Path) -> None:
     assert ids.vendor_name(0x10DE) == "Nvidia From File"
 
 
+def test_a_database_updated_while_running_is_indexed_again(tmp_path: Path) -> None:
+    """Devices are parsed per vendor when first asked for, from the file's byte ranges: a file rewritten
+    since it was indexed (update-pciids) is indexed again, not read at stale offsets."""
+    path = tmp_path / "pci.ids"
+    path.write_text(SAMPLE)
+    ids = PciIds((path,))
+    assert ids.device_name(0x10DE, 0x2330) == "GH100 [H100 SXM5 80GB]"
+    longer = SAMPLE.replace("10de  NVIDIA Corporation\n", "10de  NVIDIA Corporation\n\t1234  A New Card Line\n"
+                            "\t1235  Another New Card Line\n")
+    path.write_text(longer)
+    assert ids.device_name(0x15B3, 0x101D) == "MT2892 Family [ConnectX-6 Dx]"  # Mellanox moved in the file
+    assert ids.device_name(0x10DE, 0x1235) == "Another New Card Line"
+
+
 def test_names_come_from_the_console_machine_not_the_captured_root(tmp_path: Path) -> None:
     t = FakeSys(tmp_path)
     t.write("usr/share/misc/pci.ids", SAMPLE.replace("NVIDIA Corporation", "Captured Root Vendor"))
