@@ -7,7 +7,6 @@ Polls never overlap and the UI thread never touches the host. Screens post what 
 """
 from __future__ import annotations
 
-from collections import deque
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, ClassVar
 
@@ -87,8 +86,8 @@ class NodeConsoleApp(App):
         self.interval = interval
         self.collector = collector or (Collector(seams) if isinstance(seams, Seams) else None)
         self.snapshot: HostSnapshot | None = None
-        # per VM, the CPU % samples of each sparkline bar (the last bar fills as polls come)
-        self.vm_history: dict[str, deque[list[float | None]]] = {}
+        # per VM, its sparkline's bars: the finished ones' means and the samples of the bar filling now
+        self.vm_history: dict[str, _Bars] = {}
         self._bar_polls = max(1, round(BAR_S / interval)) if interval > 0 else 1
         self.paused = False
         self.note = ""
@@ -183,11 +182,10 @@ class NodeConsoleApp(App):
         # the last one moves, so a sparkline costs the terminal one cell a second, not its width
         new_bar = (self.polls - 1) % self._bar_polls == 0
         for v in snap.vms:
-            bars = self.vm_history.setdefault(v.name, deque(maxlen=HISTORY))
-            if new_bar or not bars:
-                bars.append([v.cpu_percent])
-            else:
-                bars[-1].append(v.cpu_percent)
+            bars = self.vm_history.get(v.name)
+            if bars is None:
+                bars = self.vm_history[v.name] = _Bars()
+            bars.add(v.cpu_percent, new_bar)
         for gone in set(self.vm_history) - {v.name for v in snap.vms}:
             del self.vm_history[gone]
         self.render_current()
@@ -218,7 +216,7 @@ class NodeConsoleApp(App):
             self._timer = self.set_timer(self.interval, self.poll_now)
 
     def host_view(self) -> HostView:
-        history = {name: tuple(_mean(bar) for bar in bars) for name, bars in self.vm_history.items()}
+        history = {name: bars.values() for name, bars in self.vm_history.items()}
         return HostView(self.snapshot, history, self.paused, self.note, self.seams)
 
     def render_current(self) -> None:
@@ -471,6 +469,26 @@ def _screen(module: str, name: str) -> Screen:
     import importlib
 
     return getattr(importlib.import_module(f"nodeconsole.screens.{module}"), name)()
+
+
+class _Bars:
+    """One VM's sparkline: the means of the finished bars (kept as a tuple, made once per bar) and the
+    samples of the bar filling now, so a tick costs one mean, not one per bar."""
+
+    __slots__ = ("done", "current")
+
+    def __init__(self) -> None:
+        self.done: tuple[float | None, ...] = ()
+        self.current: list[float | None] = []
+
+    def add(self, value: float | None, new_bar: bool) -> None:
+        if new_bar and self.current:
+            self.done = (*self.done, _mean(self.current))[-(HISTORY - 1):]
+            self.current = []
+        self.current.append(value)
+
+    def values(self) -> tuple[float | None, ...]:
+        return (*self.done, _mean(self.current)) if self.current else self.done
 
 
 def _mean(samples: list[float | None]) -> float | None:

@@ -25,7 +25,10 @@ from textual.strip import Strip
 WIDE = ""  # the right half of a double-width character (the character itself sits in the cell before)
 GAP = 6  # unchanged cells between two changed runs rewritten rather than moving the cursor over them
 
-Cell = tuple[str, Style | None]
+# a cell: its character and how it looks on the terminal (the style's rendering, not the Style: two
+# styles differing only in metadata — DataTable's row/column, Textual's click actions — look the same)
+Cell = tuple[str, str]
+NO_STYLE = ""
 
 
 class ScreenShadow:
@@ -33,8 +36,8 @@ class ScreenShadow:
         self.width = 0
         self.height = 0
         self.rows: list[list[Cell | None]] = []
-        self.cells_written = 0  # cells sent to the terminal since start (figures and tests)
-        self.cells_offered = 0  # cells the compositor asked to repaint
+        self._looks: dict[Style, str] = {}  # style → its rendering's escape codes (bounded below)
+        self._style_of: dict[str, Style] = {}  # rendering → a style that renders so
 
     def reset(self, width: int | None = None, height: int | None = None) -> None:
         """Forget what the terminal shows (the next update is written whole)."""
@@ -57,7 +60,7 @@ class ScreenShadow:
         x = y = 0
         row: list[Cell | None] | None = None
         marks: list[int] = []
-        offered = 0
+        look = self._look_of(console)
         for segment in update.__rich_console__(console, console.options):
             if segment.control:
                 for code in segment.control:
@@ -66,9 +69,10 @@ class ScreenShadow:
                         row = rows[y] if 0 <= y < height else None
                         marks = changed.setdefault(y, []) if row is not None else []
                 continue
-            text, style = segment.text, segment.style
+            text = segment.text
             if row is None or text == "\n":
                 continue
+            style = look(segment.style)
             for ch in text:
                 w = get_character_cell_size(ch)
                 if w == 0:  # a combining mark joins the character before it
@@ -81,7 +85,6 @@ class ScreenShadow:
                 if x + w > width:
                     x += w
                     continue
-                offered += w
                 cell = (ch, style)
                 if row[x] != cell:
                     row[x] = cell
@@ -95,8 +98,25 @@ class ScreenShadow:
                     row[x + 1] = None  # we overwrote the left half of a wide character: its right half is gone
                     marks.append(x + 1)
                 x += w
-        self.cells_offered += offered
         return {y: xs for y, xs in changed.items() if xs}
+
+    def _look_of(self, console: Console):
+        """A function: Style → the key of how it looks (its escape codes), remembered per style."""
+        looks, style_of = self._looks, self._style_of
+        if len(looks) > 20000:  # styles with per-cell metadata come and go with the rows: start over
+            looks.clear()
+        color_system = console._color_system or ColorSystem.TRUECOLOR
+        render = Strip.render_style
+
+        def look(style: Style | None) -> str:
+            if style is None:
+                return NO_STYLE
+            key = looks.get(style)
+            if key is None:
+                key = looks[style] = render(style, "\0", color_system=color_system)
+                style_of.setdefault(key, style)
+            return key
+        return look
 
     # -- writing the difference -------------------------------------------------------------------
     def _emit(self, changed: dict[int, list[int]], console: Console) -> str:
@@ -104,7 +124,7 @@ class ScreenShadow:
         # what Textual's own strips are rendered with
         color_system = console._color_system or ColorSystem.TRUECOLOR
         render = Strip.render_style
-        written = 0
+        style_of = self._style_of
         for y in sorted(changed):
             row = self.rows[y]
             for a, b in _runs(sorted(set(changed[y])), row):
@@ -114,22 +134,20 @@ class ScreenShadow:
                     b += 1
                 out.append(f"\x1b[{y + 1};{a + 1}H")
                 text: list[str] = []
-                style: Style | None = None
+                key = NO_STYLE
                 for x in range(a, b + 1):
                     cell = row[x]
                     if cell is None:  # never painted (cannot happen inside a run); keep positions right
-                        cell = (" ", None)
-                    ch, st = cell
-                    if st is not style and st != style:
+                        cell = (" ", NO_STYLE)
+                    ch, k = cell
+                    if k != key:
                         if text:
-                            out.append(_styled(render, "".join(text), style, color_system))
-                        text, style = [], st
+                            out.append(_styled(render, "".join(text), style_of.get(key), color_system))
+                        text, key = [], k
                     if ch != WIDE:
                         text.append(ch)
                 if text:
-                    out.append(_styled(render, "".join(text), style, color_system))
-                written += b - a + 1
-        self.cells_written += written
+                    out.append(_styled(render, "".join(text), style_of.get(key), color_system))
         return "".join(out)
 
 

@@ -22,6 +22,7 @@ class QuietTable(DataTable):
         super().__init__(*args, **kw)
         self._seen_styles: set[Style] = set()
         self._seen_states: set[object] = set()
+        self._seen_at = -1  # the update count the two sets above are for
 
     def update_cell(self, row_key: RowKey | str, column_key: ColumnKey | str, value: CellType, *,
                     update_width: bool = False) -> None:
@@ -41,7 +42,12 @@ class QuietTable(DataTable):
 
     def _render_cell(self, row_index: int, column_index: int, base_style: Style, width: int,
                      cursor: bool = False, hover: bool = False):
-        # the styles and pseudo-class states cells are rendered under: the keys _forget_cell drops
+        # the styles and pseudo-class states cells are rendered under: the keys _forget_cell drops (a
+        # new update count makes every older key unreachable: start the sets again)
+        if self._seen_at != self._update_count:
+            self._seen_styles.clear()
+            self._seen_states.clear()
+            self._seen_at = self._update_count
         self._seen_styles.add(base_style)
         self._seen_states.add(self._pseudo_class_state)
         return super()._render_cell(row_index, column_index, base_style, width, cursor, hover)

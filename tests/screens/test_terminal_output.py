@@ -13,7 +13,7 @@ from textual._compositor import ChopsUpdate, CompositorUpdate, LayoutUpdate
 from textual.geometry import Region
 from textual.strip import Strip
 
-from nodeconsole.screens.app import NodeConsoleApp
+from nodeconsole.screens.app import NodeConsoleApp, _ShadowedUpdate
 from nodeconsole.screens.terminal import ScreenShadow
 
 from .conftest import FIXED_IDS
@@ -156,7 +156,8 @@ class TerminalApp(NodeConsoleApp):
                 self.shadow.reset(w, h)
                 self.con = console(w, h)
             assert self.stream is not None
-            out = self.shadow.render(renderable, self.con, (w, h))
+            # the production path: the update wrapped as NodeConsoleApp._display wraps it
+            out = _ShadowedUpdate(renderable, self.shadow, self.size).render_segments(self.con)
             self.written += len(out)
             self.stream.feed(out)
 
@@ -165,7 +166,8 @@ class TerminalApp(NodeConsoleApp):
         writes it."""
         w, h = self.size.width, self.size.height
         term, stream = terminal(w, h)
-        stream.feed(self.screen._compositor.render_update(full=True).render_segments(self.con))
+        # (render_full_update leaves the compositor's pending repaints alone)
+        stream.feed(self.screen._compositor.render_full_update().render_segments(self.con))
         return term
 
 
@@ -214,6 +216,8 @@ async def test_console_output_equals_a_fresh_render(state_ro):
             w, h = size
             # a poll rewrites the few figures that moved, not the screen
             assert (app.written - before) / (app.polls - polls) < w * h / 4, size
+        assert app.stream is not None
+        app.stream.feed("\x1b[1;1HSOMETHING ELSE WROTE HERE\x1b[5;3Hand here")  # another program
         await pilot.press("ctrl+l")
         await settle_and_compare("after ^L")
 
@@ -223,7 +227,6 @@ def test_a_failing_shadow_writes_the_update_whole(monkeypatch):
     Textual writes it and the shadow starts over."""
     from textual.geometry import Size
 
-    from nodeconsole.screens.app import _ShadowedUpdate
 
     width, height = 10, 2
     con = console(width, height)
