@@ -191,12 +191,18 @@ class ProblemList(Static, can_focus=True):
     def show(self, problems, targets=()) -> None:
         problems, targets = tuple(problems), tuple(targets)
         if problems != self.problems or targets != self.targets:
+            # the highlight stays on its problem when others come or go before it (a kernel event's
+            # problem is put first), else on the same place
+            was = self.problems[self.cursor] if self.problems and self.cursor < len(self.problems) else None
             self.problems, self.targets = problems, targets
-            self.cursor = min(self.cursor, max(0, len(problems) - 1))
+            self.cursor = problems.index(was) if was in problems else min(self.cursor, max(0, len(problems) - 1))
             self._redraw()
 
     def selected(self) -> int | None:
-        return self.cursor if self.problems else None
+        """The highlighted problem; the first while the list is not focused (no highlight shown)."""
+        if not self.problems:
+            return None
+        return self.cursor if self.has_focus else 0
 
     def on_resize(self) -> None:
         if self.content_size.height != self._height:
