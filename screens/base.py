@@ -17,6 +17,7 @@ from textual.screen import Screen
 from textual.widgets import Footer, Input, Static
 
 from nodeconsole.screens.messages import HostView, Selected, SnapshotUpdated
+from nodeconsole.screens.widgets.hinted_scroll import hint_line, put_hint
 from nodeconsole.screens.widgets.keyed_table import KeyedTable
 from nodeconsole.screens.widgets.quiet_static import update_static
 from nodeconsole.screens.widgets.text import host_text, plain_text
@@ -196,10 +197,8 @@ class SnapshotScreen(Screen):
     # -- rows out of sight ------------------------------------------------------------------------
     def on_keyed_table_more(self, message: KeyedTable.More) -> None:
         """A table that does not show all its rows says so on the line below it (`#<table id>-more`)."""
-        table = message.table
-        for hint in self.query(f"#{table.id}-more").results(Static):
-            hint.update(more_text(message.above, message.below))
-            hint.display = bool(message.above or message.below)
+        if message.table.id:
+            put_hint(self, message.table.id, more_text(message.above, message.below))
 
     # -- details ---------------------------------------------------------------------------------
     def details_for(self, table: KeyedTable, key: str) -> tuple[str, str] | None:
@@ -224,8 +223,7 @@ class SnapshotScreen(Screen):
 
 def more_text(above: int, below: int) -> str:
     """What a table cut short says: how many rows are out of sight, and how to see them."""
-    parts = ([f"▲ {above} more above"] if above else []) + ([f"▼ {below} more below"] if below else [])
-    return "  ".join(parts) + ": j/k PgUp/PgDn scroll, g/G first/last, / filters" if parts else ""
+    return hint_line(above, below, lambda n: f"{n} more", "j/k PgUp/PgDn scroll, g/G first/last, / filters")
 
 
 def tab_strip(title: str, compact: bool = False) -> str:

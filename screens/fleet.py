@@ -19,6 +19,7 @@ from textual.containers import VerticalScroll
 from textual.widgets import DataTable, Footer, Static
 
 from nodeconsole.screens.base import more_text
+from nodeconsole.screens.widgets.hinted_scroll import put_hint
 from nodeconsole.screens.widgets.keyed_table import KeyedTable
 from nodeconsole.screens.widgets.text import plain_text
 from nodeconsole.themes import CSS_PATH, THEMES, resolve
@@ -77,9 +78,7 @@ class FleetApp(App):
         yield Footer()
 
     def on_keyed_table_more(self, message: KeyedTable.More) -> None:
-        hint = self.query_one("#fleet-hosts-more", Static)
-        hint.update(more_text(message.above, message.below))
-        hint.display = bool(message.above or message.below)
+        put_hint(self, "fleet-hosts", more_text(message.above, message.below))
 
     def on_mount(self) -> None:
         for t in THEMES:

@@ -3,10 +3,12 @@ the lines above and below the view and names the keys that scroll it (j/k and th
 g/G), hidden while everything fits."""
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import ClassVar
 
 from textual.binding import Binding, BindingType
 from textual.containers import VerticalScroll
+from textual.widget import Widget
 from textual.widgets import Static
 
 
@@ -14,9 +16,25 @@ def _lines(n: int) -> str:
     return f"{n} line{'s' if n != 1 else ''}"
 
 
+def hint_line(above: int, below: int, unit: Callable[[int], str], keys: str) -> str:
+    """`▲ N … above  ▼ N … below: keys`, or "" when nothing is out of sight."""
+    parts = ([f"▲ {unit(above)} above"] if above else []) + ([f"▼ {unit(below)} below"] if below else [])
+    return "  ".join(parts) + f": {keys}" if parts else ""
+
+
+def put_hint(node: Widget, owner_id: str, text: str) -> bool:
+    """Show `text` in the line below the view `owner_id` (the Static `#<owner_id>-more`), hidden when
+    empty; False when there is no such line."""
+    found = False
+    for hint in node.query(f"#{owner_id}-more").results(Static):
+        hint.update(text)
+        hint.display = bool(text)
+        found = True
+    return found
+
+
 def scroll_hint(above: int, below: int) -> str:
-    parts = ([f"▲ {_lines(above)} above"] if above else []) + ([f"▼ {_lines(below)} below"] if below else [])
-    return "  ".join(parts) + ": j/k PgUp/PgDn g/G scroll" if parts else ""
+    return hint_line(above, below, _lines, "j/k PgUp/PgDn g/G scroll")
 
 
 class HintedScroll(VerticalScroll):
@@ -39,10 +57,8 @@ class HintedScroll(VerticalScroll):
         more = self.out_of_sight()
         if more == self._shown_hint or not self.id or not self.is_mounted:
             return
-        for hint in self.screen.query(f"#{self.id}-more").results(Static):
+        if put_hint(self.screen, self.id, scroll_hint(*more)):
             self._shown_hint = more
-            hint.update(scroll_hint(*more))
-            hint.display = bool(more[0] or more[1])
 
     def watch_scroll_y(self, old_value: float, new_value: float) -> None:
         super().watch_scroll_y(old_value, new_value)
