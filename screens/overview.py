@@ -76,9 +76,11 @@ def pressure_line(snap: HostSnapshot) -> str:
     return " · ".join(parts) or "host pressure: not read"
 
 
-def one_line(text: str) -> Text:
-    """Plain text on one line, cut with … where the screen ends."""
-    t = Text(show(text, LINE_MAX), no_wrap=True, overflow="ellipsis")
+def one_line(text: str | Text) -> Text:
+    """One line, cut with … where the screen ends: host text (a str) plain with visible escapes, or a
+    Text the screen made."""
+    t = text if isinstance(text, Text) else Text(show(text, LINE_MAX))
+    t.no_wrap, t.overflow = True, "ellipsis"
     return t
 
 
@@ -114,9 +116,12 @@ def problem_details(p, target: str | None) -> str:
     return "\n".join(lines)
 
 
-def _one_line(t: Text) -> Text:
-    t.no_wrap, t.overflow = True, "ellipsis"
-    return t
+def problems_fit(n: int, height: int) -> tuple[int, int]:
+    """(lines per problem, problems shown) for `n` problems in `height` lines: two lines each (the fix
+    below) when all fit or the view has 8 lines, else one; the last line counts the rest when cut."""
+    height = max(1, height)
+    per = 2 if 2 * n <= height or height >= 8 else 1
+    return per, (n if per * n <= height else (height - 1) // per)
 
 
 def problems_view(problems, height: int = 7, cursor: int = -1, top: int = 0, targets=()):
@@ -129,14 +134,13 @@ def problems_view(problems, height: int = 7, cursor: int = -1, top: int = 0, tar
     if not problems:
         return "nothing to report"
     height, n = max(1, height), len(problems)
-    per = 2 if 2 * n <= height or height >= 8 else 1
-    count = n if per * n <= height else (height - 1) // per
+    per, count = problems_fit(n, height)
     top = top_of(n, count, cursor, top)
     items = []
     for i in range(top, top + count):
         p = problems[i]
         # a problem the doctor covers names its check first: `s` or `f` opens the Setup screen on it
-        t = _one_line(severity_text(p.severity, f"[{p.check}] {p.message}" if p.check else p.message))
+        t = one_line(severity_text(p.severity, f"[{p.check}] {p.message}" if p.check else p.message))
         if i == cursor:
             t.stylize("reverse")
         items.append(t)
@@ -147,9 +151,9 @@ def problems_view(problems, height: int = 7, cursor: int = -1, top: int = 0, tar
             line.append(visible(fix), style="dim")
             if target:
                 line.append(f"  · f: {target}", style="dim italic")
-            items.append(_one_line(line))
+            items.append(one_line(line))
     if count < n:
-        items.append(_one_line(severity_text("info", f"{n - count} more: {MORE_HINT}")))
+        items.append(one_line(severity_text("info", f"{n - count} more: {MORE_HINT}")))
     return Group(*items)
 
 
@@ -231,8 +235,7 @@ class ProblemList(Static, can_focus=True):
         cursor = self.cursor if self.has_focus else -1
         view = problems_view(self.problems, height, cursor, self._top, self.targets)
         if not isinstance(view, str):
-            per = 2 if 2 * len(self.problems) <= height or height >= 8 else 1
-            count = len(self.problems) if per * len(self.problems) <= height else (height - 1) // per
+            _, count = problems_fit(len(self.problems), height)
             self._top = top_of(len(self.problems), count, cursor, self._top)
         self.update(view)
 
@@ -324,7 +327,7 @@ class OverviewScreen(SnapshotScreen):
             title = f"{name} ({count})"
             if above or below:
                 title += f" · {above + below} more: Tab to the table, j/k scroll; {screen} lists them all"
-            self.set_static(f"#{tid}-title", lambda t=title: _one_line(Text(t)), title)
+            self.set_static(f"#{tid}-title", lambda t=title: one_line(Text(t)), title)
         n = len(snap.problems)
         self.set_static("#problems-title", lambda: f"Problems ({n})", ("p", n))
 
