@@ -223,6 +223,17 @@ def test_nvlink_error_counters_every_30_s_link_states_every_slow_read(state_ro):
     source.invalidate()
     source.read()
     assert sim.calls["nvmlDeviceGetNvLinkErrorCounter"] == 3 * counters
+    # a link that goes down has no counters; back up within the 30 s, its four are read at once
+    nv = next(g for g in sim.state["gpus"] if g.get("nvlink"))["nvlink"]
+    nv["down"] = [3]
+    clock.t = 37.0
+    down = source.read()
+    link3 = [g for g in down.gpus if isinstance(g.nvlinks, tuple) and g.nvlinks][0].nvlinks[3]
+    assert not link3.active and link3.crc_flit is None
+    nv["down"] = []
+    clock.t = 43.0
+    source.read()
+    assert sim.calls["nvmlDeviceGetNvLinkErrorCounter"] == 3 * counters + 4
 
 
 def test_utilization_and_memory_move_with_the_clock_deterministically():
