@@ -127,9 +127,10 @@ _TOP = re.compile(rb"^[^\t#\r\n][^\r\n]*", re.M)  # a top-level line: a vendor, 
 class PciIds:
     """One pci.ids database. `paths` are tried in order; none readable → built-in names only.
 
-    The file (~1.3 MB, ~40,000 devices) is indexed once, vendors only; a vendor's devices are parsed
-    the first time one of them is asked for (a host asks about a dozen vendors): a few milliseconds and
-    a few kilobytes, where parsing it all took ~17 ms and ~3.6 MiB held for the console's lifetime."""
+    The file (~1.3 MB, ~17,000 devices) is indexed once, vendors only; a device is looked up in its
+    vendor's lines the first time it is asked for, and only the devices asked for are kept (a host has a
+    few dozen): ~11 ms and well under a MiB, where parsing it all took ~17 ms and ~3.6 MiB held for the
+    console's lifetime."""
 
     def __init__(self, paths: tuple[str | os.PathLike[str], ...] | None = DEFAULT_PATHS) -> None:
         self.paths = tuple(Path(p) for p in (paths or ()))
@@ -139,7 +140,6 @@ class PciIds:
         self._vendors: dict[int, str] = {}
         self._blocks: dict[int, tuple[int, int]] = {}  # vendor → byte range of its device lines
         self._devices: dict[tuple[int, int], str] = {}
-        self._parsed: set[int] = set()  # vendors whose devices are in _devices
         self._identity: tuple[int, int, int] | None = None  # (inode, size, mtime) of the file indexed
         self._classes: dict[int, str] = {}  # (base << 8 | sub) and (base << 16 | sub << 8 | progif) → name
 
@@ -182,7 +182,6 @@ class PciIds:
     def _reindex(self, data: bytes, st: os.stat_result) -> None:
         self._vendors, self._blocks, self._classes = {}, {}, {}
         self._devices.clear()
-        self._parsed.clear()
         self._identity = (st.st_ino, st.st_size, st.st_mtime_ns)
         self._index(data)
 
@@ -211,35 +210,28 @@ class PciIds:
                 continue
             classes[(klass << 8) | sub] = line[3:].strip()
 
-    def _vendor_devices(self, vendor: int) -> None:
-        """Parse the device lines of one vendor (subsystem lines skipped), once."""
-        if vendor in self._parsed:
-            return
+    def _find_device(self, vendor: int, device: int) -> str:
+        """The name of one device, looked up in its vendor's lines of the file ("" when not there)."""
         with self._lock:
-            if vendor in self._parsed:
-                return
             block = self._blocks.get(vendor)
-            if block is not None and self.source is not None:
-                try:
-                    with open(self.source, "rb") as f:
-                        st = os.fstat(f.fileno())
-                        if (st.st_ino, st.st_size, st.st_mtime_ns) != self._identity:
-                            # the database was updated since it was indexed (update-pciids, a package
-                            # upgrade): index the new one, the stored offsets mean nothing in it
-                            self._reindex(f.read(), st)
-                            block = self._blocks.get(vendor, (0, 0))
-                        f.seek(block[0])
-                        text = f.read(block[1] - block[0]).decode("utf-8", "replace")
-                except OSError:
-                    text = ""
-                for line in text.splitlines():
-                    if not line.startswith("\t") or line.startswith("\t\t"):
-                        continue
-                    try:
-                        self._devices[(vendor, int(line[1:5], 16))] = line[5:].strip()
-                    except ValueError:
-                        continue
-            self._parsed.add(vendor)
+            if block is None or self.source is None:
+                return ""
+            try:
+                with open(self.source, "rb") as f:
+                    st = os.fstat(f.fileno())
+                    if (st.st_ino, st.st_size, st.st_mtime_ns) != self._identity:
+                        # the database was updated since it was indexed (update-pciids, a package
+                        # upgrade): index the new one, the stored offsets mean nothing in it
+                        self._reindex(f.read(), st)
+                        block = self._blocks.get(vendor)
+                        if block is None:
+                            return ""
+                    f.seek(block[0])
+                    lines = f.read(block[1] - block[0])
+            except OSError:
+                return ""
+        m = re.search(rb"^\t%04x[ \t]+(.*?)[ \t\r]*$" % device, lines, re.M | re.I)
+        return m.group(1).decode("utf-8", "replace") if m else ""
 
     # -- lookups --
     def vendor_name(self, vendor_id: int) -> str:
@@ -248,8 +240,11 @@ class PciIds:
 
     def device_name(self, vendor_id: int, device_id: int) -> str:
         self._load()
-        self._vendor_devices(vendor_id)
-        return self._devices.get((vendor_id, device_id)) or DEVICES.get((vendor_id, device_id), "")
+        key = (vendor_id, device_id)
+        name = self._devices.get(key)
+        if name is None:  # asked for the first time: only the devices a host has are kept
+            name = self._devices[key] = self._find_device(vendor_id, device_id)
+        return name or DEVICES.get(key, "")
 
     def class_name(self, class_id: int) -> str:
         """Name of a 24-bit class code: the subclass name ("Audio device"), else the base class name."""
