@@ -169,6 +169,23 @@ def _host_flags_last(argv: list[str]) -> list[str]:
 
 
 ConsoleRunner = Callable[[argparse.Namespace], int]
+# the console's own options that take a value: `nodeconsole --interval 2` is the console, not a command "2"
+CONSOLE_VALUE_FLAGS = ("--interval", "--fleet", "--theme", *HOST_VALUE_FLAGS)
+
+
+def _wants_subcommand(argv: list[str]) -> bool:
+    """Whether the command line names a subcommand (or asks for help, which lists them): only then
+    are the subcommands' parsers built. A word that is not an option nor an option's value is taken
+    for one (an unknown word then gets argparse's error listing the commands)."""
+    i = 0
+    while i < len(argv):
+        a = argv[i]
+        if a in ("-h", "--help", "--") or not a.startswith("-"):
+            return True
+        if a in CONSOLE_VALUE_FLAGS:
+            i += 1  # its value, whatever it looks like
+        i += 1
+    return False
 
 
 def main(argv: Sequence[str] | None = None, console: ConsoleRunner | None = None) -> int:
@@ -179,8 +196,7 @@ def main(argv: Sequence[str] | None = None, console: ConsoleRunner | None = None
     try:
         # Without a subcommand word (and without --help, which lists them) the console starts:
         # don't import every subcommand for that.
-        wants_sub = any(a in KNOWN_COMMANDS or a in ("-h", "--help") or not a.startswith("-") for a in argv)
-        parser = build_parser(load=wants_sub)
+        parser = build_parser(load=_wants_subcommand(argv))
         args = parser.parse_args(argv)
         if args.interval <= 0:
             raise UsageError("--interval must be positive")

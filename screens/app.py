@@ -31,7 +31,7 @@ from nodeconsole.screens.commands import COMMANDS, bindings
 from nodeconsole.screens.messages import GpuSelected, HostView, SnapshotUpdated, VmSelected
 from nodeconsole.screens.overview import OverviewScreen
 from nodeconsole.screens.terminal import ScreenShadow
-from nodeconsole.themes import CSS_PATH, NAMES, THEMES, resolve
+from nodeconsole.themes import CSS_PATH, NAMES, all_themes, resolve
 
 if TYPE_CHECKING:  # the actions and the NCCL screen are imported on first use
     from nodeconsole.actions.plan import Plan
@@ -61,6 +61,7 @@ ScrollBar.renderer = WholeCellScrollBar
 
 class NodeConsoleApp(App):
     TITLE = "nodeconsole"
+    DEFAULT_MODE = "overview"
     CSS_PATH = CSS_PATH
     # The Overview is the first screen; the others are imported when first shown (less to import and
     # hold before the first frame).
@@ -98,16 +99,33 @@ class NodeConsoleApp(App):
         self.selected_vm: str | None = None  # as the VMs screen last said (VmSelected)
         self._timer: Timer | None = None
         self.shadow = ScreenShadow()  # what the terminal shows: only changed cells are written
+        for t in all_themes():
+            self.register_theme(t)
+        self._start_theme(self._theme_name)
+
+    def _start_theme(self, name: str) -> None:
+        """Make `name` the theme before the stylesheet is first parsed. Setting `theme` the usual way
+        has Textual parse the whole stylesheet again once the app runs (~10 ms of the first frame);
+        this does what its watcher does (classes, ANSI colour filter, CSS variables) without it.
+        Later changes (`t`) go through `theme` as usual."""
+        self.set_reactive(App.theme, name)
+        theme = self.current_theme
+        self.set_class(True, f"-theme-{name}", update=False)
+        self.set_class(theme.dark, "-dark-mode", update=False)
+        self.set_class(not theme.dark, "-light-mode", update=False)
+        self._refresh_truecolor_filter(self.ansi_theme)
+        self.stylesheet.set_variables(self.get_css_variables())
+
+    def _init_mode(self, mode: str) -> AwaitMount:
+        first = self._first
+        if mode == self.DEFAULT_MODE and first is not None and self.snapshot is None:
+            if first.wait(FIRST_LOOK_WAIT_S) and first.snapshot is not None:
+                self.snapshot = first.snapshot  # the first frame already lists the GPUs
+        return super()._init_mode(mode)
 
     def on_mount(self) -> None:
         self.app_resume_signal.subscribe(self, lambda _app: self.shadow.reset())
-        for t in THEMES:
-            self.register_theme(t)
-        self.theme = self._theme_name
-        first = self._first
-        if first is not None and first.wait(FIRST_LOOK_WAIT_S) and first.snapshot is not None:
-            self.snapshot = first.snapshot  # the first frame already lists the GPUs
-        self.switch_mode("overview")
+        self.render_current()
         self.poll_now()
 
     def notify(self, message: str, *, title: str = "", severity: SeverityLevel = "information",
@@ -146,9 +164,9 @@ class NodeConsoleApp(App):
                 first.wait()
                 if first.error is not None:
                     raise first.error
-                assert first.seams is not None and first.collector is not None
-                self.seams, self.collector = first.seams, first.collector
-                collector = first.collector
+                if first.collector is not None:  # taken on a thread: its seams and collector are ours
+                    self.seams, self.collector = first.seams, first.collector
+                    collector = first.collector
                 if self.snapshot is None and first.snapshot is not None:
                     self.call_from_thread(self._show_partial, first.snapshot)
             if collector is None:

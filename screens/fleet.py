@@ -22,7 +22,7 @@ from nodeconsole.screens.base import more_text
 from nodeconsole.screens.widgets.hinted_scroll import put_hint
 from nodeconsole.screens.widgets.keyed_table import KeyedTable
 from nodeconsole.screens.widgets.text import plain_text
-from nodeconsole.themes import CSS_PATH, THEMES, resolve
+from nodeconsole.themes import CSS_PATH, all_themes, resolve
 
 COLS = [("host", "Host"), ("name", "Name"), ("gpus", "GPUs by owner"), ("bad", "Unhealthy"),
         ("vms", "Misaligned VMs"), ("checks", "Failing checks"), ("drift", "Drift")]
@@ -81,7 +81,7 @@ class FleetApp(App):
         put_hint(self, "fleet-hosts", more_text(message.above, message.below))
 
     def on_mount(self) -> None:
-        for t in THEMES:
+        for t in all_themes():
             self.register_theme(t)
         self.theme = self._theme_name
         self.query_one("#fleet-summary", Static).update(plain_text(f"reading {self.source}…"))

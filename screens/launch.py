@@ -24,9 +24,10 @@ def run_console(args: argparse.Namespace) -> int:
         resolve(args.theme)
     except ValueError as e:
         raise UsageError(str(e)) from None
-    # Preparing the host (the demo's generation check, opening sources) and its first, sysfs-only
-    # snapshot run on a thread from here, overlapping Textual's import and start-up.
-    first = FirstLook(lambda: seams_from_args(args))
+    # The host's first, sysfs-only snapshot is taken from here, in a child process beside Textual's
+    # import and start-up (console/first_look.py); the console prepares its own sources in its first
+    # poll, after the first frame.
+    first = FirstLook(lambda: seams_from_args(args), process=True)
     from nodeconsole.screens.app import run_app
 
     return run_app(first, interval=args.interval, theme=args.theme)

@@ -106,3 +106,108 @@ async def test_a_slow_or_failing_first_look_does_not_hold_the_console(demo_seams
             if app.polls:
                 break
         assert len(tries) == 2 and len(app.snapshot.gpus) == 8 and app.note == ""
+
+
+async def test_a_first_look_taken_in_a_child_process_is_the_first_frame(demo_seams):
+    """A first look taken by a child process brings only the snapshot: the console shows it first, then
+    prepares its own seams and collector in its first poll."""
+    from nodeconsole.console.first_look import FirstLook
+
+    first = FirstLook(lambda: demo_seams)
+    assert first.wait(30) and first.snapshot is not None
+    first.seams = first.collector = None  # what the child-process way leaves: the snapshot alone
+    made = []
+
+    def factory():
+        made.append(1)
+        return demo_seams
+
+    first.factory = factory
+    mounted = []
+
+    class Watch(NodeConsoleApp):
+        def on_mount(self) -> None:
+            mounted.append(self.snapshot)
+            super().on_mount()
+
+    app = Watch(first, interval=5)
+    async with app.run_test(size=(80, 24)) as pilot:
+        assert mounted == [first.snapshot]
+        await pilot.pause()
+        assert app.screen.query_one("#gpus").row_count == 8
+        for _ in range(100):
+            await pilot.pause(0.05)
+            if app.polls:
+                break
+        assert made == [1] and app.collector is not None and len(app.snapshot.vms) == 13
+
+
+CHILD_LOOK = """
+import json, os, sys
+from pathlib import Path
+from nodeconsole.console.first_look import FirstLook
+
+def factory():
+    if sys.argv[2] == "fail":
+        raise OSError("no such host tree")
+    from nodeconsole.console.seams import demo_host
+    return demo_host(Path(sys.argv[1]))
+
+first = FirstLook(factory, process=True)
+done = first.wait(60)
+try:
+    os.waitpid(-1, os.WNOHANG)
+    reaped = False
+except ChildProcessError:
+    reaped = True
+snap = first.snapshot
+print(json.dumps({"done": done, "in_process": first.in_process, "reaped": reaped,
+                  "gpus": None if snap is None else len(snap.gpus),
+                  "sysfs": None if snap is None else snap.sources.sysfs,
+                  "error": repr(first.error), "collector": first.collector is not None,
+                  "textual": "textual" in sys.modules}))
+"""
+
+
+def _child_look(tmp_path, mode: str) -> dict:
+    import json
+    import subprocess
+    import sys
+
+    script = tmp_path / "child_look.py"
+    script.write_text(CHILD_LOOK)
+    out = subprocess.run([sys.executable, str(script), str(tmp_path / "demo"), mode], capture_output=True,
+                         text=True, timeout=120, check=True)
+    return json.loads(out.stdout.splitlines()[-1])
+
+
+def test_the_launcher_takes_the_first_look_in_a_child_process(demo_seams, tmp_path):
+    """At launch (one thread, before Textual is imported) the first look runs in a forked child, beside
+    the console's start-up instead of taking turns with it on one interpreter lock; the child's
+    snapshot comes back whole and the child is reaped."""
+    got = _child_look(tmp_path, "ok")
+    assert got == {"done": True, "in_process": True, "reaped": True, "gpus": 8, "sysfs": "ok", "error": "None",
+                   "collector": False, "textual": False}
+
+
+def test_a_failing_child_leaves_the_first_poll_to_say_why(demo_seams, tmp_path):
+    got = _child_look(tmp_path, "fail")
+    # no snapshot and no error: the console's first poll calls the factory itself and reports what it raises
+    assert got == {"done": True, "in_process": True, "reaped": True, "gpus": None, "sysfs": None, "error": "None",
+                   "collector": False, "textual": False}
+
+
+def test_with_other_threads_running_the_first_look_stays_on_a_thread(demo_seams):
+    import threading
+
+    from nodeconsole.console.first_look import FirstLook
+
+    stop = threading.Event()
+    other = threading.Thread(target=stop.wait, daemon=True)
+    other.start()
+    try:
+        first = FirstLook(lambda: demo_seams, process=True)
+        assert first.wait(30)
+        assert not first.in_process and first.collector is not None and len(first.snapshot.gpus) == 8
+    finally:
+        stop.set()

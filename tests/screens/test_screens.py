@@ -240,5 +240,10 @@ async def test_theme_switch(demo_seams):
     async with app.run_test(size=SIZE) as pilot:
         await _started(app, pilot)
         assert app.theme == "nodeconsole-light"
+        # the theme chosen at start is in place from the first parse of the stylesheet on
+        assert {"-theme-nodeconsole-light", "-light-mode"} <= set(app.classes) and "-dark-mode" not in app.classes
+        assert app.screen.styles.background.hex.lower() == "#ffffff"
         await pilot.press("t")
         assert app.theme == "nodeconsole-contrast"
+        await pilot.pause()
+        assert "-dark-mode" in app.classes and app.screen.styles.background.hex.lower() == "#000000"
