@@ -19,11 +19,15 @@ import secrets
 import sys
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from nodeconsole.actions.safe_files import AUDIT_DIR_MODE, ensure_dir, open_file, read_bytes
+from nodeconsole.actions.safe_files import AUDIT_DIR_MODE, STATE_DIR_MODE, ensure_dir, open_file, read_bytes
+
+if TYPE_CHECKING:
+    from nodeconsole.console.seams import Seams
 
 AUDIT_NAME = "audit.jsonl"
+DEFAULT_STATE = "/var/log/nodeconsole"  # audit log and lock of a real host
 
 # results
 IN_PROGRESS = "in-progress"
@@ -211,3 +215,21 @@ class AuditLog:
             if r.get("undo") and r.get("result") in UNDOABLE:
                 return r
         return None
+
+
+def state_dir_of(seams: Seams) -> tuple[Path, int]:
+    """Where the audit log and lock of the host behind `seams` live, and that directory's mode: the
+    demo's state directory (private), a captured tree's var/log/nodeconsole, the real host's
+    /var/log/nodeconsole (root + the adm group may read)."""
+    if seams.demo_dir is not None:
+        return Path(seams.state_dir or seams.demo_dir), STATE_DIR_MODE
+    captured = os.path.abspath(seams.root.path) != "/"
+    state = seams.state_dir or (seams.root.p("var/log/nodeconsole") if captured else Path(DEFAULT_STATE))
+    return Path(state), AUDIT_DIR_MODE
+
+
+def host_audit(seams: Seams) -> AuditLog:
+    """The audit log of the host behind `seams`, for reading it without preparing to change the host
+    (which opens libvirt and imports every action)."""
+    state, mode = state_dir_of(seams)
+    return AuditLog(state / AUDIT_NAME, mode)

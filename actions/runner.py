@@ -22,6 +22,7 @@ from nodeconsole.actions.audit import (
     AuditLog,
     new_id,
     now_iso,
+    state_dir_of,
     who,
 )
 from nodeconsole.actions.commands import Commands, NoCommands
@@ -37,7 +38,6 @@ from nodeconsole.actions.interrupt import (
 )
 from nodeconsole.actions.lock import LOCK_NAME, HostLock, LockHeld
 from nodeconsole.actions.plan import Plan, Step, StepError
-from nodeconsole.actions.safe_files import AUDIT_DIR_MODE, STATE_DIR_MODE
 from nodeconsole.console.doctor.facts import BOOT_ID
 from nodeconsole.console.root import Root
 from nodeconsole.console.seams import Seams
@@ -51,7 +51,6 @@ NOTHING = "nothing to do"
 REFUSED = "refused"
 CANCELLED = "cancelled"
 FAILED_RESULT = "failed"
-DEFAULT_STATE = "/var/log/nodeconsole"  # audit log and lock of a real host
 
 
 @dataclass
@@ -75,9 +74,10 @@ class ActionHost:
         from nodeconsole.actions.libvirt_edit import domain_config_for
 
         writes = seams.writes  # the simulation's: console/seams.py sets them on every demo host
+        state, _mode = state_dir_of(seams)
         if seams.demo_dir is not None and writes is not None:  # the demo host (Seams.is_demo)
             return cls(seams=seams, kernel=writes.kernel(seams.root), domains=domain_config_for(seams),
-                       state_dir=Path(seams.state_dir or seams.demo_dir), commands=writes.commands(seams.root),
+                       state_dir=state, commands=writes.commands(seams.root),
                        is_root=lambda: True, on_changed=on_changed)
         captured = os.path.abspath(seams.root.path) != "/"
         read_only = ("a captured tree (--root) is read-only: changes need the real host or --demo" if captured
@@ -86,14 +86,13 @@ class ActionHost:
             from nodeconsole.console.capture.replay import READ_ONLY
 
             read_only = READ_ONLY
-        state = seams.state_dir or (seams.root.p("var/log/nodeconsole") if captured else Path(DEFAULT_STATE))
         # A captured tree is not this machine: its plans must not depend on (or run) this machine's
         # driverctl, nvidia-smi or modprobe.
         kernel: KernelWriter = Kernel(seams.root) if writes is None else writes.kernel(seams.root)
         commands: CommandRunner = ((NoCommands() if captured else Commands()) if writes is None
                                    else writes.commands(seams.root))
         return cls(seams=seams, kernel=kernel, domains=domain_config_for(seams),
-                   state_dir=Path(state), on_changed=on_changed, commands=commands,
+                   state_dir=state, on_changed=on_changed, commands=commands,
                    read_only_reason=read_only)
 
     @property
@@ -103,7 +102,7 @@ class ActionHost:
     @property
     def dir_mode(self) -> int:
         """The state directory's mode: private for the demo, root + adm group on a real host."""
-        return STATE_DIR_MODE if self.seams.demo_dir is not None else AUDIT_DIR_MODE
+        return state_dir_of(self.seams)[1]
 
     @property
     def audit(self) -> AuditLog:

@@ -216,8 +216,12 @@ class NodeConsoleApp(App):
         """A host set up from this console and rebooted since: open at the Setup screen, where the
         doctor says whether the fixes took effect and what the next step is (the audit log keeps
         that progress across the reboot)."""
+        from nodeconsole.actions.audit import host_audit
+
         try:
-            records = self.new_session().host.audit.records()
+            if self.seams is None:
+                return
+            records = host_audit(self.seams).records()
         except Exception:
             return  # no log, or unreadable: start where the console always starts
         applied = [r for r in records if r.get("result") == "applied" and not r.get("undone_by")]
