@@ -46,6 +46,29 @@ def vm_alignment(snap: HostSnapshot, vm: Vm) -> str:
     return "aligned" if vm_numa_nodes(snap, vm) <= gpu_nodes else "cross-numa"
 
 
+# What moves on every poll and no check reads: the figures NVML and libvirt give each second. Two
+# snapshots whose other parts are equal have the same problems (problem_inputs).
+GPU_FIGURES = ("memory_used_mib", "utilization_gpu", "utilization_memory", "temperature_c", "power_w",
+               "processes")
+VM_FIGURES = ("cpu_percent", "steal_percent")
+SNAPSHOT_FIGURES = ("taken_at", "load", "problems")
+
+
+def _without(obj: object, names: tuple[str, ...]) -> dict[str, object]:
+    fields = dict(vars(obj))
+    for name in names:
+        fields.pop(name, None)
+    return fields
+
+
+def problem_inputs(snap: HostSnapshot) -> tuple[object, ...]:
+    """Everything find_problems may read of `snap`: the whole snapshot but its time, its load and the
+    per-poll figures of its GPUs and VMs. Equal inputs give equal problems (the collector keeps the last
+    problems while they are equal; most parts are then the very same objects, compared at once)."""
+    return (_without(snap, SNAPSHOT_FIGURES + ("gpus", "vms")), tuple(_without(g, GPU_FIGURES) for g in snap.gpus),
+            tuple(_without(v, VM_FIGURES) for v in snap.vms))
+
+
 def find_problems(snap: HostSnapshot) -> tuple[Problem, ...]:
     out = _host_problems(snap)
     by_addr = {d.address: d for d in snap.pci_devices}

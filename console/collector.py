@@ -18,6 +18,7 @@ from nodeconsole.console.model import (
     SCHEMA,
     Gpu,
     GpuOwner,
+    Hostdev,
     HostInfo,
     HostSnapshot,
     Iommu,
@@ -29,6 +30,7 @@ from nodeconsole.console.model import (
     Sources,
     Vgpu,
     VgpuInstance,
+    VgpuType,
     Vm,
     metric_names,
 )
@@ -100,6 +102,7 @@ class Collector:
         self._steal_of: dict[str, float | None] = {}
         self._nvml_reinit_at = -1e9
         self._names: dict[str, str] = {}
+        self._derived = Derived()  # what the last snapshot derived from parts that rarely change
         self._lock = threading.Lock()
         # Fault injection for tests and the demo ("kill the source mid-run"): name → reason; a replay
         # starts with the sources its capture could not read (Seams.unavailable)
@@ -249,7 +252,7 @@ class Collector:
         sources = Sources(sysfs=s_sysfs, nvml=s_nvml, libvirt=s_virt, psutil=s_load)
         if nvml is not None:  # remember NVML's names: a GPU keeps its name after going to vfio-pci
             self._names.update({g.address: g.name for g in nvml.gpus if g.name})
-        snap = assemble(sysfs, nvml, virt, load, sources, known_names=self._names)
+        snap = assemble(sysfs, nvml, virt, load, sources, known_names=self._names, derived=self._derived)
         return snap if partial else self._with_events(snap)
 
     @property
@@ -298,16 +301,75 @@ class Collector:
         return NvmlData(nvml.driver_version, tuple(g for g in nvml.gpus if g.address not in stale))
 
 
+class Derived:
+    """What assembling a snapshot derives from parts that rarely change, kept for the next poll and used
+    again while those parts are the same: the PCI index (one sysfs read), each VM's host devices mapped
+    to their GPUs (one domain definition, one sysfs read), the NICs and the problems (kept while
+    `nics.nic_inputs` / `checks.problem_inputs` are equal, i.e. while only the per-poll figures
+    moved). Between their reads the sources hand back the very same objects, so most of these
+    comparisons are identity checks. Used by one assemble at a time (`lock`)."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.pci: tuple[PciDevice, ...] | None = None
+        self.mdevs: tuple[VgpuInstance, ...] | None = None
+        self.vgpu_types: tuple[VgpuType, ...] | None = None
+        self.by_addr: dict[str, PciDevice] = {}
+        self.gpu_of = _GpuIndex({})
+        self.gpu_addrs: set[str] = set()  # the GPUs among the PCI functions
+        # sysfs vGPU types and instances by the GPU they live on (directly or through a VF), in order
+        self.types_of: dict[str, tuple[VgpuType, ...]] = {}
+        self.insts_of: dict[str, tuple[VgpuInstance, ...]] = {}
+        # id(a VM's hostdevs) → (those hostdevs, mapped to their GPUs), for the last poll's VMs
+        self.hostdevs: dict[int, tuple[tuple[Hostdev, ...], tuple[Hostdev, ...]]] = {}
+        self._kept: dict[str, tuple[object, object]] = {}
+
+    def index(self, pci: tuple[PciDevice, ...], mdevs: tuple[VgpuInstance, ...],
+              vgpu_types: tuple[VgpuType, ...]) -> None:
+        """Index the PCI functions and sysfs vGPUs (again only when sysfs was read again)."""
+        if pci is self.pci and mdevs is self.mdevs and vgpu_types is self.vgpu_types:
+            return
+        self.pci, self.mdevs, self.vgpu_types = pci, mdevs, vgpu_types
+        self.by_addr = {d.address: d for d in pci}
+        self.gpu_of = gpu_of = _GpuIndex(self.by_addr)
+        self.gpu_addrs = {d.address for d in pci if is_gpu(d)}
+        types: dict[str | None, list[VgpuType]] = {}
+        for t in vgpu_types:
+            types.setdefault(gpu_of(t.parent), []).append(t)
+        insts: dict[str | None, list[VgpuInstance]] = {}
+        for i in mdevs:
+            insts.setdefault(gpu_of(i.parent), []).append(i)
+        self.types_of = {a: tuple(v) for a, v in types.items() if a is not None}
+        self.insts_of = {a: tuple(v) for a, v in insts.items() if a is not None}
+        self.hostdevs = {}
+
+    def keep(self, slot: str, key: object, make: Callable[[], T]) -> T:
+        """`make()`, or what it made last time for an equal `key`."""
+        kept = self._kept.get(slot)
+        if kept is not None and kept[0] == key:
+            return kept[1]  # type: ignore[return-value]
+        value = make()
+        self._kept[slot] = (key, value)
+        return value
+
+
 def assemble(sysfs: SysfsData | None, nvml: NvmlData | None, virt: LibvirtData | None,
-             load: Load | None, sources: Sources, known_names: dict[str, str] | None = None) -> HostSnapshot:
-    """Pure merge of source data into a snapshot (tested directly)."""
+             load: Load | None, sources: Sources, known_names: dict[str, str] | None = None,
+             derived: Derived | None = None) -> HostSnapshot:
+    """Pure merge of source data into a snapshot (tested directly). `derived`: what the previous
+    snapshot derived (see Derived); without it everything is derived afresh."""
+    d = derived if derived is not None else Derived()
+    with d.lock:
+        return _assemble(sysfs, nvml, virt, load, sources, known_names or {}, d)
+
+
+def _assemble(sysfs: SysfsData | None, nvml: NvmlData | None, virt: LibvirtData | None,
+              load: Load | None, sources: Sources, known_names: dict[str, str], d: Derived) -> HostSnapshot:
     pci = sysfs.pci_devices if sysfs else ()
-    by_addr = {d.address: d for d in pci}
+    d.index(pci, sysfs.vgpu_instances if sysfs else (), sysfs.vgpu_types if sysfs else ())
     vms = virt.vms if virt else ()
-    vgpu_instances = list(sysfs.vgpu_instances if sysfs else ())
-    gpu_of = _GpuIndex(by_addr)
-    vms = _map_hostdevs(vms, gpu_of, vgpu_instances)
-    gpus = _merge_gpus(pci, by_addr, gpu_of, nvml, vms, sysfs, known_names or {})
+    vms = _map_hostdevs(vms, d.gpu_of, d.mdevs or (), d.hostdevs)
+    gpus = _merge_gpus(d, nvml, vms, known_names)
     snap = HostSnapshot(
         schema=SCHEMA,
         taken_at=time.time(),
@@ -322,11 +384,13 @@ def assemble(sysfs: SysfsData | None, nvml: NvmlData | None, virt: LibvirtData |
         sources=sources,
         nvml_driver_version=nvml.driver_version if nvml else None,
     )
-    from nodeconsole.console.checks import find_problems
-    from nodeconsole.console.nics import build_nics
+    from nodeconsole.console.checks import find_problems, problem_inputs
+    from nodeconsole.console.nics import build_nics, nic_inputs
 
-    snap = replace(snap, nics=build_nics(snap, sysfs.net_functions if sysfs else ()))
-    return replace(snap, problems=find_problems(snap))
+    net = sysfs.net_functions if sysfs else ()
+    nics = d.keep("nics", nic_inputs(snap, net), lambda: build_nics(snap, net))
+    snap = replace(snap, nics=nics)
+    return replace(snap, problems=d.keep("problems", problem_inputs(snap), lambda: find_problems(snap)))
 
 
 class _GpuIndex:
@@ -345,20 +409,34 @@ class _GpuIndex:
         return self.slot_gpu.get(slot_of(address))
 
 
-def _map_hostdevs(vms: Iterable[Vm], gpu_of: _GpuIndex, vgpu_instances: Iterable[VgpuInstance]) -> tuple[Vm, ...]:
-    mdev_parent = {v.uuid: v.parent for v in vgpu_instances}
+def _map_hostdevs(vms: Iterable[Vm], gpu_of: _GpuIndex, vgpu_instances: Iterable[VgpuInstance],
+                  memo: dict[int, tuple[tuple[Hostdev, ...], tuple[Hostdev, ...]]]) -> tuple[Vm, ...]:
+    """Each VM's host devices with the GPU each belongs to. `memo` (made with the same `gpu_of` and
+    `vgpu_instances`): the last poll's mappings by hostdevs tuple, replaced by this poll's."""
+    mdev_parent: dict[str, str] | None = None
     out = []
+    seen: dict[int, tuple[tuple[Hostdev, ...], tuple[Hostdev, ...]]] = {}
     for vm in vms:
-        devs = []
-        for h in vm.hostdevs:
-            gpu = None
-            if h.type == "pci" and h.address:
-                gpu = gpu_of(h.address)
-            elif h.type == "mdev" and h.uuid and h.uuid in mdev_parent:
-                gpu = gpu_of(mdev_parent[h.uuid])
-            devs.append(replace(h, gpu=gpu) if gpu != h.gpu else h)
-        changed = any(a is not b for a, b in zip(devs, vm.hostdevs))
-        out.append(_with(vm, hostdevs=tuple(devs)) if changed else vm)
+        hit = memo.get(id(vm.hostdevs))
+        if hit is not None and hit[0] is vm.hostdevs:
+            mapped = hit[1]
+        else:
+            if mdev_parent is None:
+                mdev_parent = {v.uuid: v.parent for v in vgpu_instances}
+            devs = []
+            for h in vm.hostdevs:
+                gpu = None
+                if h.type == "pci" and h.address:
+                    gpu = gpu_of(h.address)
+                elif h.type == "mdev" and h.uuid and h.uuid in mdev_parent:
+                    gpu = gpu_of(mdev_parent[h.uuid])
+                devs.append(replace(h, gpu=gpu) if gpu != h.gpu else h)
+            changed = any(a is not b for a, b in zip(devs, vm.hostdevs))
+            mapped = tuple(devs) if changed else vm.hostdevs
+        seen[id(vm.hostdevs)] = (vm.hostdevs, mapped)
+        out.append(_with(vm, hostdevs=mapped) if mapped is not vm.hostdevs else vm)
+    memo.clear()
+    memo.update(seen)
     return tuple(out)
 
 
@@ -371,34 +449,37 @@ def _with(obj: T, **changes: object) -> T:
     return new
 
 
-def _merge_gpus(pci: Sequence[PciDevice], by_addr: dict[str, PciDevice], gpu_of: _GpuIndex, nvml: NvmlData | None,
-                vms: Sequence[Vm], sysfs: SysfsData | None, known_names: dict[str, str]) -> tuple[Gpu, ...]:
+def _merge_gpus(d: Derived, nvml: NvmlData | None, vms: Sequence[Vm], known_names: dict[str, str]) -> tuple[Gpu, ...]:
+    by_addr = d.by_addr
     nv = {g.address: g for g in (nvml.gpus if nvml else ())}
-    addrs = sorted({d.address for d in pci if is_gpu(d)} | set(nv))
+    addrs = sorted(d.gpu_addrs | set(nv))
     users: dict[str, list[str]] = {}
+    vm_by_uuid: dict[str, str] = {}
+    mdev_vm: dict[str | None, str] = {}  # the VM holding each mdev, and each PCI function
+    vf_vm: dict[str | None, str] = {}
     for vm in vms:
+        if vm.uuid:
+            vm_by_uuid[vm.uuid] = vm.name
         for h in vm.hostdevs:
             if h.gpu and vm.name not in users.setdefault(h.gpu, []):
                 users[h.gpu].append(vm.name)
-    vm_by_uuid = {vm.uuid: vm.name for vm in vms if vm.uuid}
-    # vGPU types/instances from sysfs, attached to the GPU they live on (directly or via a VF)
-    s_types = sysfs.vgpu_types if sysfs else ()
-    s_inst = sysfs.vgpu_instances if sysfs else ()
-    mdev_vm = {h.uuid: vm.name for vm in vms for h in vm.hostdevs if h.type == "mdev"}
-    vf_vm = {h.address: vm.name for vm in vms for h in vm.hostdevs if h.type == "pci"}
+            if h.type == "mdev":
+                mdev_vm[h.uuid] = vm.name
+            elif h.type == "pci":
+                vf_vm[h.address] = vm.name
 
     gpus = []
     for index, addr in enumerate(addrs):
         dev = by_addr.get(addr)
         n: NvmlGpu | None = nv.get(addr)
         driver = dev.driver if dev else ("nvidia" if n else None)
-        types = tuple(t for t in s_types if gpu_of(t.parent) == addr)
-        insts = tuple(replace(i, vm=i.vm or mdev_vm.get(i.uuid) or vf_vm.get(i.uuid))
-                      for i in s_inst if gpu_of(i.parent) == addr)
+        # vGPU types/instances from sysfs, attached to the GPU they live on (directly or via a VF)
+        types = d.types_of.get(addr, ())
+        insts = tuple(_with_vm(i, i.vm or mdev_vm.get(i.uuid) or vf_vm.get(i.uuid)) for i in d.insts_of.get(addr, ()))
         if n is not None:
             types = types or n.vgpu_types
             if not insts:
-                insts = tuple(replace(i, vm=vm_by_uuid.get(i.vm or "", i.vm)) for i in n.vgpu_instances)
+                insts = tuple(_with_vm(i, vm_by_uuid.get(i.vm or "", i.vm)) for i in n.vgpu_instances)
         mig = n.mig if n else Mig()
         if mig.instances:
             mig = replace(mig, instances=tuple(_mig_vm(mi, vm_by_uuid) for mi in mig.instances))
@@ -427,6 +508,10 @@ def _merge_gpus(pci: Sequence[PciDevice], by_addr: dict[str, PciDevice], gpu_of:
 
 
 _NVML_METRICS = metric_names()
+
+
+def _with_vm(inst: VgpuInstance, vm: str | None) -> VgpuInstance:
+    return inst if vm == inst.vm else _with(inst, vm=vm)
 
 
 def _mig_vm(mi: MigInstance, vm_by_uuid: dict[str, str]) -> MigInstance:

@@ -32,6 +32,13 @@ def holders(snap: HostSnapshot) -> dict[str, tuple[str, str]]:
     return out
 
 
+def nic_inputs(snap: HostSnapshot, net: Iterable[NetFunction]) -> tuple[object, ...]:
+    """Everything build_nics reads: the PCI functions, the network facts, each GPU's address and index
+    and who holds each PCI function. Equal inputs give equal NICs (the collector keeps the last NICs
+    while they are equal)."""
+    return snap.pci_devices, tuple(net), tuple((g.address, g.index) for g in snap.gpus), holders(snap)
+
+
 def build_nics(snap: HostSnapshot, net: Iterable[NetFunction]) -> tuple[Nic, ...]:
     """The NICs of `snap` in the topology matrix's order (NIC0, NIC1 ...), with `net`'s RDMA and netdev
     facts of each PF and VF."""

@@ -151,6 +151,7 @@ class SimulatedNvml(SystemSymbols, DeviceSymbols, HealthSymbols, BoardSymbols, M
         self._enum = []  # state positions of the GPUs enumerated at init, in NVML order
         self._faults: list[_Fault] = []
         self._lost: set[str] = set()  # set_lost() marks, kept apart from the state so reloads keep them
+        self._canon: dict[str, str] = {}  # a state's address spelling → its canonical form
         self.init_error: int | None = None  # whole-library failure returned by nvmlInit
         self.calls: Counter[str] = Counter()  # C symbol → number of calls (tests check caching)
         # one call at a time, like the driver's own locking (a poller and an action may share us)
@@ -272,11 +273,18 @@ class SimulatedNvml(SystemSymbols, DeviceSymbols, HealthSymbols, BoardSymbols, M
         paths = self.__dict__.setdefault("_driver_links", {})
         path = paths.get(raw)
         if path is None:
-            path = paths[raw] = str(self.root.p(f"sys/bus/pci/devices/{parse_pci_address(raw)}/driver"))
+            path = paths[raw] = str(self.root.p(f"sys/bus/pci/devices/{self._canonical(raw)}/driver"))
         try:
-            return os.path.basename(os.readlink(path)) == "nvidia"
+            return os.readlink(path).rpartition("/")[2] == "nvidia"  # the link's last component
         except OSError:
             return False
+
+    def _canonical(self, raw: str) -> str:
+        """parse_pci_address of a state's address, remembered per spelling (checked on every call)."""
+        canon = self._canon.get(raw)
+        if canon is None:
+            canon = self._canon[raw] = parse_pci_address(raw)
+        return canon
 
     def _enumerate(self) -> list[int]:
         gpus = self.state.get("gpus", [])
@@ -365,7 +373,7 @@ class SimulatedNvml(SystemSymbols, DeviceSymbols, HealthSymbols, BoardSymbols, M
 
     def _check_alive(self, gpu: dict[str, Any], symbol: str) -> None:
         # a GPU taken away from the nvidia driver after init is gone for this NVML session
-        lost = gpu.get("lost") or parse_pci_address(gpu["address"]) in self._lost
+        lost = gpu.get("lost") or (self._lost and self._canonical(gpu["address"]) in self._lost)
         if symbol not in _LOST_OK and (lost or not self._visible(gpu)):
             raise NvmlReturn(NVML_ERROR_GPU_IS_LOST)
 

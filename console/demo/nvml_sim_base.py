@@ -7,8 +7,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from nodeconsole.console.mig_profiles import CiProfile, GiProfile, GpuMigTable, Placement
 
@@ -16,9 +15,9 @@ from nodeconsole.console.mig_profiles import CiProfile, GiProfile, GpuMigTable, 
 KIND_DEVICE, KIND_MIG, KIND_GI, KIND_CI = 0xD0, 0xE0, 0xA0, 0xB0
 
 
-@dataclass(frozen=True)
-class Target:
-    """What a handle points at: a physical GPU, or a MIG device (gi_id/ci_id set) on it."""
+class Target(NamedTuple):
+    """What a handle points at: a physical GPU, or a MIG device (gi_id/ci_id set) on it. A named tuple:
+    one is made on every call."""
     gpu: dict[str, Any]
     pos: int
     gi_id: int | None = None

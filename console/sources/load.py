@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import NamedTuple, Protocol
 
 from nodeconsole.console.model import Load
@@ -72,19 +72,26 @@ class StatTimes(NamedTuple):
     guest_nice: float = 0.0
 
 
-def _read_tree(root: Root) -> tuple[list[StatTimes], int, int, tuple[float, float, float]]:
-    """(per-CPU times, MemTotal KiB, MemAvailable KiB, load average) from the files of a tree."""
-    stat = root.read("proc/stat")
-    if stat is None:
-        raise SourceError(f"no proc/stat under {root.path}")
+def parse_stat(text: str) -> list[StatTimes]:
+    """The per-CPU lines of a /proc/stat."""
     times = []
-    for line in stat.splitlines():
+    for line in text.splitlines():
         name, _, rest = line.partition(" ")
         if name.startswith("cpu") and name[3:].isdigit():
             try:
                 times.append(StatTimes(*(float(x) for x in rest.split()[:10])))
             except (TypeError, ValueError):
                 raise SourceError(f"unreadable proc/stat line {name}") from None
+    return times
+
+
+def _read_tree(root: Root, parse: Callable[[str], list[StatTimes]] = parse_stat,
+               ) -> tuple[list[StatTimes], int, int, tuple[float, float, float]]:
+    """(per-CPU times, MemTotal KiB, MemAvailable KiB, load average) from the files of a tree."""
+    stat = root.read("proc/stat")
+    if stat is None:
+        raise SourceError(f"no proc/stat under {root.path}")
+    times = parse(stat)
     mem: dict[str, int] = {}
     for line in (root.read("proc/meminfo") or "").splitlines():
         key, _, value = line.partition(":")
@@ -106,18 +113,35 @@ class LoadReader:
 
     def __init__(self, root: Root | None = None) -> None:
         self._prev: list[CpuTimes] | None = None
+        self._prev_from: Sequence[CpuTimes] | None = None  # the sample _prev was copied from
         self._lock = threading.Lock()
         self.root = root if root is not None and os.path.abspath(root.path) != "/" else None
+        # a tree's proc/stat parsed, kept while its text stays the same (a generated or captured
+        # tree's never changes: no need to parse a line per CPU every poll)
+        self._stat: tuple[str, list[StatTimes]] | None = None
+
+    def _parse(self, text: str) -> list[StatTimes]:
+        kept = self._stat
+        if kept is not None and kept[0] == text:
+            return kept[1]
+        times = parse_stat(text)
+        self._stat = (text, times)
+        return times
 
     def _sample(self, times: Sequence[CpuTimes]) -> tuple[float, ...]:
         with self._lock:
-            percent = busy_percent(self._prev, times) if self._prev is not None else ()
-            self._prev = list(times)
+            if self._prev is None:
+                percent: tuple[float, ...] = ()
+            elif times is self._prev_from:  # the same sample again: no CPU time passed on any CPU
+                percent = (0.0,) * len(times)
+            else:
+                percent = busy_percent(self._prev, times)
+            self._prev, self._prev_from = list(times), times
         return percent
 
     def read(self) -> Load:
         if self.root is not None:
-            times, total, available, avg = _read_tree(self.root)
+            times, total, available, avg = _read_tree(self.root, self._parse)
             return Load(cpu_percent=self._sample(times), memory_total_kib=total,
                         memory_available_kib=available, load_avg=avg)
         if psutil is None:

@@ -93,6 +93,8 @@ class NvmlSource:
         self._rescan_soon = False
         self._failed: set[str] = set()  # addresses that answered with an error on the last read
         self._static: dict[int, _Static] = {}
+        # device handles by index: valid until NVML shuts down (as the static facts)
+        self._handles: dict[int, Any] = {}
         self._vgpu_types: dict[int, tuple[str, Metric]] = {}  # type id → (name, framebuffer MiB)
         self._driver: str | None = None
         self._mem_v2 = True
@@ -119,6 +121,7 @@ class NvmlSource:
                 pass
         self._initialised = False
         self._static.clear()
+        self._handles.clear()
         self._vgpu_types.clear()
 
     def _ensure(self) -> None:
@@ -143,6 +146,7 @@ class NvmlSource:
         except pynvml.NVMLError as e:
             raise SourceError(_INIT_ERRORS.get(e.value, f"NVML initialisation failed: {e}")) from None
         self._initialised, self._loaded = True, pynvml.nvmlLib
+        self._handles.clear()  # a new session may number the GPUs differently
         self._init_at, self._rescan_soon = self._clock(), False
         self._mem_v2 = self._temp_v = True
         try:
@@ -173,7 +177,9 @@ class NvmlSource:
     def _read_gpu(self, index: int) -> NvmlGpu | None:
         static = self._static.get(index)
         try:
-            handle = pynvml.nvmlDeviceGetHandleByIndex(index)
+            handle = self._handles.get(index)
+            if handle is None:
+                handle = self._handles[index] = pynvml.nvmlDeviceGetHandleByIndex(index)
             if static is None:
                 static = self._read_static(index, handle)
             return self._read_fast(index, handle, static)

@@ -114,6 +114,27 @@ def test_a_tree_is_read_from_its_own_proc_files_never_the_machine(tmp_path):
     assert reader.read().cpu_percent == (100.0, 50.0, 0.0)  # three CPUs: the tree's, not this machine's
 
 
+def test_a_tree_whose_proc_stat_does_not_change_is_parsed_once(tmp_path, monkeypatch):
+    """A generated or captured tree's proc/stat never changes: it is parsed once, and the same sample
+    again means no CPU time passed (0 % on each CPU, what the arithmetic gives); a new text is parsed."""
+    from nodeconsole.console.root import Root
+
+    (tmp_path / "proc").mkdir()
+    stat = tmp_path / "proc" / "stat"
+    stat.write_text("cpu0 100 0 0 100 0 0 0 0 0 0\ncpu1 0 0 0 200 0 0 0 0 0 0\n")
+    parsed = []
+    real = load.parse_stat
+    monkeypatch.setattr(load, "parse_stat", lambda text: parsed.append(text) or real(text))
+    reader = LoadReader(Root(tmp_path))
+    assert reader.read().cpu_percent == ()
+    same = reader.read().cpu_percent
+    assert same == (0.0, 0.0) == busy_percent(real(stat.read_text()), real(stat.read_text()))
+    assert len(parsed) == 1
+    stat.write_text("cpu0 200 0 0 100 0 0 0 0 0 0\ncpu1 50 0 0 250 0 0 0 0 0 0\n")
+    assert reader.read().cpu_percent == (100.0, 50.0) and len(parsed) == 2
+    assert reader.read().cpu_percent == (0.0, 0.0) and len(parsed) == 2
+
+
 def test_a_tree_without_proc_stat_is_a_source_error(tmp_path):
     from nodeconsole.console.root import Root
 

@@ -197,6 +197,30 @@ def test_static_facts_are_cached_and_fast_facts_read_every_poll():
         assert sim.calls[name] == 2 * first[name], name
 
 
+def test_device_handles_are_asked_for_once_per_nvml_session():
+    """A device handle stays valid until NVML shuts down: asked for once per GPU and session, again after
+    a re-initialisation; a GPU lost meanwhile still reads as lost through its kept handle."""
+    sim = SimulatedNvml(demo_state())
+    clock = Clock(0.0)
+    source = NvmlSource(sim, clock=clock)
+    gpus = len(source.read().gpus)
+    for t in (1.0, 2.0):
+        clock.t = t
+        source.read()
+    assert sim.calls["nvmlDeviceGetHandleByIndex_v2"] == gpus > 0
+    lost = sim.state["gpus"][0]["address"]
+    sim.set_lost(lost)
+    clock.t = 3.0
+    assert _by_addr(source.read())[lost].error == "GPU is lost"
+    assert sim.calls["nvmlDeviceGetHandleByIndex_v2"] == gpus
+    sim.set_lost(lost, False)
+    source.invalidate()  # re-initialised: new handles
+    clock.t = 4.0
+    data = source.read()
+    assert sim.calls["nvmlInitWithFlags"] == 2 and sim.calls["nvmlDeviceGetHandleByIndex_v2"] == 2 * gpus
+    assert not _by_addr(data)[lost].error and _by_addr(data)[lost].utilization_gpu is not None
+
+
 def test_nvlink_error_counters_every_30_s_link_states_every_slow_read(state_ro):
     """NVLink error counters (four per link, up to 18 links a GPU) are cumulative: read every 30 s, the
     links' states every slow read (5 s); invalidate() reads both at once. The same values come back in
