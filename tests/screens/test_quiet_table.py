@@ -1,13 +1,17 @@
 """QuietTable repaints only the rows whose cells changed, and shows exactly what a plain DataTable shows
-after the same updates (cursor moves, scrolling, a column that must grow, rows added and removed)."""
+after the same updates (cursor moves, hover, focus, scrolling, a column that must grow, rows added and
+removed), with its own drawing of Text cells and DataTable's for the rest."""
 from __future__ import annotations
 
 import random
 
+import pytest
 from rich.text import Text
 from textual.app import App, ComposeResult
+from textual.coordinate import Coordinate
 from textual.widgets import DataTable
 
+from nodeconsole.screens.widgets import quiet_table
 from nodeconsole.screens.widgets.quiet_table import QuietTable
 
 COLS = ["name", "util", "mem", "owner"]
@@ -28,36 +32,88 @@ def lines(t: DataTable) -> list[list[tuple[str, object]]]:
     return [[(s.text, s.style) for s in t.render_line(y)] for y in range(t.size.height)]
 
 
-async def test_same_picture_as_datatable_after_random_updates():
+def random_value(rng: random.Random, wide: bool = False):
+    """What a console cell holds: Text with its own justify, style and spans, double-width and combining
+    characters; now and then a str (DataTable reads it as markup) or a Text with a tab (drawn by
+    DataTable's own path)."""
+    if rng.random() < 0.1:
+        return rng.choice(["[b]7[/b]%", "plain", "", Text("tab\tbed")])
+    plain = "".join(rng.choice("ab01 %漢é\u0301") for _ in range(rng.randint(0, 12 if wide else 4)))
+    text = Text(plain, style=rng.choice(["", "bold", "red"]), justify=rng.choice([None, "right", "center", "left"]))
+    if plain and rng.random() < 0.5:
+        start = rng.randrange(len(plain))
+        text.stylize(rng.choice(["green", "reverse", "italic"]), start, start + rng.randint(1, 3))
+    if rng.random() < 0.7:  # as KeyedTable shows its cells
+        text.no_wrap, text.overflow = True, "ellipsis"
+    return text
+
+
+@pytest.mark.parametrize("cursor_type,zebra,fixed", [("row", False, 0), ("cell", True, 1), ("column", False, 1)])
+async def test_same_picture_as_datatable_after_random_updates(cursor_type, zebra, fixed, monkeypatch):
+    """Every frame equals a plain DataTable's: cursor of each kind, hover, zebra stripes, a fixed column,
+    focus and blur, scrolling, columns narrower than their cells (cut), a column that must grow, rows
+    added and removed."""
+    drawn = []
+    real_line = quiet_table.text_cell_line
+
+    def counting(*a, **kw):
+        line = real_line(*a, **kw)
+        drawn.append(line is not None)
+        return line
+
+    monkeypatch.setattr(quiet_table, "text_cell_line", counting)
     rng = random.Random(3)
     app = Pair()
     async with app.run_test(size=(70, 20)) as pilot:
         plain, quiet = app.tables()
         for t in (plain, quiet):
+            t.cursor_type, t.zebra_stripes, t.fixed_columns = cursor_type, zebra, fixed
             for c in COLS:
-                t.add_column(c, key=c)
-            for i in range(15):
-                t.add_row(f"vm-{i}", f"{i}%", "1G", "host", key=f"r{i}")
+                t.add_column(Text(c.upper(), justify="right") if c == "util" else c, key=c,
+                             width=5 if c == "owner" else None)
+        rows = []
+        for i in range(15):
+            values = (f"vm-{i}", random_value(rng), "1G", random_value(rng, wide=True))
+            rows.append(f"r{i}")
+            for t in (plain, quiet):
+                t.add_row(*values, key=f"r{i}")
         app.set_focus(None)  # neither has focus: the same pseudo-classes, the same styles
         await pilot.pause()
-        for step in range(120):
+        for step in range(45):
             op = rng.random()
-            if op < 0.7:
-                key, col = f"r{rng.randrange(15)}", rng.choice(COLS[1:])
-                value = Text(f"{rng.randrange(100)}%" if col == "util" else rng.choice(["a", "b", "c"]))
-                wide = rng.random() < 0.05
-                if wide:
-                    value = Text("x" * rng.randint(5, 12))
+            if op < 0.6:
+                key, col = rng.choice(rows), rng.choice(COLS[1:])
+                wide = rng.random() < 0.1
+                value = random_value(rng, wide=wide or col == "owner")
                 for t in (plain, quiet):
                     t.update_cell(key, col, value, update_width=wide)
-            elif op < 0.8:
+            elif op < 0.68:
+                row, column = rng.randrange(len(rows)), rng.randrange(len(COLS))
                 for t in (plain, quiet):
-                    t.move_cursor(row=step % 15)
-            elif op < 0.85:  # focus moves: both render under the other pseudo-class state, then back
+                    t.move_cursor(row=row, column=column)
+            elif op < 0.74:
+                row, column = rng.randrange(len(rows)), rng.randrange(len(COLS))
+                for t in (plain, quiet):
+                    t._show_hover_cursor = True
+                    t.hover_coordinate = Coordinate(row, column)
+            elif op < 0.8:  # each in turn has focus (the :focus styles), then neither
+                seen = []
                 for t in (plain, quiet):
                     t.focus()
                     await pilot.pause()
-                    app.set_focus(None)
+                    seen.append(lines(t))
+                app.set_focus(None)
+                assert seen[1] == seen[0], f"step {step}: focused"
+            elif op < 0.86:
+                key = f"n{step}"
+                values = (f"new-{step}", random_value(rng), "2G", random_value(rng))
+                rows.append(key)
+                for t in (plain, quiet):
+                    t.add_row(*values, key=key)
+            elif op < 0.9 and len(rows) > 5:
+                key = rows.pop(rng.randrange(len(rows)))
+                for t in (plain, quiet):
+                    t.remove_row(key)
             else:
                 y = rng.randrange(8)
                 for t in (plain, quiet):
@@ -66,6 +122,7 @@ async def test_same_picture_as_datatable_after_random_updates():
             assert lines(quiet) == lines(plain), f"step {step}"
         # the counter every cache hangs on moved only for the updates that had to grow a column
         assert quiet._update_count < plain._update_count
+    assert drawn.count(True) > 100 and False in drawn  # both ways of drawing a cell were compared
 
 
 async def test_one_changed_cell_repaints_one_row():
