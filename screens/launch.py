@@ -4,6 +4,7 @@ Textual is imported only when the console starts, so `nodeconsole snapshot` stay
 from __future__ import annotations
 
 import argparse
+import gc
 import sys
 from collections.abc import Sequence
 
@@ -12,6 +13,16 @@ from nodeconsole.console.cli import seams_from_args
 
 
 def run_console(args: argparse.Namespace) -> int:
+    # No cyclic garbage collection until the first frame is drawn (screens/app.py resume_gc): what
+    # start-up allocates lives as long as the console, and collecting over it costs the first frame.
+    gc.disable()
+    try:
+        return _run_console(args)
+    finally:
+        gc.enable()
+
+
+def _run_console(args: argparse.Namespace) -> int:
     if getattr(args, "fleet", None):
         from nodeconsole.screens.fleet import run_fleet
 

@@ -211,3 +211,48 @@ def test_with_other_threads_running_the_first_look_stays_on_a_thread(demo_seams)
         assert not first.in_process and first.collector is not None and len(first.snapshot.gpus) == 8
     finally:
         stop.set()
+
+
+async def test_the_garbage_collector_paused_at_launch_resumes_after_the_first_frame(demo_seams):
+    """The launcher pauses cyclic garbage collection while the console starts; the first frame drawn
+    resumes it, with what start-up left alive frozen out of later collections."""
+    import gc
+
+    app = NodeConsoleApp(lambda: demo_seams, interval=5)
+    app.gc_paused = True
+    gc.disable()
+    frozen = gc.get_freeze_count()
+    try:
+        async with app.run_test(size=(80, 24)) as pilot:
+            await pilot.pause()
+            assert gc.isenabled() and not app.gc_paused
+            assert gc.get_freeze_count() > frozen
+    finally:
+        gc.enable()
+        gc.unfreeze()
+
+
+def test_the_launcher_resumes_the_garbage_collector_when_the_console_fails(monkeypatch):
+    import gc
+
+    import nodeconsole.console.first_look as first_look
+    import nodeconsole.screens.app as app_module
+    from nodeconsole.screens.launch import main
+
+    class NoLook:  # nothing of a host is read in this test
+        def __init__(self, factory, process=False):
+            self.factory = factory
+
+    def broken(*_args, **_kw):
+        assert not gc.isenabled()  # paused while the console starts
+        raise RuntimeError("the terminal went away")
+
+    monkeypatch.setattr(first_look, "FirstLook", NoLook)
+    monkeypatch.setattr(app_module, "run_app", broken)
+    try:
+        main(["--demo"])
+    except RuntimeError as e:
+        assert "terminal went away" in str(e)
+    else:
+        raise AssertionError("the failure was swallowed")
+    assert gc.isenabled()
