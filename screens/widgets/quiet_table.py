@@ -69,12 +69,50 @@ def text_cell_line(console, cell: Text, width: int, padding: int, pre: Style, po
     return shown
 
 
+class _CellRenders:
+    """DataTable's cell render cache, held by cell so that one cell's renders are forgotten in one step.
+    A key is DataTable's: (row key, column key, base style, cursor, hover, show hover, update count,
+    pseudo-class state). It holds the renders of one update count: the first key of a new count starts
+    it afresh (every older key is unreachable)."""
+
+    __slots__ = ("_cells", "_count")
+
+    def __init__(self) -> None:
+        self._cells: dict[tuple, dict[tuple, object]] = {}
+        self._count: object = None
+
+    def __contains__(self, key: tuple) -> bool:
+        renders = self._cells.get((key[0], key[1]))
+        return renders is not None and key in renders
+
+    def __getitem__(self, key: tuple):
+        return self._cells[(key[0], key[1])][key]
+
+    def __setitem__(self, key: tuple, lines) -> None:
+        if key[6] != self._count:
+            self._cells.clear()
+            self._count = key[6]
+        self._cells.setdefault((key[0], key[1]), {})[key] = lines
+
+    def __len__(self) -> int:
+        return sum(map(len, self._cells.values()))
+
+    def clear(self) -> None:
+        self._cells.clear()
+
+    def discard(self, key: tuple) -> None:
+        renders = self._cells.get((key[0], key[1]))
+        if renders is not None:
+            renders.pop(key, None)
+
+    def forget(self, row_key: RowKey, column_key: ColumnKey) -> None:
+        self._cells.pop((row_key, column_key), None)
+
+
 class QuietTable(DataTable):
     def __init__(self, *args, **kw) -> None:
         super().__init__(*args, **kw)
-        self._seen_styles: set[Style] = set()
-        self._seen_states: set[object] = set()
-        self._seen_at = -1  # the update count the two sets above are for
+        self._cell_render_cache = _CellRenders()  # type: ignore[assignment]
 
     def update_cell(self, row_key: RowKey | str, column_key: ColumnKey | str, value: CellType, *,
                     update_width: bool = False) -> None:
@@ -101,24 +139,19 @@ class QuietTable(DataTable):
             self.refresh_row(index)
             return
         y = index + (self.header_height if self.show_header else 0)
+        top = self.scroll_y
+        if not self.fixed_rows and (y < top - 1 or y > top + self.outer_size.height + 1):
+            return  # well out of sight (the exact test, in _refresh_region, looks up the widget's region)
         self._refresh_region(Region(0, y, max(self.size.width, self.virtual_size.width), 1))
 
     def _render_cell(self, row_index: int, column_index: int, base_style: Style, width: int,
                      cursor: bool = False, hover: bool = False):
-        # the styles and pseudo-class states cells are rendered under: the keys _forget_cell drops (a
-        # new update count makes every older key unreachable: start the sets again)
-        if self._seen_at != self._update_count:
-            self._seen_styles.clear()
-            self._seen_states.clear()
-            self._seen_at = self._update_count
-        self._seen_styles.add(base_style)
-        self._seen_states.add(self._pseudo_class_state)
         if column_index < 0:  # a row label
             return super()._render_cell(row_index, column_index, base_style, width, cursor, hover)
         header = row_index == -1
         row_key = self._header_row_key if header else self._row_locations.get_key(row_index)
         column_key = self._column_locations.get_key(column_index)
-        # DataTable's cache and key: _forget_cell and _clear_caches drop these renders like its own
+        # DataTable's cache and key (the cache is a _CellRenders: _forget_cell drops one cell's renders)
         key = (row_key, column_key, base_style, cursor, hover, self._show_hover_cursor, self._update_count,
                self._pseudo_class_state)
         cache = self._cell_render_cache
@@ -141,16 +174,9 @@ class QuietTable(DataTable):
         return lines
 
     def _forget_cell(self, rk: RowKey, ck: ColumnKey, index: int) -> None:
-        """Drop the renders of one cell (each key it can have been cached under: a few dozen exact
-        lookups, not a scan of a cache of thousands) and the row and line renders (cleared whole:
-        rebuilt from the cached cells for the rows that are painted again)."""
-        cache, count = self._cell_render_cache, self._update_count
-        for style in self._seen_styles:
-            for state in self._seen_states:
-                for cursor in (False, True):
-                    for hover in (False, True):
-                        for show_hover in (False, True):
-                            cache.discard((rk, ck, style, cursor, hover, show_hover, count, state))
+        """Drop the renders of one cell, and the row and line renders (cleared whole: rebuilt from the
+        cached cells for the rows that are painted again)."""
+        self._cell_render_cache.forget(rk, ck)  # type: ignore[attr-defined]
         self._row_render_cache.clear()
-        self._row_renderable_cache.discard((count, index))
+        self._row_renderable_cache.discard((self._update_count, index))
         self._line_cache.clear()
