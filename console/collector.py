@@ -189,7 +189,7 @@ class Collector:
         model = self.seams.vm_load
         if model is not None:
             now = time.time()
-            data = LibvirtData(tuple(replace(v, cpu_percent=model(v.name, v.state, v.vcpus, now)) for v in data.vms))
+            data = LibvirtData(tuple(_with(v, cpu_percent=model(v.name, v.state, v.vcpus, now)) for v in data.vms))
         return LibvirtData(self._steal(data.vms))
 
     def _steal(self, vms: tuple[Vm, ...]) -> tuple[Vm, ...]:
@@ -197,7 +197,7 @@ class Collector:
         if self.seams.vm_steal is not None:
             now = time.time()
             model = self.seams.vm_steal
-            return tuple(replace(v, steal_percent=model(v, now)) for v in vms)
+            return tuple(_with(v, steal_percent=model(v, now)) for v in vms)
         if self.seams.replay is not None:
             return vms  # a capture has no live threads to measure
         if self._waits is None:
@@ -211,7 +211,8 @@ class Collector:
             except OSError:
                 return vms
             self._steal_at = now
-        return tuple(_with(v, steal_percent=self._steal_of.get(v.name)) for v in vms)
+        steal = self._steal_of
+        return tuple(v if (s := steal.get(v.name)) is v.steal_percent else _with(v, steal_percent=s) for v in vms)
 
     def _read_load(self) -> Load:
         # A stateful reader: per-CPU load is a delta between this call and the previous one.

@@ -122,7 +122,9 @@ class _CFunction:
         self.__name__ = name
 
     def __call__(self, *args: Any) -> Any:
-        return self._sim._dispatch(self._name, self._impl, args)
+        sim = self._sim
+        with sim._lock:  # SimulatedNvml._dispatch, one frame less on every call
+            return sim._dispatch_locked(self._name, self._impl, args)
 
 
 class SimulatedNvml(SystemSymbols, DeviceSymbols, HealthSymbols, BoardSymbols, MigSymbols, MigComputeSymbols,
@@ -152,6 +154,7 @@ class SimulatedNvml(SystemSymbols, DeviceSymbols, HealthSymbols, BoardSymbols, M
         self._faults: list[_Fault] = []
         self._lost: set[str] = set()  # set_lost() marks, kept apart from the state so reloads keep them
         self._canon: dict[str, str] = {}  # a state's address spelling → its canonical form
+        self._driver_links: dict[str, str] = {}  # a state's address spelling → the path of its driver link
         self.init_error: int | None = None  # whole-library failure returned by nvmlInit
         self.calls: Counter[str] = Counter()  # C symbol → number of calls (tests check caching)
         # one call at a time, like the driver's own locking (a poller and an action may share us)
@@ -270,10 +273,9 @@ class SimulatedNvml(SystemSymbols, DeviceSymbols, HealthSymbols, BoardSymbols, M
         # Checked on every call (a rebind must show at once), so the link path is built once per GPU:
         # pathlib joins per call were most of the simulator's cost.
         raw = gpu["address"]
-        paths = self.__dict__.setdefault("_driver_links", {})
-        path = paths.get(raw)
+        path = self._driver_links.get(raw)
         if path is None:
-            path = paths[raw] = str(self.root.p(f"sys/bus/pci/devices/{self._canonical(raw)}/driver"))
+            path = self._driver_links[raw] = str(self.root.p(f"sys/bus/pci/devices/{self._canonical(raw)}/driver"))
         try:
             return os.readlink(path).rpartition("/")[2] == "nvidia"  # the link's last component
         except OSError:
@@ -307,7 +309,7 @@ class SimulatedNvml(SystemSymbols, DeviceSymbols, HealthSymbols, BoardSymbols, M
 
     def _dispatch_locked(self, name: str, impl: Callable[..., Any], args: tuple[Any, ...]) -> Any:
         self.calls[name] += 1
-        code = self._injected(name, args)
+        code = self._injected(name, args) if self._faults else None
         if code is not None:
             return code
         if name not in _NO_INIT and self._refcount == 0:

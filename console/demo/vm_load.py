@@ -10,6 +10,8 @@ from __future__ import annotations
 import math
 import zlib
 
+from nodeconsole.console.sources.pressure import cpu_layout
+
 
 def demo_vm_cpu_percent(name: str, state: str, vcpus: int, t: float) -> float | None:
     """Percent of one host CPU (a 4-vCPU VM busy on all is 400 %); None when not running."""
@@ -32,8 +34,8 @@ HOST_BUSY = 3.0  # percent every host CPU spends on the host's own work (daemons
 def demo_cpu_percent(cpus, vms) -> tuple[float, ...]:
     """Busy percent per online host CPU (CPU id order) made of the VMs' load: a pinned vCPU loads its
     pinned CPUs, an unpinned VM spreads over every online CPU, and the host's own share on top."""
-    online = sorted(c.id for c in cpus if c.online)
-    busy = {c: HOST_BUSY for c in online}
+    online = cpu_layout(cpus)[0]
+    busy = dict.fromkeys(online, HOST_BUSY)
     for vm in vms:
         if vm.state != "running" or not vm.cpu_percent or not vm.vcpus:
             continue

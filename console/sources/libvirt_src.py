@@ -80,6 +80,9 @@ class LibvirtSource:
         self._bulk_stats: bool | None = None  # None: not tried yet on this connection
         self._xml: dict[str, _CachedXml] = {}
         self._cpu: dict[str, tuple[int, float]] = {}
+        # uuid → (parsed XML, (name, state, vCPUs, memory), Vm): the last poll's record of each domain, whose
+        # copy with the new CPU % is this poll's while the rest is the same (cheaper than a new Vm)
+        self._vms: dict[str, tuple[DomainXml, tuple[str, str, int, int], Vm]] = {}
         self._lock = threading.Lock()  # poll() runs in a worker thread; invalidate() comes from actions
 
     # -- public -----------------------------------------------------------------------------------
@@ -180,7 +183,7 @@ class LibvirtSource:
             seen.add(vm.uuid)
             vms.append(vm)
         # forget domains that are gone, so a big churning host does not grow the caches
-        for cache in (self._xml, self._cpu):
+        for cache in (self._xml, self._cpu, self._vms):
             for uuid in [u for u in cache if u not in seen]:
                 del cache[uuid]
         return vms
@@ -208,11 +211,17 @@ class LibvirtSource:
             self._cpu[uuid] = sample
 
         parsed = self._domain_xml(dom, uuid, state)
-        return Vm(name=dom.name(), state=state, vcpus=int(vcpus), pins=parsed.pins,
-                  emulator_pins=parsed.emulator_pins, memory_kib=int(memory_kib), hostdevs=parsed.hostdevs,
-                  cpu_percent=percent, uuid=uuid, numa_mode=parsed.numa_mode,
-                  numa_nodeset=parsed.numa_nodeset, threads_per_core=parsed.threads_per_core,
-                  hugepages_kib=parsed.hugepages_kib)
+        facts = (dom.name(), state, int(vcpus), int(memory_kib))
+        last = self._vms.get(uuid)
+        if last is not None and last[0] is parsed and last[1] == facts:
+            return _with_cpu(last[2], percent)
+        vm = Vm(name=facts[0], state=state, vcpus=facts[2], pins=parsed.pins,
+                emulator_pins=parsed.emulator_pins, memory_kib=facts[3], hostdevs=parsed.hostdevs,
+                cpu_percent=percent, uuid=uuid, numa_mode=parsed.numa_mode,
+                numa_nodeset=parsed.numa_nodeset, threads_per_core=parsed.threads_per_core,
+                hugepages_kib=parsed.hugepages_kib)
+        self._vms[uuid] = (parsed, facts, vm)
+        return vm
 
     def _domain_xml(self, dom: Any, uuid: str, state: str) -> DomainXml:
         now = self._clock()
@@ -227,6 +236,17 @@ class LibvirtSource:
         spread = (zlib.crc32(uuid.encode()) % 1000) / 4000.0
         self._xml[uuid] = _CachedXml(state=state, expires=now + self.xml_ttl * (1.0 - spread), parsed=parsed)
         return parsed
+
+
+def _with_cpu(vm: Vm, percent: float | None) -> Vm:
+    """`vm` with another CPU %: dataclasses.replace without running __init__ again (a 500-VM poll makes
+    one per running VM)."""
+    if percent is vm.cpu_percent:
+        return vm
+    new = object.__new__(Vm)
+    new.__dict__.update(vm.__dict__)
+    new.__dict__["cpu_percent"] = percent
+    return new
 
 
 def _message(err: Any) -> str:

@@ -50,14 +50,29 @@ def read_node_memory(root: Root) -> tuple[NodeUse, ...]:
     return tuple(out)
 
 
+_layout: tuple[Sequence[Cpu], list[int], dict[int, int | None]] | None = None
+
+
+def cpu_layout(cpus: Sequence[Cpu]) -> tuple[list[int], dict[int, int | None]]:
+    """The online CPU ids in order and each CPU's NUMA node (the last answer is kept for the same
+    `cpus` object: a sysfs reading's CPUs stay the same object until sysfs is read again)."""
+    global _layout
+    kept = _layout
+    if kept is not None and kept[0] is cpus:
+        return kept[1], kept[2]
+    online = sorted(c.id for c in cpus if c.online)
+    node_of = {c.id: c.numa_node for c in cpus}
+    _layout = (cpus, online, node_of)
+    return online, node_of
+
+
 def node_cpu_percent(nodes: Sequence[NodeUse], cpus: Sequence[Cpu],
                      cpu_percent: Sequence[float]) -> tuple[NodeUse, ...]:
     """`nodes` with the mean busy percent of each node's online CPUs; `cpu_percent` is per online CPU in
     CPU id order (/proc/stat's and psutil's), () before the second sample (cpu_percent stays None)."""
-    online = sorted(c.id for c in cpus if c.online)
+    online, node_of = cpu_layout(cpus)
     if len(cpu_percent) != len(online):
         return tuple(nodes)
-    node_of = {c.id: c.numa_node for c in cpus}
     sums: dict[int, list[float]] = {}
     for cpu, pct in zip(online, cpu_percent):
         node = node_of.get(cpu)

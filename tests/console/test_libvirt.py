@@ -210,6 +210,35 @@ def test_xml_is_cached_and_reread_on_ttl_state_change_or_invalidate(uri, monkeyp
     assert sorted(calls) == sorted(EXPECTED)
 
 
+def test_a_domain_record_is_kept_while_nothing_but_its_cpu_moves(uri, monkeypatch):
+    """The next poll copies a domain's record with its new CPU % while its XML, name, state, vCPUs and
+    memory are the same; any of them moving gives the new values."""
+    from dataclasses import replace
+
+    clock = Clock()
+    src = LibvirtSource(uri, clock=clock)
+    first = {vm.name: vm for vm in src.poll().vms}
+    clock.now += 1
+    second = {vm.name: vm for vm in src.poll().vms}
+    assert {n: replace(vm, cpu_percent=None) for n, vm in second.items()} == EXPECTED
+    assert second["off-vm"] is first["off-vm"]  # not running: nothing moved at all
+    assert second["gpu-vm"].cpu_percent is not None and first["gpu-vm"].cpu_percent is None
+    real_info = libvirt.virDomain.info
+
+    def info(self):
+        got = real_info(self)
+        return [got[0], got[1], 2 * got[2], got[3] - 1, *got[4:]] if self.name() == "gpu-vm" else got
+
+    monkeypatch.setattr(libvirt.virDomain, "info", info)
+    clock.now += 1
+    third = {vm.name: vm for vm in src.poll().vms}
+    want = EXPECTED["gpu-vm"]
+    assert replace(third["gpu-vm"], cpu_percent=None) == replace(want, memory_kib=2 * want.memory_kib,
+                                                                   vcpus=want.vcpus - 1)
+    assert {n: replace(vm, cpu_percent=None) for n, vm in third.items() if n != "gpu-vm"} == {
+        n: vm for n, vm in EXPECTED.items() if n != "gpu-vm"}
+
+
 def test_closed_connection_raises_then_recovers(uri):
     src = LibvirtSource(uri)
     src.poll()

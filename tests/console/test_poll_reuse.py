@@ -166,3 +166,16 @@ def test_load_is_no_input_of_the_problems(parts) -> None:
     a = _assemble(parts)
     b = _assemble({**parts, "load": Load(cpu_percent=(99.0,), load_avg=(50.0, 50.0, 50.0))})
     assert a.problems == b.problems and a.load != b.load
+
+
+def test_the_cpu_layout_follows_the_cpus_it_is_asked_about() -> None:
+    """The online CPUs and their nodes are kept for the same CPU tuple only: another reading, another
+    answer (and back)."""
+    from nodeconsole.console.model import Cpu
+    from nodeconsole.console.sources.pressure import cpu_layout
+
+    a = tuple(Cpu(id=i, package=0, core=i, numa_node=i // 2, online=i != 1) for i in range(4))
+    b = tuple(Cpu(id=i, package=0, core=i, numa_node=0, online=True) for i in range(3))
+    assert cpu_layout(a) == ([0, 2, 3], {0: 0, 1: 0, 2: 1, 3: 1})
+    assert cpu_layout(b) == ([0, 1, 2], {0: 0, 1: 0, 2: 0})
+    assert cpu_layout(a) == ([0, 2, 3], {0: 0, 1: 0, 2: 1, 3: 1})
