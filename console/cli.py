@@ -101,8 +101,9 @@ def _load_subcommands() -> None:
                 raise
 
 
-def seams_from_args(args: argparse.Namespace) -> Seams:
-    """Turn --demo/--root/--libvirt/--replay into Seams (validated: bad input is a UsageError)."""
+def seams_from_args(args: argparse.Namespace, sysfs_only: bool = False) -> Seams:
+    """Turn --demo/--root/--libvirt/--replay into Seams (validated: bad input is a UsageError).
+    `sysfs_only`: enough for a sysfs-only look (the demo's simulated NVML is not loaded)."""
     from nodeconsole.console.seams import demo_host, real_host, replay_host
 
     validate_host_args(args)
@@ -110,7 +111,7 @@ def seams_from_args(args: argparse.Namespace) -> Seams:
         return replay_host(args.replay)
     uri = getattr(args, "libvirt", None)
     if getattr(args, "demo", False):
-        return demo_host(libvirt_uri=uri)
+        return demo_host(libvirt_uri=uri, sysfs_only=sysfs_only)
     return real_host(getattr(args, "root", None) or "/", uri)
 
 

@@ -36,12 +36,16 @@ _MAX_PICKLE = 64 << 20  # a snapshot of the largest host pickles to well under a
 
 
 class FirstLook:
-    def __init__(self, seams_factory: Callable[[], Seams], process: bool = False) -> None:
+    def __init__(self, seams_factory: Callable[[], Seams], process: bool = False,
+                 sysfs_factory: Callable[[], Seams] | None = None) -> None:
         self.seams: Seams | None = None  # set by the thread way only (the child's stay in the child)
         self.collector: Collector | None = None
         self.snapshot: HostSnapshot | None = None  # sysfs only (sources other than sysfs PENDING)
         self.error: Exception | None = None
         self.factory = seams_factory
+        # what the child reads the host through: seams enough for sysfs (the console's own come from
+        # `factory`, in its first poll)
+        self.sysfs_factory = sysfs_factory or seams_factory
         self.in_process = False  # True when the look was taken by a child process
         self._done = threading.Event()
         if process and _can_fork():
@@ -73,7 +77,7 @@ class FirstLook:
             return
         if pid == 0:  # the child: never returns
             os.close(r)
-            _child(self.factory, w)
+            _child(self.sysfs_factory, w)
         os.close(w)
         self.in_process = True
         threading.Thread(target=self._receive, args=(pid, r), name="first-look", daemon=True).start()

@@ -7,9 +7,11 @@ common subclasses (names as pci.ids spells them).
 """
 from __future__ import annotations
 
+import mmap
 import os
 import re
 import threading
+from collections.abc import Callable
 from pathlib import Path
 
 DEFAULT_PATHS = ("/usr/share/misc/pci.ids", "/usr/share/hwdata/pci.ids", "/usr/share/pci.ids",
@@ -121,29 +123,31 @@ CLASSES: dict[int, tuple[str, dict[int, str]]] = {
 }
 
 
-_TOP = re.compile(rb"^[^\t#\r\n][^\r\n]*", re.M)  # a top-level line: a vendor, a class, another section
+_BLOCK_END = re.compile(rb"\n[^\t#\r\n]")  # the next top-level line: another vendor, a class, a section
 
 
 class PciIds:
     """One pci.ids database. `paths` are tried in order; none readable → built-in names only.
 
-    The file (~1.3 MB, ~17,000 devices) is indexed once, vendors only; a device is looked up in its
-    vendor's lines the first time it is asked for, and only the devices asked for are kept (a host has a
-    few dozen): ~11 ms and well under a MiB, where parsing it all took ~17 ms and ~3.6 MiB held for the
-    console's lifetime."""
+    Nothing of the file (~1.3 MB, ~17,000 devices) is parsed or held ahead: each vendor and device is
+    looked up in the file when first asked for (the file mapped, searched, unmapped: a few dozen
+    microseconds) and only the names asked for are kept (a host has a few dozen); the classes section
+    (a few hundred lines at the end) is parsed on the first class asked for. A whole-file index took
+    ~7 ms and held ~0.6 MiB for the console's lifetime."""
 
     def __init__(self, paths: tuple[str | os.PathLike[str], ...] | None = DEFAULT_PATHS) -> None:
         self.paths = tuple(Path(p) for p in (paths or ()))
         self._lock = threading.Lock()
         self._loaded = False
         self.source: Path | None = None  # the file actually read
-        self._vendors: dict[int, str] = {}
-        self._blocks: dict[int, tuple[int, int]] = {}  # vendor → byte range of its device lines
+        self._vendors: dict[int, str] = {}  # the vendors asked for ("" when the file lacks one)
         self._devices: dict[tuple[int, int], str] = {}
-        self._identity: tuple[int, int, int] | None = None  # (inode, size, mtime) of the file indexed
-        self._classes: dict[int, str] = {}  # (base << 8 | sub) and (base << 16 | sub << 8 | progif) → name
+        self._blocks: dict[int, tuple[int, int]] = {}  # vendor → its lines' byte range in the file
+        self._identity: tuple[int, int, int] | None = None  # (inode, size, mtime) of the file read
+        self._classes: dict[int, str] | None = None  # (base << 8 | sub) and (base << 16 | sub << 8 | progif) → name
 
     def _load(self) -> None:
+        """Find the file (the first of `paths` that can be opened); nothing of it is read yet."""
         if self._loaded:  # the common case, without taking the lock
             return
         with self._lock:
@@ -153,44 +157,116 @@ class PciIds:
                 try:
                     with open(path, "rb") as f:
                         st = os.fstat(f.fileno())
-                        data = f.read()
                 except OSError:
                     continue
                 self._identity = (st.st_ino, st.st_size, st.st_mtime_ns)
-                self._index(data)
                 self.source = path
                 break
             self._loaded = True
 
-    def _index(self, data: bytes) -> None:
-        tops = list(_TOP.finditer(data))
-        for i, m in enumerate(tops):
-            line = m.group().decode("utf-8", "replace")
-            end = tops[i + 1].start() if i + 1 < len(tops) else len(data)
-            if line.startswith("C "):
-                self._parse_classes(line, data[m.end():end].decode("utf-8", "replace"))
-                continue
-            try:
-                vendor = int(line[:4], 16)
-            except ValueError:  # other sections (device types, languages…): nothing we read
-                continue
-            if len(line) > 4 and not line[4].isspace():
-                continue
-            self._vendors[vendor] = line[4:].strip()
-            self._blocks[vendor] = (m.end(), end)
+    def _search(self, find: Callable[[mmap.mmap | bytes], object]) -> object:
+        """Run `find` over the file's bytes (mapped, not read; under the lock). A file rewritten since it
+        was first opened (update-pciids, a package upgrade) drops the devices found in the old one."""
+        if self.source is None:
+            return None
+        try:
+            with open(self.source, "rb") as f:
+                st = os.fstat(f.fileno())
+                identity = (st.st_ino, st.st_size, st.st_mtime_ns)
+                if identity != self._identity:
+                    self._identity = identity
+                    self._devices.clear()
+                    self._blocks.clear()
+                    self._classes = None
+                if st.st_size == 0:
+                    return find(b"")
+                with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as data:
+                    return find(data)
+        except (OSError, ValueError):
+            return None
 
-    def _reindex(self, data: bytes, st: os.stat_result) -> None:
-        self._vendors, self._blocks, self._classes = {}, {}, {}
-        self._devices.clear()
-        self._identity = (st.st_ino, st.st_size, st.st_mtime_ns)
-        self._index(data)
+    @staticmethod
+    def _line_after(data: mmap.mmap | bytes, key: bytes, start: int = 0, end: int | None = None) -> int:
+        """Where the text after `key` ("\n" + an id) starts on a line of its own, -1 when not there: the id
+        must be followed by a space or a tab (1234 is not 12345's line). The file's first line, which
+        has no newline before it, is looked at too."""
+        stop = len(data) if end is None else end
+        pos = start
+        while True:
+            at = data.find(key, pos, stop)
+            if at < 0:
+                if start == 0 and data[:len(key) - 1] == key[1:] and data[len(key) - 1:len(key)] in (b" ", b"\t"):
+                    return len(key) - 1
+                return -1
+            after = at + len(key)
+            if data[after:after + 1] in (b" ", b"\t"):
+                return after
+            pos = after
 
-    def _parse_classes(self, head: str, body: str) -> None:
+    @staticmethod
+    def _rest_of_line(data: mmap.mmap | bytes, at: int) -> str:
+        stop = data.find(b"\n", at)
+        return bytes(data[at:stop if stop >= 0 else len(data)]).strip(b" \t\r").decode("utf-8", "replace")
+
+    def _block(self, data: mmap.mmap | bytes, vendor: int) -> tuple[int, int] | None:
+        """Where a vendor's name starts in the file and where its device lines end (kept: a host's
+        devices are looked up in the lines of a few vendors, each found once)."""
+        block = self._blocks.get(vendor)
+        if block is None:
+            for form in (b"\n%04x", b"\n%04X"):
+                at = self._line_after(data, form % vendor)
+                if at >= 0:
+                    m = _BLOCK_END.search(data, at)
+                    block = self._blocks[vendor] = (at, m.start() if m else len(data))
+                    break
+        return block
+
+    def _find_vendor(self, vendor: int) -> tuple[str, int] | None:
+        def find(data: mmap.mmap | bytes) -> tuple[str, int] | None:
+            block = self._block(data, vendor)
+            return (self._rest_of_line(data, block[0]), block[0]) if block else None
+
+        found = self._search(find)
+        return found if isinstance(found, tuple) else None
+
+    def _find_device(self, vendor: int, device: int) -> str:
+        """The name of one device, looked up in its vendor's lines of the file ("" when not there)."""
+        def find(data: mmap.mmap | bytes) -> str:
+            block = self._block(data, vendor)
+            if block is None:
+                return ""
+            for form in (b"\n\t%04x", b"\n\t%04X"):
+                at = self._line_after(data, form % device, block[0], block[1])
+                if at >= 0:
+                    return self._rest_of_line(data, at)
+            return ""
+
+        found = self._search(find)
+        return found if isinstance(found, str) else ""
+
+    def _load_classes(self) -> dict[int, str]:
+        def find(data: mmap.mmap | bytes) -> dict[int, str]:
+            classes: dict[int, str] = {}
+            at = data.find(b"\nC ")
+            while at >= 0:
+                head_end = data.find(b"\n", at + 1)
+                head_end = head_end if head_end >= 0 else len(data)
+                m = _BLOCK_END.search(data, head_end)
+                end = m.start() if m else len(data)
+                self._parse_classes(bytes(data[at + 1:head_end]).decode("utf-8", "replace"),
+                                    bytes(data[head_end:end]).decode("utf-8", "replace"), classes)
+                at = end if data[end + 1:end + 3] == b"C " else -1
+            return classes
+
+        found = self._search(find)
+        return found if isinstance(found, dict) else {}
+
+    @staticmethod
+    def _parse_classes(head: str, body: str, classes: dict[int, str]) -> None:
         try:
             klass = int(head[2:4], 16)
         except ValueError:
             return
-        classes = self._classes
         classes[klass] = head[4:].strip()
         sub = None
         for line in body.splitlines():
@@ -210,53 +286,41 @@ class PciIds:
                 continue
             classes[(klass << 8) | sub] = line[3:].strip()
 
-    def _find_device(self, vendor: int, device: int) -> str:
-        """The name of one device, looked up in its vendor's lines of the file ("" when not there)."""
-        with self._lock:
-            block = self._blocks.get(vendor)
-            if block is None or self.source is None:
-                return ""
-            try:
-                with open(self.source, "rb") as f:
-                    st = os.fstat(f.fileno())
-                    if (st.st_ino, st.st_size, st.st_mtime_ns) != self._identity:
-                        # the database was updated since it was indexed (update-pciids, a package
-                        # upgrade): index the new one, the stored offsets mean nothing in it
-                        self._reindex(f.read(), st)
-                        block = self._blocks.get(vendor)
-                        if block is None:
-                            return ""
-                    f.seek(block[0])
-                    lines = f.read(block[1] - block[0])
-            except OSError:
-                return ""
-        m = re.search(rb"^\t%04x[ \t]+(.*?)[ \t\r]*$" % device, lines, re.M | re.I)
-        return m.group(1).decode("utf-8", "replace") if m else ""
-
     # -- lookups --
     def vendor_name(self, vendor_id: int) -> str:
         self._load()
-        return self._vendors.get(vendor_id) or VENDORS.get(vendor_id, "")
+        name = self._vendors.get(vendor_id)
+        if name is None:  # asked for the first time (kept: a vendor's name does not change)
+            with self._lock:
+                found = self._find_vendor(vendor_id)
+                name = self._vendors[vendor_id] = found[0] if found else ""
+        return name or VENDORS.get(vendor_id, "")
 
     def device_name(self, vendor_id: int, device_id: int) -> str:
         self._load()
         key = (vendor_id, device_id)
         name = self._devices.get(key)
         if name is None:  # asked for the first time: only the devices a host has are kept
-            name = self._devices[key] = self._find_device(vendor_id, device_id)
+            with self._lock:
+                name = self._find_device(vendor_id, device_id)
+                self._devices[key] = name
         return name or DEVICES.get(key, "")
 
     def class_name(self, class_id: int) -> str:
         """Name of a 24-bit class code: the subclass name ("Audio device"), else the base class name."""
         self._load()
+        classes = self._classes
+        if classes is None:
+            with self._lock:
+                classes = self._classes = self._load_classes()
         base, sub = (class_id >> 16) & 0xFF, (class_id >> 8) & 0xFF
-        name = self._classes.get((base << 8) | sub)
+        name = classes.get((base << 8) | sub)
         if name:
             return name
         builtin = CLASSES.get(base)
         if builtin and sub in builtin[1]:
             return builtin[1][sub]
-        return self._classes.get(base) or (builtin[0] if builtin else "")
+        return classes.get(base) or (builtin[0] if builtin else "")
 
 
 _default: PciIds | None = None

@@ -110,14 +110,19 @@ def reboot_demo() -> tuple[Path, BootReport]:
     return host.dest, report
 
 
-def demo_host(state_dir: Path | None = None, libvirt_uri: str | None = None) -> Seams:
-    """Seams for the bundled simulated host (generated on first use, kept until `demo reset`)."""
-    from nodeconsole.console.demo.nvml_sim import SimulatedNvml
+def demo_host(state_dir: Path | None = None, libvirt_uri: str | None = None, sysfs_only: bool = False) -> Seams:
+    """Seams for the bundled simulated host (generated on first use, kept until `demo reset`).
+    `sysfs_only`: its tree alone (no NVML library, no load models), for a sysfs-only look."""
     from nodeconsole.console.demo.state import ensure_demo
-    from nodeconsole.console.demo.vm_load import demo_cpu_percent, demo_vm_cpu_percent, demo_vm_steal_percent
 
     host = ensure_demo(state_dir)
     root = Root(host.root)
+    if sysfs_only:
+        return Seams(root=root, libvirt_uri=libvirt_uri or host.libvirt_uri, use_real_nvml=False,
+                     demo_dir=Path(host.root).parent, state_dir=Path(host.root).parent)
+    from nodeconsole.console.demo.nvml_sim import SimulatedNvml
+    from nodeconsole.console.demo.vm_load import demo_cpu_percent, demo_vm_cpu_percent, demo_vm_steal_percent
+
     # The demo stands for a root session: MIG changes are allowed as they would be for root.
     try:
         lib = SimulatedNvml.from_file(host.nvml_state, root=root, privileged=True)

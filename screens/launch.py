@@ -38,7 +38,8 @@ def _run_console(args: argparse.Namespace) -> int:
     # The host's first, sysfs-only snapshot is taken from here, in a child process beside Textual's
     # import and start-up (console/first_look.py); the console prepares its own sources in its first
     # poll, after the first frame.
-    first = FirstLook(lambda: seams_from_args(args), process=True)
+    first = FirstLook(lambda: seams_from_args(args), process=True,
+                      sysfs_factory=lambda: seams_from_args(args, sysfs_only=True))
     from nodeconsole.screens.app import run_app
 
     return run_app(first, interval=args.interval, theme=args.theme)

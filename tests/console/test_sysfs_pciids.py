@@ -106,3 +106,18 @@ def test_names_come_from_the_console_machine_not_the_captured_root(tmp_path: Pat
     dev = read_sysfs(Root(tmp_path)).pci_devices[0]
     assert dev.vendor_name != "Captured Root Vendor"
     assert dev.class_name == "3D controller"
+
+
+def test_a_device_is_found_only_in_its_own_vendors_lines(tmp_path: Path) -> None:
+    """Lookups search the file itself: a device id under another vendor, a subsystem line, a vendor on
+    the file's very first line and a class section after the vendors are each told apart."""
+    path = tmp_path / "pci.ids"
+    path.write_text("15b3  Mellanox Technologies\n\t101d  MT2892 Family [ConnectX-6 Dx]\n" + SAMPLE.split("\n", 8)[8])
+    ids = PciIds((path,))
+    assert ids.vendor_name(0x15B3) == "Mellanox Technologies"  # the first line of the file
+    assert ids.device_name(0x15B3, 0x101D) == "MT2892 Family [ConnectX-6 Dx]"
+    assert ids.device_name(0x10DE, 0x101D) == ""  # Mellanox's device, not NVIDIA's
+    assert ids.device_name(0x10DE, 0x10DE) == ""  # no such device (10de appears only as a subvendor)
+    assert ids.device_name(0x10DE, 0x22A3) == "GH100 [H100 NVSwitch]"  # after a subsystem line
+    assert ids.device_name(0xFFFF, 0x0000) == ""
+    assert ids.class_name(0x0C0330) == "USB controller" and ids.class_name(0x030000) == "VGA compatible controller"

@@ -240,7 +240,7 @@ def test_the_launcher_resumes_the_garbage_collector_when_the_console_fails(monke
     from nodeconsole.screens.launch import main
 
     class NoLook:  # nothing of a host is read in this test
-        def __init__(self, factory, process=False):
+        def __init__(self, factory, **_kw):
             self.factory = factory
 
     def broken(*_args, **_kw):
@@ -256,3 +256,19 @@ def test_the_launcher_resumes_the_garbage_collector_when_the_console_fails(monke
     else:
         raise AssertionError("the failure was swallowed")
     assert gc.isenabled()
+
+
+def test_the_childs_sysfs_only_seams_give_the_same_first_look(demo_seams, tmp_path):
+    """The child reads the demo host through seams without the simulated NVML library: its sysfs-only
+    snapshot is the one the console's full seams give."""
+    import dataclasses
+
+    from nodeconsole.console.seams import demo_host
+
+    light = demo_host(tmp_path / "demo", sysfs_only=True)
+    assert light.nvml_lib is None and not light.use_real_nvml and light.is_demo
+    full = demo_host(tmp_path / "demo")
+    a = Collector(light).collect(partial=True)
+    b = Collector(full).collect(partial=True)
+    assert dataclasses.replace(a, taken_at=0.0) == dataclasses.replace(b, taken_at=0.0)
+    assert len(a.gpus) == 8
