@@ -21,7 +21,10 @@ from rich.containers import Lines
 from rich.segment import Segment
 from rich.style import Style
 from rich.text import Text
+from textual.color import Color
+from textual.coordinate import Coordinate
 from textual.geometry import Region
+from textual.strip import Strip
 from textual.widgets import DataTable
 from textual.widgets.data_table import CellType, ColumnKey, RowKey
 
@@ -113,6 +116,83 @@ class QuietTable(DataTable):
     def __init__(self, *args, **kw) -> None:
         super().__init__(*args, **kw)
         self._cell_render_cache = _CellRenders()  # type: ignore[assignment]
+        self._style_now: Style | None = None  # the widget's rich style, while render_lines runs
+
+    def render_lines(self, crop: Region) -> list[Strip]:
+        # the widget's style is worked out once for the lines of one repaint (DataTable asks for it
+        # every line: a walk up the DOM each time)
+        self._style_now = self.rich_style
+        try:
+            return super().render_lines(crop)
+        finally:
+            self._style_now = None
+
+    def render_line(self, y: int) -> Strip:
+        """DataTable's render_line with the widget's style of this repaint."""
+        style = self._style_now
+        if style is None:
+            style = self.rich_style
+        scroll_x, scroll_y = self.scroll_offset
+        fixed_height = sum(self.get_row_height(self._row_locations.get_key(i)) for i in range(self.fixed_rows))
+        if self.show_header:
+            fixed_height += self.get_row_height(self._header_row_key)
+        if y >= fixed_height:
+            y += scroll_y
+        return self._render_line(y, scroll_x, scroll_x + self.size.width, style)
+
+    def _render_line_in_row(self, row_key: RowKey, line_no: int, base_style: Style, cursor_location: Coordinate,
+                            hover_location: Coordinate):
+        """DataTable's, for tables without row labels, less what it works out and does not use: the
+        header's style for every row, the background colours for a row cursor, each column's width
+        twice."""
+        if self._labelled_row_exists and self.show_row_labels:
+            return super()._render_line_in_row(row_key, line_no, base_style, cursor_location, hover_location)
+        cursor_type, show_cursor, show_hover = self.cursor_type, self.show_cursor, self._show_hover_cursor
+        cache_key = (row_key, line_no, base_style, cursor_location, hover_location, cursor_type, show_cursor,
+                     show_hover, self._update_count, self._pseudo_class_state)
+        cache = self._row_render_cache
+        if cache_key in cache:
+            return cache[cache_key]
+        highlight, render_cell = self._should_highlight, self._render_cell
+        row_index = self._row_locations.get(row_key) if row_key in self._row_locations else -1
+        columns = self.ordered_columns
+        widths = [column.get_render_width(self) for column in columns]
+        n_fixed = self.fixed_columns
+
+        def cells(start: int, end: int, style: Style) -> list:
+            out = []
+            for index in range(start, end):
+                where = Coordinate(row_index, index)
+                out.append(render_cell(row_index, index, style, widths[index],
+                                       cursor=highlight(cursor_location, where, cursor_type),
+                                       hover=highlight(hover_location, where, cursor_type))[line_no])
+            return out
+
+        fixed_row = []
+        if n_fixed:
+            if row_key is self._header_row_key:
+                fixed_style = self.get_component_styles("datatable--header").rich_style
+            else:
+                fixed_style = self.get_component_styles("datatable--fixed").rich_style
+                fixed_style += Style.from_meta({"fixed": True})
+            fixed_row = cells(0, min(n_fixed, len(columns)), fixed_style)
+        row_style = self._get_row_style(row_index, base_style)
+        scrollable_row = cells(0, len(columns), row_style)
+        remaining = max(0, self.size.width - sum(widths[n_fixed:]))
+        if cursor_type == "row":
+            extend_style, _ = self._get_styles_to_render_cell(
+                row_index == -1, False, False, highlight(hover_location, Coordinate(row_index or 0, 0), cursor_type),
+                row_index == cursor_location.row, show_cursor, show_hover, False, False)
+            extend_style = row_style + extend_style
+        elif row_style.bgcolor is not None:
+            faded = Color.from_rich_color(row_style.bgcolor).blend(self.background_colors[1], factor=0.25)
+            extend_style = Style.from_color(color=row_style.color, bgcolor=faded.rich_color)
+        else:
+            extend_style = Style.from_color(row_style.color, row_style.bgcolor)
+        extend_style += Style.from_meta({"row": row_index, "column": 0, "out_of_bounds": True})
+        scrollable_row.append([Segment(" " * remaining, extend_style)])
+        cache[cache_key] = pair = (fixed_row, scrollable_row)
+        return pair
 
     def update_cell(self, row_key: RowKey | str, column_key: ColumnKey | str, value: CellType, *,
                     update_width: bool = False) -> None:
