@@ -17,6 +17,7 @@ from nodeconsole.screens.base import SnapshotScreen
 from nodeconsole.screens.widgets.details import gpu_details, vm_details
 from nodeconsole.screens.widgets.gpu_text import link_text, memory_text, owner_text, short_name
 from nodeconsole.screens.widgets.keyed_table import Col, KeyedTable
+from nodeconsole.screens.widgets.sparks import Sparks
 from nodeconsole.screens.widgets.text import metric, plain_text, severity_text, spark
 
 # priority: the columns that keep their full text longest when the terminal is narrow (keyed_table.py);
@@ -38,13 +39,14 @@ def gpu_rows(snap: HostSnapshot):
                           util, memory_text(g), metric(g.temperature_c, "C"), link_text(g))
 
 
-def vm_rows(snap: HostSnapshot, history: dict[str, list]):
+def vm_rows(snap: HostSnapshot, history: dict[str, list], sparks: Sparks | None = None):
+    draw = sparks or (lambda _name, values: spark(values))
     for v in snap.vms:
         align = vm_alignment(snap, v)
         mark = {"cross-numa": "✖ cross", "aligned": "ok", "unpinned": "unpinned"}.get(align, "")
         gpus = sorted({f"GPU{snap.gpu(h.gpu).index}" for h in v.hostdevs if h.gpu and snap.gpu(h.gpu)})
         yield v.name, (v.name, v.state, str(v.vcpus), metric(v.cpu_percent, "", 0),
-                       spark(history.get(v.name, [])), mark, ",".join(gpus))
+                       draw(v.name, history.get(v.name, ())), mark, ",".join(gpus))
 
 
 def host_info(snap: HostSnapshot) -> str:
@@ -249,6 +251,7 @@ class OverviewScreen(SnapshotScreen):
         self._more: dict[str, tuple[int, int]] = {}  # table id -> rows (above, below) out of sight
         self._problems: tuple | None = None
         self._targets: tuple = ()
+        self._sparks = Sparks()
 
     def action_setup(self) -> None:
         """Open the Setup screen on the first problem's doctor check (the check's fix is there)."""
@@ -310,7 +313,8 @@ class OverviewScreen(SnapshotScreen):
         pressure = pressure_line(snap)
         self.set_static("#pressure", lambda: one_line(pressure), pressure)
         self.query_one("#gpus", KeyedTable).sync(gpu_rows(snap))
-        self.query_one("#vms", KeyedTable).sync(vm_rows(snap, self.history))
+        self._sparks.keep(len(snap.vms))
+        self.query_one("#vms", KeyedTable).sync(vm_rows(snap, self.history, self._sparks))
         self._titles()
         if snap.problems != self._problems:  # where each problem is fixed: worked out when they change
             self._problems = snap.problems

@@ -20,6 +20,7 @@ from nodeconsole.screens.pin_view import rebalance_map
 from nodeconsole.screens.widgets.cpu_map import cpu_map
 from nodeconsole.screens.widgets.details import vm_details
 from nodeconsole.screens.widgets.keyed_table import Col, KeyedTable
+from nodeconsole.screens.widgets.sparks import Sparks
 from nodeconsole.screens.widgets.text import metric, spark
 
 COLS = [Col("name", "VM", 3), Col("state", "State", 1), Col("vcpus", "vCPU", 1), Col("cpu", "CPU%", 1),
@@ -27,13 +28,14 @@ COLS = [Col("name", "VM", 3), Col("state", "State", 1), Col("vcpus", "vCPU", 1),
         Col("hostdevs", "Devs")]
 
 
-def vm_rows(snap: HostSnapshot, history):
+def vm_rows(snap: HostSnapshot, history, sparks: Sparks | None = None):
+    draw = sparks or (lambda _name, values: spark(values))
     for v in snap.vms:
         align = vm_alignment(snap, v)
         mark = {"cross-numa": "✖ CROSS", "aligned": "ok", "unpinned": "unpinned"}.get(align, "")
         pins = format_cpulist(c for p in v.pins for c in p.cpus) or "-"
         yield v.name, (v.name, v.state, str(v.vcpus), metric(v.cpu_percent), metric(v.steal_percent, "", 1),
-                       spark(history.get(v.name, [])),
+                       draw(v.name, history.get(v.name, ())),
                        pins, mark, str(len(v.hostdevs)))
 
 
@@ -61,6 +63,10 @@ class VmsScreen(SnapshotScreen):
     SELECTION_TABLE = "vm-table"
     SELECTION = VmSelected
 
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self._sparks = Sparks()
+
     def compose_body(self) -> ComposeResult:
         yield KeyedTable(COLS, id="vm-table")
         yield Static(id="vm-table-more", classes="more")  # rows out of sight, when some are
@@ -71,7 +77,8 @@ class VmsScreen(SnapshotScreen):
 
     def render_snapshot(self, snap: HostSnapshot) -> None:
         table = self.query_one("#vm-table", KeyedTable)
-        table.sync(vm_rows(snap, self.history))
+        self._sparks.keep(len(snap.vms))
+        table.sync(vm_rows(snap, self.history, self._sparks))
         key = table.selected_key()
         pressure = pressure_line(snap)
         self.set_static("#vm-pressure", lambda: one_line(pressure), pressure)
