@@ -125,16 +125,18 @@ class KeyedTable(QuietTable):
 
     def sync(self, rows: Iterable[tuple[str, tuple]]) -> None:
         """Make the table show exactly `rows` (key, cells), touching only what changed."""
-        wanted = [(k, cells) for k, cells in rows if self._visible(cells)]
+        wanted = [(k, cells) for k, cells in rows if self._visible(cells)] if self.filter_text else list(rows)
         wanted_keys = [k for k, _ in wanted]
         self._grown, self._shrunk = False, set()
-        if list(self._rows) != wanted_keys and set(self._rows) - set(wanted_keys):
-            for k in list(self._rows):
-                if k not in wanted_keys:
-                    self.remove_row(k)
-                    self._forget(k)
-        order_ok = [k for k in self._rows] == [k for k in wanted_keys if k in self._rows]
-        if not order_ok:  # membership reshuffled (rare): rebuild keeping the cursor on its key
+        same = list(self._rows) == wanted_keys  # the usual tick: the same rows in the same order
+        if not same:
+            keep = set(wanted_keys)
+            for k in [k for k in self._rows if k not in keep]:
+                self.remove_row(k)
+                self._forget(k)
+        if not same and list(self._rows) != wanted_keys[:len(self._rows)]:
+            # reordered, or new rows that do not all come last (add_row appends): rebuild keeping the
+            # cursor on its key
             cursor_key = self._cursor_key()
             self.clear_rows()
             for k, cells in wanted:
