@@ -18,7 +18,7 @@ from nodeconsole.screens.widgets.details import gpu_details, vm_details
 from nodeconsole.screens.widgets.gpu_text import link_text, memory_text, owner_text, short_name
 from nodeconsole.screens.widgets.keyed_table import Col, KeyedTable
 from nodeconsole.screens.widgets.sparks import Sparks
-from nodeconsole.screens.widgets.text import metric, plain_text, severity_text, spark
+from nodeconsole.screens.widgets.text import SPARK_WIDTH, metric, plain_text, severity_text, spark
 
 # priority: the columns that keep their full text longest when the terminal is narrow (keyed_table.py);
 # a PCI address is never cut (its minimum width is its length)
@@ -26,7 +26,7 @@ GPU_COLS = [Col("idx", "#", 3), Col("smi", "smi", 1), Col("addr", "Address", 1, 
             Col("owner", "Owner", 2), Col("util", "Util", 1, 7), Col("mem", "Mem", 0, 6), Col("temp", "Temp"),
             Col("link", "Link", 0, 6)]  # x8/16↓: a downtrained link keeps its mark
 VM_COLS = [Col("name", "VM", 3), Col("state", "State", 1), Col("vcpus", "vCPU", 1), Col("cpu", "CPU%", 1),
-           Col("hist", "History", 0, 4), Col("numa", "NUMA", 1, 7), Col("gpus", "GPUs", 2)]
+           Col("hist", "History", 0, 4, SPARK_WIDTH), Col("numa", "NUMA", 1, 7), Col("gpus", "GPUs", 2)]
 
 
 def gpu_rows(snap: HostSnapshot):

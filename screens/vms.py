@@ -21,10 +21,10 @@ from nodeconsole.screens.widgets.cpu_map import cpu_map
 from nodeconsole.screens.widgets.details import vm_details
 from nodeconsole.screens.widgets.keyed_table import Col, KeyedTable
 from nodeconsole.screens.widgets.sparks import Sparks
-from nodeconsole.screens.widgets.text import metric, spark
+from nodeconsole.screens.widgets.text import SPARK_WIDTH, metric, spark
 
 COLS = [Col("name", "VM", 3), Col("state", "State", 1), Col("vcpus", "vCPU", 1), Col("cpu", "CPU%", 1),
-        Col("steal", "Steal"), Col("hist", "History", 0, 4), Col("pins", "Pinned to", 2), Col("numa", "NUMA", 1, 7),
+        Col("steal", "Steal"), Col("hist", "History", 0, 4, SPARK_WIDTH), Col("pins", "Pinned to", 2), Col("numa", "NUMA", 1, 7),
         Col("hostdevs", "Devs")]
 
 

@@ -30,12 +30,15 @@ MIN_WIDTH = 4  # a shrunk column keeps at least this many cells (or its label's 
 @dataclass(frozen=True)
 class Col:
     """A table column. `priority`: higher keeps its full text longer when the row is wider than the
-    table. `min_width`: never shrunk below this (0: the label's width, at least MIN_WIDTH)."""
+    table. `min_width`: never shrunk below this (0: the label's width, at least MIN_WIDTH). `reserve`:
+    the width the column takes from the start when there is room, for cells that grow to a known width
+    (a sparkline filling up): the columns right of it do not move each time it grows."""
 
     key: str
     label: str
     priority: int = 0
     min_width: int = 0
+    reserve: int = 0
 
 
 def as_col(spec: Col | tuple) -> Col:
@@ -102,7 +105,7 @@ class KeyedTable(QuietTable):
         self._columns = [as_col(c) for c in columns]
         self._rows: dict[str, tuple] = {}
         self._lens: dict[str, tuple[int, ...]] = {}  # each row's cell widths, for the natural widths
-        self._labels = [Text(c.label).cell_len for c in self._columns]
+        self._labels = [max(Text(c.label).cell_len, c.reserve) for c in self._columns]
         self._natural = list(self._labels)  # the widest cell (or label) of each column
         self._widths: list[int] = []  # the content widths the columns have now
         self._grown = False  # during a sync: a cell got wider than its column's widest

@@ -14,7 +14,10 @@ from nodeconsole.console.model import format_metric
 BLOCKS = " ▁▂▃▄▅▆▇█"
 
 
-def spark(values: Iterable[float | None], width: int = 12, top: float | None = None) -> str:
+SPARK_WIDTH = 12  # bars a sparkline shows (the newest); its table column is this wide from the start
+
+
+def spark(values: Iterable[float | None], width: int = SPARK_WIDTH, top: float | None = None) -> str:
     vals = [v for v in values if v is not None][-width:]
     if not vals:
         return ""
