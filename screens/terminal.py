@@ -73,6 +73,21 @@ class ScreenShadow:
             if row is None or text == "\n":
                 continue
             style = look(segment.style)
+            end = x + len(text)
+            if end <= width and text.isascii() and text.isprintable():
+                # the common case, one cell a character: compare the run at once, cell by cell only
+                # where it differs
+                cells = [(ch, style) for ch in text]
+                if row[x:end] != cells:
+                    for i, cell in enumerate(cells, x):
+                        if row[i] != cell:
+                            row[i] = cell
+                            marks.append(i)
+                if end < width and row[end] is not None and row[end][0] == WIDE:  # type: ignore[index]
+                    row[end] = None  # the left half of a wide character was overwritten
+                    marks.append(end)
+                x = end
+                continue
             for ch in text:
                 w = get_character_cell_size(ch)
                 if w == 0:  # a combining mark joins the character before it
