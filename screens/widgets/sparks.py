@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from nodeconsole.screens.widgets.text import spark
+from nodeconsole.screens.widgets.text import BLOCKS, SPARK_FLOOR, spark
 
 
 class Sparks:
@@ -12,14 +12,31 @@ class Sparks:
         self._last: dict[str, tuple[tuple, str]] = {}
 
     def __call__(self, name: str, values: Sequence[float | None]) -> str:
+        values = values if isinstance(values, tuple) else tuple(values)
         seen = self._last.get(name)
-        if seen is not None and seen[0] == values:
-            return seen[1]
+        if seen is not None:
+            old, line = seen
+            if old == values:
+                return line
+            last = values[-1] if values else None
+            if (line and last is not None and old[-1] is not None and len(old) == len(values)
+                    and last <= SPARK_FLOOR and values[:-1] == old[:-1] and _floor_scaled(line)):
+                # between two bars only the bar filling now moves: its block alone is worked out again
+                # (the scale is the floor's while every bar in sight is below it)
+                line = line[:-1] + BLOCKS[min(8, max(0, round(last / SPARK_FLOOR * 8)))]
+                self._last[name] = (values, line)
+                return line
         line = spark(values)
-        self._last[name] = (values if isinstance(values, tuple) else tuple(values), line)
+        self._last[name] = (values, line)
         return line
 
     def keep(self, count: int) -> None:
         """Forget every line once far more are held than the `count` VMs there are now (VMs gone)."""
         if len(self._last) > 2 * count + 64:
             self._last.clear()
+
+
+def _floor_scaled(line: str) -> bool:
+    """Whether a sparkline was drawn on the floor's scale: no bar in it is full, or a full one is exactly
+    the floor (spark() scales to the highest bar when one is above SPARK_FLOOR)."""
+    return BLOCKS[8] not in line

@@ -15,13 +15,14 @@ BLOCKS = " ▁▂▃▄▅▆▇█"
 
 
 SPARK_WIDTH = 12  # bars a sparkline shows (the newest); its table column is this wide from the start
+SPARK_FLOOR = 100.0  # percent of one CPU: a full block is at least one busy CPU
 
 
 def spark(values: Iterable[float | None], width: int = SPARK_WIDTH, top: float | None = None) -> str:
     vals = [v for v in values if v is not None][-width:]
     if not vals:
         return ""
-    hi = top or max(max(vals), 100.0)  # percent of one CPU: a full block is at least one busy CPU
+    hi = top or max(max(vals), SPARK_FLOOR)
     return "".join(BLOCKS[min(8, max(0, round(v / hi * 8)))] for v in vals)
 
 

@@ -34,3 +34,26 @@ def test_vms_gone_are_forgotten():
     memo.keep(10)  # most of those VMs are gone
     assert memo._last == {}
     assert memo("new", (50.0,)) == spark((50.0,))
+
+
+def test_the_bar_filling_now_is_redrawn_alone_and_right(monkeypatch):
+    """Between two bars only the last value moves: the line is patched in its last block, and equals
+    spark()'s whenever the scale is the floor's; above it (a busy multi-vCPU VM) the line is drawn anew."""
+    drawn: list[tuple] = []
+    monkeypatch.setattr(sparks_module, "spark", lambda values: drawn.append(tuple(values)) or spark(values))
+    rng = random.Random(11)
+    memo = Sparks()
+    done: tuple = ()
+    patched = 0
+    for _bar in range(60):
+        top = 180.0 if rng.random() < 0.03 else rng.choice([40.0, 90.0])  # now and then above one busy CPU
+        if rng.random() < 0.1:
+            done = (*done, None)[-29:]
+        for _poll in range(5):
+            values = (*done, rng.uniform(0, top))
+            before = len(drawn)
+            assert memo("vm", values) == spark(values)
+            patched += len(drawn) == before
+        done = (*done, values[-1])[-29:]
+    assert patched > 150  # most polls only patched the last block
+
