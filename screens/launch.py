@@ -38,7 +38,9 @@ def _run_console(args: argparse.Namespace) -> int:
     # The host's first, sysfs-only snapshot is taken from here, in a child process beside Textual's
     # import and start-up (console/first_look.py); the console prepares its own sources in its first
     # poll, after the first frame.
-    first = FirstLook(lambda: seams_from_args(args), process=True,
+    # Not for a replay: opening a capture unpacks it into a scratch directory removed at exit, and the
+    # child leaves without running exit handlers (the console opens it once, on the thread).
+    first = FirstLook(lambda: seams_from_args(args), process=not getattr(args, "replay", None),
                       sysfs_factory=lambda: seams_from_args(args, sysfs_only=True))
     from nodeconsole.screens.app import run_app
 

@@ -272,3 +272,25 @@ def test_the_childs_sysfs_only_seams_give_the_same_first_look(demo_seams, tmp_pa
     b = Collector(full).collect(partial=True)
     assert dataclasses.replace(a, taken_at=0.0) == dataclasses.replace(b, taken_at=0.0)
     assert len(a.gpus) == 8
+
+
+def test_a_replay_takes_its_first_look_on_a_thread(monkeypatch, tmp_path):
+    """A capture is unpacked into a scratch directory removed by an exit handler, which a forked child
+    never runs: a replay's first look stays in the console's process (the demo's goes to a child)."""
+    import nodeconsole.console.first_look as first_look
+    import nodeconsole.screens.app as app_module
+    from nodeconsole.screens.launch import main
+
+    asked = []
+
+    class Look:
+        def __init__(self, factory, process=False, **_kw):
+            asked.append(process)
+
+    monkeypatch.setattr(first_look, "FirstLook", Look)
+    monkeypatch.setattr(app_module, "run_app", lambda *_a, **_kw: 0)
+    capture = tmp_path / "host.tar.gz"
+    capture.write_bytes(b"not read in this test")
+    assert main(["--replay", str(capture)]) == 0
+    assert main(["--demo"]) == 0
+    assert asked == [False, True]
