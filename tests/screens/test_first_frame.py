@@ -45,23 +45,8 @@ async def test_a_first_look_started_before_the_app_is_the_first_frame(demo_seams
 
     first = FirstLook(lambda: demo_seams)
     assert first.wait(30) and first.error is None and len(first.snapshot.gpus) == 8
-    mounted = []
-
-    class Watch(NodeConsoleApp):
-        def on_mount(self) -> None:
-            super().on_mount()
-            mounted.append(self.snapshot)  # what the first frame is drawn from
-
-    app = Watch(first, interval=5)
-    async with app.run_test(size=(80, 24)) as pilot:
-        assert len(mounted) == 1 and mounted[0] is first.snapshot
-        await pilot.pause()
-        assert app.screen.query_one("#gpus").row_count == 8
-        for _ in range(100):
-            await pilot.pause(0.05)
-            if app.polls:
-                break
-        assert app.collector is first.collector and len(app.snapshot.vms) == 13
+    app = await _first_frame_then_a_poll(first)
+    assert app.collector is first.collector and len(app.snapshot.vms) == 13
 
 
 async def test_a_slow_or_failing_first_look_does_not_hold_the_console(demo_seams):
@@ -123,11 +108,18 @@ async def test_a_first_look_taken_in_a_child_process_is_the_first_frame(demo_sea
         return demo_seams
 
     first.factory = factory
+    app = await _first_frame_then_a_poll(first)
+    assert made == [1] and app.collector is not None and len(app.snapshot.vms) == 13
+
+
+async def _first_frame_then_a_poll(first) -> NodeConsoleApp:
+    """The console on a first look: its first frame is drawn from the look's snapshot and lists the 8
+    GPUs; returned after its first full poll."""
     mounted = []
 
     class Watch(NodeConsoleApp):
         def on_mount(self) -> None:
-            mounted.append(self.snapshot)
+            mounted.append(self.snapshot)  # what the first frame is drawn from
             super().on_mount()
 
     app = Watch(first, interval=5)
@@ -139,7 +131,7 @@ async def test_a_first_look_taken_in_a_child_process_is_the_first_frame(demo_sea
             await pilot.pause(0.05)
             if app.polls:
                 break
-        assert made == [1] and app.collector is not None and len(app.snapshot.vms) == 13
+    return app
 
 
 CHILD_LOOK = """
