@@ -39,8 +39,8 @@ def test_partial_collect_marks_sources_pending(demo_seams):
 
 
 async def test_a_first_look_started_before_the_app_is_the_first_frame(demo_seams):
-    """The launcher starts the first look (seams + a sysfs-only snapshot) on a thread before Textual is
-    imported: when it is ready, the screen's first picture already lists the GPUs."""
+    """A first look taken on a thread (where the launcher cannot fork): its seams and collector become the
+    console's, and its sysfs-only snapshot is the screen's first picture, which already lists the GPUs."""
     from nodeconsole.console.first_look import FirstLook
 
     first = FirstLook(lambda: demo_seams)
