@@ -7,7 +7,6 @@ common subclasses (names as pci.ids spells them).
 """
 from __future__ import annotations
 
-import mmap
 import os
 import re
 import threading
@@ -123,6 +122,34 @@ CLASSES: dict[int, tuple[str, dict[int, str]]] = {
 }
 
 
+_MAX_FILE = 64 << 20  # pci.ids is ~1.3 MB; a larger file is read this far
+
+
+class _View:
+    """The file during one lookup, read (never mapped: a file truncated while mapped kills the process
+    with SIGBUS): whole only when a vendor is first looked for or the classes are, else one vendor's
+    byte range."""
+
+    def __init__(self, fd: int, size: int) -> None:
+        self.fd, self.size = fd, min(size, _MAX_FILE)
+        self._whole: bytes | None = None
+
+    def whole(self) -> bytes:
+        if self._whole is None:
+            self._whole = self.part(0, self.size)
+        return self._whole
+
+    def part(self, start: int, end: int) -> bytes:
+        chunks, at = [], start
+        while at < end:
+            chunk = os.pread(self.fd, end - at, at)
+            if not chunk:  # the file got shorter: what there is
+                break
+            chunks.append(chunk)
+            at += len(chunk)
+        return b"".join(chunks)
+
+
 _BLOCK_END = re.compile(rb"\n[^\t#\r\n]")  # the next top-level line: another vendor, a class, a section
 
 
@@ -130,8 +157,8 @@ class PciIds:
     """One pci.ids database. `paths` are tried in order; none readable → built-in names only.
 
     Nothing of the file (~1.3 MB, ~17,000 devices) is parsed or held ahead: each vendor and device is
-    looked up in the file when first asked for (the file mapped, searched, unmapped: a few dozen
-    microseconds) and only the names asked for are kept (a host has a few dozen); the classes section
+    looked up in the file when first asked for (the whole file read once per vendor, then only that
+    vendor's lines) and only the names asked for are kept (a host has a few dozen); the classes section
     (a few hundred lines at the end) is parsed on the first class asked for. A whole-file index took
     ~7 ms and held ~0.6 MiB for the console's lifetime."""
 
@@ -164,9 +191,9 @@ class PciIds:
                 break
             self._loaded = True
 
-    def _search(self, find: Callable[[mmap.mmap | bytes], object]) -> object:
-        """Run `find` over the file's bytes (mapped, not read; under the lock). A file rewritten since it
-        was first opened (update-pciids, a package upgrade) drops the devices found in the old one."""
+    def _search(self, find: Callable[[_View], object]) -> object:
+        """Run `find` over the file (under the lock). A file rewritten since it was first opened
+        (update-pciids, a package upgrade) drops every name found in the old one."""
         if self.source is None:
             return None
         try:
@@ -175,27 +202,26 @@ class PciIds:
                 identity = (st.st_ino, st.st_size, st.st_mtime_ns)
                 if identity != self._identity:
                     self._identity = identity
+                    self._vendors.clear()
                     self._devices.clear()
                     self._blocks.clear()
                     self._classes = None
-                if st.st_size == 0:
-                    return find(b"")
-                with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as data:
-                    return find(data)
+                return find(_View(f.fileno(), st.st_size))
         except (OSError, ValueError):
             return None
 
     @staticmethod
-    def _line_after(data: mmap.mmap | bytes, key: bytes, start: int = 0, end: int | None = None) -> int:
+    def _line_after(data: bytes, key: bytes, start: int = 0, end: int | None = None,
+                    first_line: bool = False) -> int:
         """Where the text after `key` ("\n" + an id) starts on a line of its own, -1 when not there: the id
-        must be followed by a space or a tab (1234 is not 12345's line). The file's first line, which
-        has no newline before it, is looked at too."""
+        must be followed by a space or a tab (1234 is not 12345's line). With `first_line`, the data's
+        first line (no newline before it) is looked at too."""
         stop = len(data) if end is None else end
         pos = start
         while True:
             at = data.find(key, pos, stop)
             if at < 0:
-                if start == 0 and data[:len(key) - 1] == key[1:] and data[len(key) - 1:len(key)] in (b" ", b"\t"):
+                if first_line and data[:len(key) - 1] == key[1:] and data[len(key) - 1:len(key)] in (b" ", b"\t"):
                     return len(key) - 1
                 return -1
             after = at + len(key)
@@ -204,17 +230,18 @@ class PciIds:
             pos = after
 
     @staticmethod
-    def _rest_of_line(data: mmap.mmap | bytes, at: int) -> str:
+    def _rest_of_line(data: bytes, at: int) -> str:
         stop = data.find(b"\n", at)
-        return bytes(data[at:stop if stop >= 0 else len(data)]).strip(b" \t\r").decode("utf-8", "replace")
+        return data[at:stop if stop >= 0 else len(data)].strip(b" \t\r").decode("utf-8", "replace")
 
-    def _block(self, data: mmap.mmap | bytes, vendor: int) -> tuple[int, int] | None:
+    def _block(self, view: _View, vendor: int) -> tuple[int, int] | None:
         """Where a vendor's name starts in the file and where its device lines end (kept: a host's
         devices are looked up in the lines of a few vendors, each found once)."""
         block = self._blocks.get(vendor)
         if block is None:
+            data = view.whole()
             for form in (b"\n%04x", b"\n%04X"):
-                at = self._line_after(data, form % vendor)
+                at = self._line_after(data, form % vendor, first_line=True)
                 if at >= 0:
                     m = _BLOCK_END.search(data, at)
                     block = self._blocks[vendor] = (at, m.start() if m else len(data))
@@ -222,30 +249,32 @@ class PciIds:
         return block
 
     def _find_vendor(self, vendor: int) -> tuple[str, int] | None:
-        def find(data: mmap.mmap | bytes) -> tuple[str, int] | None:
-            block = self._block(data, vendor)
-            return (self._rest_of_line(data, block[0]), block[0]) if block else None
+        def find(view: _View) -> tuple[str, int] | None:
+            block = self._block(view, vendor)
+            return (self._rest_of_line(view.part(*block), 0), block[0]) if block else None
 
         found = self._search(find)
         return found if isinstance(found, tuple) else None
 
     def _find_device(self, vendor: int, device: int) -> str:
         """The name of one device, looked up in its vendor's lines of the file ("" when not there)."""
-        def find(data: mmap.mmap | bytes) -> str:
-            block = self._block(data, vendor)
+        def find(view: _View) -> str:
+            block = self._block(view, vendor)
             if block is None:
                 return ""
+            lines = view.part(*block)  # the vendor's name, then its device lines
             for form in (b"\n\t%04x", b"\n\t%04X"):
-                at = self._line_after(data, form % device, block[0], block[1])
+                at = self._line_after(lines, form % device)
                 if at >= 0:
-                    return self._rest_of_line(data, at)
+                    return self._rest_of_line(lines, at)
             return ""
 
         found = self._search(find)
         return found if isinstance(found, str) else ""
 
     def _load_classes(self) -> dict[int, str]:
-        def find(data: mmap.mmap | bytes) -> dict[int, str]:
+        def find(view: _View) -> dict[int, str]:
+            data = view.whole()
             classes: dict[int, str] = {}
             at = data.find(b"\nC ")
             while at >= 0:
@@ -253,8 +282,8 @@ class PciIds:
                 head_end = head_end if head_end >= 0 else len(data)
                 m = _BLOCK_END.search(data, head_end)
                 end = m.start() if m else len(data)
-                self._parse_classes(bytes(data[at + 1:head_end]).decode("utf-8", "replace"),
-                                    bytes(data[head_end:end]).decode("utf-8", "replace"), classes)
+                self._parse_classes(data[at + 1:head_end].decode("utf-8", "replace"),
+                                    data[head_end:end].decode("utf-8", "replace"), classes)
                 at = end if data[end + 1:end + 3] == b"C " else -1
             return classes
 

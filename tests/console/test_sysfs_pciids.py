@@ -121,3 +121,31 @@ def test_a_device_is_found_only_in_its_own_vendors_lines(tmp_path: Path) -> None
     assert ids.device_name(0x10DE, 0x22A3) == "GH100 [H100 NVSwitch]"  # after a subsystem line
     assert ids.device_name(0xFFFF, 0x0000) == ""
     assert ids.class_name(0x0C0330) == "USB controller" and ids.class_name(0x030000) == "VGA compatible controller"
+
+
+def test_names_follow_a_database_replaced_while_running(tmp_path: Path) -> None:
+    """A database replaced (update-pciids writes a new file) is read afresh at the next lookup: vendor
+    names too, including a vendor the old file did not have."""
+    path = tmp_path / "pci.ids"
+    path.write_text(SAMPLE)
+    ids = PciIds((path,))
+    assert ids.vendor_name(0xABCD) == "" and ids.vendor_name(0x15B3) == "Mellanox Technologies"
+    new = tmp_path / "pci.ids.new"
+    new.write_text(SAMPLE.replace("15b3  Mellanox Technologies", "15b3  Mellanox Technologies (NVIDIA)")
+                   + "abcd  Added Vendor\n\tbeef  Added Device\n")
+    new.replace(path)
+    assert ids.device_name(0xABCD, 0xBEEF) == "Added Device"  # a new lookup notices the new file
+    assert ids.vendor_name(0xABCD) == "Added Vendor"
+    assert ids.vendor_name(0x15B3) == "Mellanox Technologies (NVIDIA)"
+
+
+def test_a_database_cut_short_while_running_gives_no_name_and_no_crash(tmp_path: Path) -> None:
+    path = tmp_path / "pci.ids"
+    path.write_text(SAMPLE)
+    ids = PciIds((path,))
+    assert ids.vendor_name(0x10DE) == "NVIDIA Corporation"
+    with open(path, "r+b") as f:  # rewritten in place, shorter (cp over it truncates first)
+        f.truncate(40)
+    assert ids.device_name(0x15B3, 0x101D) == "MT2892 Family [ConnectX-6 Dx]"  # the built-in table
+    assert ids.device_name(0x10DE, 0x22A3) == "GH100 [H100 NVSwitch]"  # the built-in table
+    assert ids.device_name(0x10DE, 0x1234) == ""
