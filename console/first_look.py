@@ -67,7 +67,11 @@ class FirstLook:
 
     # -- the child-process way ---------------------------------------------------------------------
     def _fork(self) -> None:
-        r, w = os.pipe()
+        try:
+            r, w = os.pipe()
+        except OSError:  # out of file descriptors: the thread way
+            threading.Thread(target=self._run, name="first-look", daemon=True).start()
+            return
         try:
             pid = os.fork()
         except OSError:
@@ -80,7 +84,12 @@ class FirstLook:
             _child(self.sysfs_factory, w)
         os.close(w)
         self.in_process = True
-        threading.Thread(target=self._receive, args=(pid, r), name="first-look", daemon=True).start()
+        try:
+            threading.Thread(target=self._receive, args=(pid, r), name="first-look", daemon=True).start()
+        except RuntimeError:  # no thread to read it with: the child is told (a closed pipe) and reaped
+            os.close(r)
+            os.waitpid(pid, 0)
+            self._done.set()
 
     def _receive(self, pid: int, r: int) -> None:
         """Read the child's answer to its end; a child that failed or died leaves no snapshot, and the

@@ -42,6 +42,7 @@ if TYPE_CHECKING:  # the actions and the NCCL screen are imported on first use
 HISTORY = 30  # bars of VM CPU % kept for the sparklines
 BAR_S = 5.0  # seconds of polls one sparkline bar averages: a sparkline moves once per bar, not per poll
 FIRST_LOOK_WAIT_S = 0.25  # how long the first frame waits for the host's first, sysfs-only snapshot
+GC_RESUME_S = 0.2  # after the first frame, when the garbage collector paused at launch resumes
 
 # (action name, parameters) -> the screens (modes) the registry says the action works on
 _WHERE: dict[tuple[str, tuple[object, ...]], tuple[str, ...]] = {
@@ -148,7 +149,7 @@ class NodeConsoleApp(App):
         super()._display(screen, renderable)
         if self.gc_paused:
             self.gc_paused = False
-            resume_gc()
+            self.set_timer(GC_RESUME_S, resume_gc)  # once the first frame has gone out
 
     def action_redraw(self) -> None:
         self.shadow.reset()
@@ -555,8 +556,10 @@ def resume_gc() -> None:
     """The launcher (screens/launch.py) pauses Python's cyclic garbage collector until the first frame
     is on the screen: start-up allocates hundreds of thousands of objects that live as long as the
     console (modules, classes, widgets), and the collections they trigger cost ~30 ms of the first
-    frame. Then everything alive is moved out of the collector's way for good (`gc.freeze`): later
-    collections look only at what was allocated since, which also makes them cheaper each second."""
+    frame. Then start-up's garbage is collected once and everything still alive is moved out of the
+    collector's way for good (`gc.freeze`): later collections look only at what was allocated since,
+    which also makes them cheaper each second."""
     if not gc.isenabled():
+        gc.collect()
         gc.freeze()
         gc.enable()

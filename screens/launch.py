@@ -13,20 +13,21 @@ from nodeconsole.console.cli import seams_from_args
 
 
 def run_console(args: argparse.Namespace) -> int:
-    # No cyclic garbage collection until the first frame is drawn (screens/app.py resume_gc): what
-    # start-up allocates lives as long as the console, and collecting over it costs the first frame.
-    gc.disable()
-    try:
-        return _run_console(args)
-    finally:
-        gc.enable()
-
-
-def _run_console(args: argparse.Namespace) -> int:
     if getattr(args, "fleet", None):
         from nodeconsole.screens.fleet import run_fleet
 
         return run_fleet(args.fleet, theme=args.theme)
+    # No cyclic garbage collection until the host console's first frame is drawn (screens/app.py
+    # resume_gc): what start-up allocates lives as long as the console, and collecting over it costs
+    # the first frame.
+    gc.disable()
+    try:
+        return _run_host_console(args)
+    finally:
+        gc.enable()
+
+
+def _run_host_console(args: argparse.Namespace) -> int:
     from nodeconsole.console.cli import UsageError
     from nodeconsole.console.first_look import FirstLook
     from nodeconsole.themes import resolve

@@ -217,8 +217,12 @@ async def test_the_garbage_collector_paused_at_launch_resumes_after_the_first_fr
     try:
         async with app.run_test(size=(80, 24)) as pilot:
             await pilot.pause()
-            assert gc.isenabled() and not app.gc_paused
-            assert gc.get_freeze_count() > frozen
+            assert not app.gc_paused  # the first frame is drawn: resuming is scheduled
+            for _ in range(50):
+                await pilot.pause(0.05)
+                if gc.isenabled():
+                    break
+            assert gc.isenabled() and gc.get_freeze_count() > frozen
     finally:
         gc.enable()
         gc.unfreeze()
@@ -286,3 +290,17 @@ def test_a_replay_takes_its_first_look_on_a_thread(monkeypatch, tmp_path):
     assert main(["--replay", str(capture)]) == 0
     assert main(["--demo"]) == 0
     assert asked == [False, True]
+
+
+def test_the_fleet_console_runs_with_the_garbage_collector_on(monkeypatch):
+    """Only the host console resumes the collector after its first frame: the fleet console is never
+    started with it paused."""
+    import gc
+
+    import nodeconsole.screens.fleet as fleet
+    from nodeconsole.screens.launch import main
+
+    seen = []
+    monkeypatch.setattr(fleet, "run_fleet", lambda url, theme=None: seen.append((url, gc.isenabled())) or 0)
+    assert main(["--fleet", "http://127.0.0.1:9090"]) == 0
+    assert seen == [("http://127.0.0.1:9090", True)]
