@@ -179,3 +179,23 @@ def test_the_cpu_layout_follows_the_cpus_it_is_asked_about() -> None:
     assert cpu_layout(a) == ([0, 2, 3], {0: 0, 1: 0, 2: 1, 3: 1})
     assert cpu_layout(b) == ([0, 1, 2], {0: 0, 1: 0, 2: 0})
     assert cpu_layout(a) == ([0, 2, 3], {0: 0, 1: 0, 2: 1, 3: 1})
+
+
+@pytest.mark.parametrize("extreme", ["high", "zero", "missing"])
+def test_no_problem_moves_with_the_per_poll_figures(parts, extreme) -> None:
+    """What the proxy above cannot see (a check reading a figure through a snapshot method): every
+    per-poll figure pushed to an extreme leaves the problems as they are."""
+    snap = _assemble(parts)
+    value = {"high": 10**6, "zero": 0, "missing": None}[extreme]
+
+    def figures(obj, names):
+        return {n: (() if n == "processes" else value) for n in names if n in vars(obj)}
+
+    moved = replace(
+        snap, taken_at=12345.0,
+        load=Load(cpu_percent=tuple(100.0 for _ in snap.load.cpu_percent), load_avg=(999.0, 999.0, 999.0))
+        if extreme == "high" else Load(),
+        gpus=tuple(replace(g, **figures(g, GPU_FIGURES)) for g in snap.gpus),
+        vms=tuple(replace(v, **figures(v, VM_FIGURES)) for v in snap.vms))
+    assert moved.gpus != snap.gpus and moved.vms != snap.vms
+    assert find_problems(moved) == find_problems(snap) == snap.problems
