@@ -26,7 +26,7 @@ GPU_COLS = [Col("idx", "#", 3), Col("smi", "smi", 1), Col("addr", "Address", 1, 
             Col("owner", "Owner", 2), Col("util", "Util", 1, 7), Col("mem", "Mem", 0, 6), Col("temp", "Temp"),
             Col("link", "Link", 0, 6)]  # x8/16↓: a downtrained link keeps its mark
 VM_COLS = [Col("name", "VM", 3), Col("state", "State", 1), Col("vcpus", "vCPU", 1), Col("cpu", "CPU%", 1),
-           Col("hist", "History", 0, 4, SPARK_WIDTH), Col("numa", "NUMA", 1, 7), Col("gpus", "GPUs", 2)]
+           Col("hist", "History", 0, 4, SPARK_WIDTH, keep_end=True), Col("numa", "NUMA", 1, 7), Col("gpus", "GPUs", 2)]
 
 
 def gpu_rows(snap: HostSnapshot):

@@ -24,8 +24,8 @@ from nodeconsole.screens.widgets.sparks import Sparks
 from nodeconsole.screens.widgets.text import SPARK_WIDTH, metric, spark
 
 COLS = [Col("name", "VM", 3), Col("state", "State", 1), Col("vcpus", "vCPU", 1), Col("cpu", "CPU%", 1),
-        Col("steal", "Steal"), Col("hist", "History", 0, 4, SPARK_WIDTH), Col("pins", "Pinned to", 2), Col("numa", "NUMA", 1, 7),
-        Col("hostdevs", "Devs")]
+        Col("steal", "Steal"), Col("hist", "History", 0, 4, SPARK_WIDTH, keep_end=True), Col("pins", "Pinned to", 2),
+        Col("numa", "NUMA", 1, 7), Col("hostdevs", "Devs")]
 
 
 def vm_rows(snap: HostSnapshot, history, sparks: Sparks | None = None):

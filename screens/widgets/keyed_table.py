@@ -32,13 +32,15 @@ class Col:
     """A table column. `priority`: higher keeps its full text longer when the row is wider than the
     table. `min_width`: never shrunk below this (0: the label's width, at least MIN_WIDTH). `reserve`:
     the width the column takes from the start when there is room, for cells that grow to a known width
-    (a sparkline filling up): the columns right of it do not move each time it grows."""
+    (a sparkline filling up): the columns right of it do not move each time it grows. `keep_end`: a
+    cell wider than its column shows its end (a sparkline's newest bars), not its start."""
 
     key: str
     label: str
     priority: int = 0
     min_width: int = 0
     reserve: int = 0
+    keep_end: bool = False
 
 
 def as_col(spec: Col | tuple) -> Col:
@@ -160,7 +162,7 @@ class KeyedTable(QuietTable):
                         shown = _cell(b)
                         self._measure(lens, i, shown.cell_len)
                         # the layout sets the widths: DataTable never re-measures a column
-                        self.update_cell(k, c.key, shown, update_width=False)
+                        self.update_cell(k, c.key, self._fit(i, shown), update_width=False)
                 self._lens[k] = tuple(lens)
                 self._rows[k] = cells
         if self._shrunk:
@@ -182,9 +184,18 @@ class KeyedTable(QuietTable):
         lens = [0] * len(self._columns)
         for i, text in enumerate(shown[:len(lens)]):
             self._measure(lens, i, text.cell_len)
-        self.add_row(*shown, key=key)
+        self.add_row(*(self._fit(i, t) for i, t in enumerate(shown)), key=key)
         self._rows[key] = cells
         self._lens[key] = tuple(lens)
+
+    def _fit(self, i: int, text: Text) -> Text:
+        """A keep_end column's cell cut to its end when wider than the column (others are cut by the
+        table, at their end)."""
+        if i < len(self._columns) and self._columns[i].keep_end and i < len(self._widths):
+            width = self._widths[i]
+            if text.cell_len > width > 0 and len(text.plain) == text.cell_len:  # one cell a character
+                return text[len(text.plain) - width:]
+        return text
 
     def _measure(self, lens: list[int], i: int, width: int) -> None:
         old, lens[i] = lens[i], width
@@ -213,10 +224,15 @@ class KeyedTable(QuietTable):
         widths = fit_widths(self._columns, self._natural, self.room())
         if widths == self._widths:
             return
-        self._widths = widths
+        was, self._widths = self._widths, widths
         for c, width in zip(self._columns, widths):
             column = self.columns[c.key]  # type: ignore[index]  # DataTable's keys compare equal to str
             column.auto_width, column.width = False, width
+        for i, c in enumerate(self._columns):
+            if c.keep_end and (i >= len(was) or was[i] != widths[i]):
+                for k, cells in self._rows.items():
+                    if i < len(cells):
+                        self.update_cell(k, c.key, self._fit(i, _cell(cells[i])), update_width=False)
         self._require_update_dimensions = True
         self._update_count += 1  # the rendered cells' cache key
         self._clear_caches()

@@ -60,3 +60,28 @@ async def test_columns_follow_their_cells_and_the_width():
         await pilot.resize_terminal(120, 10)  # wide again: every cell whole
         await pilot.pause()
         assert not table.is_cut("a") and table.column_widths()["name"] == 15
+
+
+class _Spark(App):
+    def compose(self) -> ComposeResult:
+        yield KeyedTable([Col("name", "Name", 2), Col("hist", "Hist", 0, 4, keep_end=True)], id="t")
+
+
+async def test_a_keep_end_column_narrower_than_its_cells_shows_their_ends():
+    """A sparkline squeezed by a narrow terminal shows its newest bars, not its oldest; wide again, all."""
+    app = _Spark()
+    async with app.run_test(size=(30, 6)) as pilot:
+        table = app.query_one(KeyedTable)
+        table.sync([("a", ("a-name-long-enough-to-squeeze", "▁▂▃▄▅▆▇█"))])
+        await pilot.pause()
+        assert table.column_widths()["hist"] == 4
+        line = table.render_line(1).text
+        assert "▅▆▇█" in line and "▃" not in line
+        table.sync([("a", ("a-name-long-enough-to-squeeze", "▁▂▃▄▅▆▇▁"))])  # the bar filling now moved
+        await pilot.pause()
+        line = table.render_line(1).text
+        assert "▅▆▇▁" in line and "▃" not in line
+        assert dict(table.full_row("a"))["Hist"] == "▁▂▃▄▅▆▇▁"  # the whole of it, for details
+        await pilot.resize_terminal(60, 6)
+        await pilot.pause()
+        assert "▁▂▃▄▅▆▇▁" in table.render_line(1).text
