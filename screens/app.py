@@ -21,6 +21,7 @@ from textual.screen import Screen
 from textual.scrollbar import ScrollBar, ScrollBarRender
 from textual.timer import Timer
 from textual.widget import AwaitMount
+from textual.widgets import Input
 
 from nodeconsole.console.collector import Collector
 from nodeconsole.console.first_look import FirstLook
@@ -269,6 +270,8 @@ class NodeConsoleApp(App):
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         """A command that works on some screens only is inactive elsewhere, so the footer leaves it
         out (Textual asks again for each screen it shows)."""
+        if action == "filter" and (isinstance(self.focused, Input) or not isinstance(self.screen, SnapshotScreen)):
+            return False  # `/` is text in a text field, and a dialog has no table of its own
         screens = _WHERE.get((action, tuple(parameters)))
         return not screens or self.current_mode in screens
 

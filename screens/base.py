@@ -168,7 +168,9 @@ class SnapshotScreen(Screen):
     def open_filter(self) -> None:
         box = self.query_one("#filter", Input)
         box.display = True
-        box.focus()
+        # at once, not after the events already queued (Widget.focus): `/train` typed in one go over SSH
+        # arrives as one read, and the keys after `/` are the filter's, not bindings (t, n…)
+        self.set_focus(box)
 
     def on_input_changed(self, event: Input.Changed) -> None:
         if event.input.id == "filter":

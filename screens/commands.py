@@ -19,6 +19,10 @@ class Command:
     # The screens (modes) the command works on; empty: every screen. Elsewhere its key is inactive and
     # the footer leaves it out (the palette still runs it, and it says where it works).
     screens: tuple[str, ...] = ()
+    # Handled as the key arrives, before the keys already read after it are passed on: `/` then moves the
+    # focus to the filter line, so `/train` typed in one go filters by "train" (the app declines it while
+    # a text field has the focus, so `/` can be typed there).
+    priority: bool = False
 
 
 COMMANDS: tuple[Command, ...] = (
@@ -34,7 +38,7 @@ COMMANDS: tuple[Command, ...] = (
             "Screens", footer=False),
     Command("9", "show('events')", "Events", "GPU events (Xid, AER) with their VMs, applied changes, source losses",
             "Screens", footer=False),
-    Command("slash", "filter", "Filter", "Filter the rows of the current table", "Table"),
+    Command("slash", "filter", "Filter", "Filter the rows of the current table", "Table", priority=True),
     Command("enter", "details", "Details", "Open the details of the selected row", "Table", footer=False),
     Command("a", "passthrough", "Passthrough", "Plan giving the selected GPU to vfio-pci (GPUs screen)",
             "Actions", screens=("gpus",)),
@@ -73,7 +77,7 @@ def where(action: str) -> tuple[str, ...]:
 
 def bindings() -> list[Binding]:
     # Enter is handled by the tables themselves (row selected); it is listed for help only.
-    return [Binding(c.key, c.action, c.title, show=c.footer) for c in COMMANDS
+    return [Binding(c.key, c.action, c.title, show=c.footer, priority=c.priority) for c in COMMANDS
             if c.key != "enter" and c.global_key]
 
 

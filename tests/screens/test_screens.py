@@ -157,6 +157,25 @@ async def test_filter_and_details(demo_seams):
         assert len(_cells(app.screen.query_one("#vm-table", KeyedTable))) == len(app.snapshot.vms)
 
 
+async def test_a_filter_typed_in_one_go_filters_by_all_of_it(demo_seams):
+    """Over SSH `/train` arrives as one read: every key is queued before the first is handled. The keys
+    after `/` go to the filter line, not to bindings (`t` theme, `n` pin…); `/` inside it is text."""
+    from textual import events
+
+    app = NodeConsoleApp(demo_seams, interval=0.3)
+    async with app.run_test(size=SIZE) as pilot:
+        await _started(app, pilot)
+        await pilot.press("5")
+        await pilot.pause(0.1)
+        theme = app.theme
+        for ch in "/train/":
+            app.post_message(events.Key("slash" if ch == "/" else ch, ch))
+        await pilot.pause(0.5)
+        box = app.screen.query_one("#filter")
+        assert box.value == "train/" and app.focused is box and app.theme == theme
+        assert not app.screen.query("PlanModal")  # `n` did not plan a pinning
+
+
 async def test_refresh_keeps_cursor_and_pause_stops_polls(demo_seams):
     app = NodeConsoleApp(demo_seams, interval=0.1)
     async with app.run_test(size=SIZE) as pilot:
