@@ -1,9 +1,9 @@
 """Human names for PCI vendors, devices and classes.
 
 The pci.ids database of the machine running the console (not of a captured root: names describe the
-IDs, whoever owns the tree) is parsed lazily, once, and cached. Without it, or for IDs an old database
-lacks, a built-in table covers the vendors a GPU host usually holds and every PCI base class with its
-common subclasses (names as pci.ids spells them).
+IDs, whoever owns the tree) is searched when a name is first asked for, and the names found are kept.
+Without it, or for IDs an old database lacks, a built-in table covers the vendors a GPU host usually
+holds and every PCI base class with its common subclasses (names as pci.ids spells them).
 """
 from __future__ import annotations
 
