@@ -8,6 +8,7 @@ Polls never overlap and the UI thread never touches the host. Screens post what 
 from __future__ import annotations
 
 import gc
+import sys
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, ClassVar
 
@@ -74,6 +75,17 @@ class NodeConsoleApp(App):
              "setup": lambda: _screen("setup", "SetupScreen"), "changes": lambda: _screen("changes", "ChangesScreen"),
              "events": lambda: _screen("events", "EventsScreen")}
     BINDINGS: ClassVar[list[BindingType]] = [*bindings()]
+
+    def get_driver_class(self):
+        """Textual's driver, except on Linux with no driver asked for by the environment: there the
+        driver whose input thread sleeps until a key comes (screens/driver.py)."""
+        from textual import constants
+
+        if constants.DRIVER is None and sys.platform.startswith("linux"):
+            from nodeconsole.screens.driver import QuietLinuxDriver
+
+            return QuietLinuxDriver
+        return super().get_driver_class()
 
     def __init__(self, seams: Seams | Callable[[], Seams] | FirstLook, interval: float = 1.0,
                  theme: str | None = None, collector: Collector | None = None) -> None:
