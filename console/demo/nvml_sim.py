@@ -7,7 +7,9 @@ reports as NVMLError_FunctionNotFound, exactly as against an older driver.
 
 Behaviour kept from the real library: C int return codes, UNINITIALIZED before nvmlInit (init is
 reference counted), INVALID_ARGUMENT for bad handles/indices, NOT_SUPPORTED per metric, GPU_IS_LOST,
-GPUs visible only while bound to the nvidia driver (when given a root), MIG and vGPU rules. Arguments are
+GPUs visible only while bound to the nvidia driver (when given a root), MIG and vGPU rules. The state file
+(changes another process wrote) and the driver links are looked at once per burst of calls, as a client
+reads its GPUs, rather than once per call: a change is seen from the next burst on. Arguments are
 checked like the ABI needs them (see nvml_abi): a struct by value where a pointer belongs raises
 `NvmlAbiError` instead of returning a code, because against the real library that call crashes.
 """
@@ -82,6 +84,13 @@ METRIC_SYMBOLS: dict[str, tuple[str, ...]] = {
     "display": ("nvmlDeviceGetDisplayActive", "nvmlDeviceGetDisplayMode"),
 }
 _NO_INIT = {"nvmlInitWithFlags", "nvmlInit_v2", "nvmlInit", "nvmlErrorString"}
+# A burst: calls that follow each other closely (a client reading its GPUs). The state file and the
+# driver links are looked at once a burst, not once a call; a burst starts at these calls (the start of
+# every client's reading), after a gap of BURST_GAP_S between two calls, and at least every BURST_MAX_S.
+_BURST_START = {"nvmlDeviceGetCount_v2", "nvmlDeviceGetHandleByIndex_v2", "nvmlDeviceGetHandleByPciBusId_v2",
+                "nvmlDeviceGetHandleByUUID"}
+BURST_GAP_S = 0.001
+BURST_MAX_S = 0.05
 # A lost GPU still has a handle and the PCI identity the driver probed at boot; nothing else answers.
 _LOST_OK = {"nvmlDeviceGetHandleByIndex_v2", "nvmlDeviceGetHandleByPciBusId_v2", "nvmlDeviceGetPciInfo_v3",
             "nvmlDeviceGetPciInfo_v2", "nvmlDeviceIsMigDeviceHandle"}
@@ -159,6 +168,12 @@ class SimulatedNvml(SystemSymbols, DeviceSymbols, HealthSymbols, BoardSymbols, M
         self.calls: Counter[str] = Counter()  # C symbol → number of calls (tests check caching)
         # one call at a time, like the driver's own locking (a poller and an action may share us)
         self._lock = threading.RLock()
+        # the burst this call belongs to (see _BURST_START): when the last call came, when the current
+        # burst began, and what its first look found (None: not looked yet in this burst)
+        self._last_call = float("-inf")
+        self._burst_at = float("-inf")
+        self._burst_stamp_checked = False
+        self._seen_links: dict[str, bool] = {}  # a state's address spelling → visible, this burst
 
     @classmethod
     def from_file(cls, path: str | os.PathLike[str], root: Root | str | None = None,
@@ -241,6 +256,17 @@ class SimulatedNvml(SystemSymbols, DeviceSymbols, HealthSymbols, BoardSymbols, M
             raise
         self._stamp = self._file_stamp()
 
+    def _new_burst(self) -> None:
+        """Look at the state file and the driver links again on their next use."""
+        self._burst_stamp_checked = False
+        self._seen_links.clear()
+
+    def _burst_reload(self) -> None:
+        """reload_if_changed, once a burst."""
+        if not self._burst_stamp_checked:
+            self._burst_stamp_checked = True
+            self.reload_if_changed()
+
     def reload_if_changed(self) -> bool:
         """Pick up a state file rewritten by another process (e.g. a MIG change made from the CLI)."""
         if self.path is None or self._file_stamp() == self._stamp:
@@ -270,16 +296,21 @@ class SimulatedNvml(SystemSymbols, DeviceSymbols, HealthSymbols, BoardSymbols, M
     def _visible(self, gpu: dict[str, Any]) -> bool:
         if self.root is None:
             return True
-        # Checked on every call (a rebind must show at once), so the link path is built once per GPU:
-        # pathlib joins per call were most of the simulator's cost.
+        # Checked once a burst of calls (a rebind shows from the next burst on), so the link path is
+        # built once per GPU: pathlib joins per call were most of the simulator's cost.
         raw = gpu["address"]
+        seen = self._seen_links.get(raw)
+        if seen is not None:
+            return seen
         path = self._driver_links.get(raw)
         if path is None:
             path = self._driver_links[raw] = str(self.root.p(f"sys/bus/pci/devices/{self._canonical(raw)}/driver"))
         try:
-            return os.readlink(path).rpartition("/")[2] == "nvidia"  # the link's last component
+            seen = os.readlink(path).rpartition("/")[2] == "nvidia"  # the link's last component
         except OSError:
-            return False
+            seen = False
+        self._seen_links[raw] = seen
+        return seen
 
     def _canonical(self, raw: str) -> str:
         """parse_pci_address of a state's address, remembered per spelling (checked on every call)."""
@@ -309,6 +340,11 @@ class SimulatedNvml(SystemSymbols, DeviceSymbols, HealthSymbols, BoardSymbols, M
 
     def _dispatch_locked(self, name: str, impl: Callable[..., Any], args: tuple[Any, ...]) -> Any:
         self.calls[name] += 1
+        now = time.monotonic()
+        if now - self._last_call > BURST_GAP_S or now - self._burst_at > BURST_MAX_S or name in _BURST_START:
+            self._burst_at = now
+            self._new_burst()
+        self._last_call = now
         code = self._injected(name, args) if self._faults else None
         if code is not None:
             return code
@@ -353,8 +389,8 @@ class SimulatedNvml(SystemSymbols, DeviceSymbols, HealthSymbols, BoardSymbols, M
         value = handle_value(handle, symbol, 1)
         if value is None:
             raise NvmlReturn(NVML_ERROR_INVALID_ARGUMENT)
-        # the driver's state is shared by every process: see changes another one wrote (a stat per call)
-        self.reload_if_changed()
+        # the driver's state is shared by every process: see changes another one wrote (a stat a burst)
+        self._burst_reload()
         kind, pos = value >> 24, (value >> 16) & 0xFF
         if kind not in (KIND_DEVICE, KIND_MIG) or pos not in self._enum:
             raise NvmlReturn(NVML_ERROR_INVALID_ARGUMENT)
@@ -395,6 +431,7 @@ class SimulatedNvml(SystemSymbols, DeviceSymbols, HealthSymbols, BoardSymbols, M
         if self.init_error is not None:
             return self.init_error
         if self._refcount == 0:
+            self._new_burst()
             self.reload_if_changed()
             self._enum = self._enumerate()
         self._refcount += 1
