@@ -172,19 +172,18 @@ class LibvirtSource:
     def _read_all(self, conn: Any) -> list[Vm]:
         records, taken = self._records(conn)
         vms: list[Vm] = []
-        seen: set[str] = set()
+        read = self._read_domain
         for dom, stats in records:
             try:
-                vm = self._read_domain(dom, stats, taken)
+                vms.append(read(dom, stats, taken))
             except libvirt.libvirtError as e:
                 if e.get_error_code() == _ERR_NO_DOMAIN:
                     continue  # undefined between listing and reading: simply not there any more
                 raise
-            seen.add(vm.uuid)
-            vms.append(vm)
         # forget domains that are gone, so a big churning host does not grow the caches
+        seen = {vm.uuid for vm in vms}
         for cache in (self._xml, self._cpu, self._vms):
-            for uuid in [u for u in cache if u not in seen]:
+            for uuid in cache.keys() - seen:
                 del cache[uuid]
         return vms
 
@@ -194,13 +193,12 @@ class LibvirtSource:
         vcpus = stats.get("vcpu.current")
         memory_kib = stats.get("balloon.current")
         cpu_ns = stats.get("cpu.time")
-        missing_cpu = cpu_ns is None and state_no != _SHUTOFF
-        if state_no is None or vcpus is None or memory_kib is None or missing_cpu:
+        if state_no is None or vcpus is None or memory_kib is None or (cpu_ns is None and state_no != _SHUTOFF):
             # this driver's bulk stats lack something (the test driver only gives the state)
             info = dom.info()  # [state, max memory KiB, memory KiB, vCPUs, CPU time ns]
             taken = self._clock()
             state_no, memory_kib, vcpus, cpu_ns = info[0], info[2], info[3], info[4]
-        state = STATES.get(state_no, f"unknown ({state_no})")
+        state = STATES.get(state_no) or f"unknown ({state_no})"
 
         if state_no == _SHUTOFF or cpu_ns is None:
             self._cpu.pop(uuid, None)
@@ -210,12 +208,19 @@ class LibvirtSource:
             percent = cpu_percent(self._cpu.get(uuid), sample)
             self._cpu[uuid] = sample
 
-        parsed = self._domain_xml(dom, uuid, state)
-        facts = (dom.name(), state, int(vcpus), int(memory_kib))
+        cached = self._xml.get(uuid)
+        if cached is not None and cached.state == state and taken < cached.expires:
+            parsed = cached.parsed
+        else:
+            parsed = self._domain_xml(dom, uuid, state)
+        name = dom.name()
         last = self._vms.get(uuid)
-        if last is not None and last[0] is parsed and last[1] == facts:
-            return _with_cpu(last[2], percent)
-        vm = Vm(name=facts[0], state=state, vcpus=facts[2], pins=parsed.pins,
+        if last is not None and last[0] is parsed:
+            facts = last[1]
+            if facts[0] == name and facts[1] == state and facts[2] == vcpus and facts[3] == memory_kib:
+                return _with_cpu(last[2], percent)
+        facts = (name, state, int(vcpus), int(memory_kib))
+        vm = Vm(name=name, state=state, vcpus=facts[2], pins=parsed.pins,
                 emulator_pins=parsed.emulator_pins, memory_kib=facts[3], hostdevs=parsed.hostdevs,
                 cpu_percent=percent, uuid=uuid, numa_mode=parsed.numa_mode,
                 numa_nodeset=parsed.numa_nodeset, threads_per_core=parsed.threads_per_core,
