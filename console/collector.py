@@ -47,6 +47,7 @@ if TYPE_CHECKING:  # the sources (and the kernel-log watch) are imported on firs
     from nodeconsole.console.sources.load import LoadReader
     from nodeconsole.console.sources.nvml import NvmlSource
     from nodeconsole.console.sources.pressure import VcpuWaitReader
+    from nodeconsole.console.sources.sysfs_root import SysfsRoot
 
 T = TypeVar("T")
 
@@ -92,6 +93,7 @@ class Collector:
         self._sysfs_at = 0.0
         self._sign_at = 0.0
         self._sign: tuple | None = None
+        self._sign_root: SysfsRoot | None = None  # the root as the signs read it (sysfs's own reads)
         self._nvml: NvmlSource | None = None
         self._libvirt: LibvirtSource | None = None
         self._load: LoadReader | None = None
@@ -155,7 +157,11 @@ class Collector:
         speed (a link that downtrains), the vGPU type of each NVIDIA VF (SR-IOV vGPU adds no mdev), the
         mdev devices, the online CPUs. A few milliseconds, against ~20 ms for the whole tree of the demo
         host; the console's own changes invalidate the cache outright."""
-        root = self.seams.root
+        root = self._sign_root
+        if root is None:
+            from nodeconsole.console.sources.sysfs_root import SysfsRoot
+
+            root = self._sign_root = SysfsRoot(self.seams.root)
         base = "sys/bus/pci/devices"
         present = tuple(root.listdir(base))
         drivers = tuple(root.readlink(f"{base}/{a}/driver") for a in present)
@@ -207,7 +213,7 @@ class Collector:
         now = time.monotonic()
         if now - self._steal_at >= STEAL_EVERY_S:
             try:
-                self._steal_of = {v.name: self._waits.steal(v) for v in vms}
+                self._steal_of = self._waits.steal_all(vms)
             except OSError:
                 return vms
             self._steal_at = now

@@ -22,6 +22,7 @@ _HUGE = re.compile(r"hugepages-([0-9]+)kB")
 _VCPU = re.compile(r"CPU [0-9]+/KVM")
 MAX_NODES = 1024
 MAX_TASKS = 4096  # threads of one QEMU process looked at
+PID_DIR = "run/libvirt/qemu"  # libvirt's NAME.pid of each running QEMU domain
 
 
 def read_node_memory(root: Root) -> tuple[NodeUse, ...]:
@@ -108,12 +109,27 @@ class VcpuWaitReader:
                 threads += 1
         return (threads, total) if threads else None
 
+    def steal_all(self, vms: Sequence[Vm]) -> dict[str, float | None]:
+        """steal() of each VM by name. libvirt's pid files are listed once: a running VM without one
+        (not QEMU's, or not libvirt's) answers None without a read of its own."""
+        try:
+            present: set[str] | None = set(self.root.listdir(PID_DIR))
+        except OSError:
+            present = None  # unlistable: each VM's pid file is tried, as steal() does
+        out: dict[str, float | None] = {}
+        for vm in vms:
+            if present is not None and vm.state == "running" and f"{vm.name}.pid" not in present:
+                out[vm.name] = None
+            else:
+                out[vm.name] = self.steal(vm)
+        return out
+
     def steal(self, vm: Vm) -> float | None:
         if vm.state != "running":
             with self._lock:
                 self._prev.pop(vm.name, None)
             return None
-        pid = self.root.read_int(f"run/libvirt/qemu/{vm.name}.pid") if "/" not in vm.name else None
+        pid = self.root.read_int(f"{PID_DIR}/{vm.name}.pid") if "/" not in vm.name else None
         if pid is None:
             return None
         got = self._wait_ns(pid)

@@ -31,3 +31,28 @@ def test_steal_is_the_vcpu_threads_wait_between_two_reads(tmp_path):
     assert reader.steal(vm) == 20.0  # the emulator thread's wait does not count
     assert reader.steal(Vm("train-a", "shut off", 2)) is None
     assert reader.steal(Vm("ghost", "running", 2)) is None  # no pid file
+
+
+def test_steal_of_all_vms_lists_the_pid_files_once(tmp_path, monkeypatch):
+    """steal_all answers what steal() answers for each VM, reading no pid file that is not there."""
+    now = [100.0]
+    root = Root(tmp_path)
+    reader, each = VcpuWaitReader(root, clock=lambda: now[0]), VcpuWaitReader(root, clock=lambda: now[0])
+    vms = [Vm("train-a", "running", 2), Vm("ghost", "running", 2), Vm("off", "shut off", 1)]
+    reads: list[str] = []
+    real_read = Root.read_bytes
+
+    def read_bytes(self, rel, *args):
+        reads.append(rel)
+        return real_read(self, rel, *args)
+
+    monkeypatch.setattr(Root, "read_bytes", read_bytes)
+    _tree(tmp_path, {"0": 0, "1": 0})
+    assert reader.steal_all(vms) == {vm.name: each.steal(vm) for vm in vms} == dict.fromkeys(["train-a", "ghost", "off"])
+    now[0] += 2.0
+    _tree(tmp_path, {"0": 200_000_000, "1": 600_000_000})
+    reads.clear()
+    got = reader.steal_all(vms)
+    assert [r for r in reads if r.endswith(".pid")] == ["run/libvirt/qemu/train-a.pid"]
+    assert got == {vm.name: each.steal(vm) for vm in vms} == {"train-a": 20.0, "ghost": None, "off": None}
+    assert VcpuWaitReader(Root(tmp_path / "nowhere")).steal_all(vms) == dict.fromkeys(["train-a", "ghost", "off"])
