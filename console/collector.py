@@ -93,7 +93,7 @@ class Collector:
         self._sysfs_at = 0.0
         self._sign_at = 0.0
         self._sign: tuple | None = None
-        self._sign_root: SysfsRoot | None = None  # the root as the signs read it (sysfs's own reads)
+        self._sign_root: SysfsRoot | None = None  # see _fs_root
         self._nvml: NvmlSource | None = None
         self._libvirt: LibvirtSource | None = None
         self._load: LoadReader | None = None
@@ -157,11 +157,7 @@ class Collector:
         speed (a link that downtrains), the vGPU type of each NVIDIA VF (SR-IOV vGPU adds no mdev), the
         mdev devices, the online CPUs. A few milliseconds, against ~20 ms for the whole tree of the demo
         host; the console's own changes invalidate the cache outright."""
-        root = self._sign_root
-        if root is None:
-            from nodeconsole.console.sources.sysfs_root import SysfsRoot
-
-            root = self._sign_root = SysfsRoot(self.seams.root)
+        root = self._fs_root()
         base = "sys/bus/pci/devices"
         present = tuple(root.listdir(base))
         drivers = tuple(root.readlink(f"{base}/{a}/driver") for a in present)
@@ -174,6 +170,15 @@ class Collector:
                       for d in devices if d.vendor_id == NVIDIA and d.physfn)
         return (present, drivers, gpus, vgpus, tuple(root.listdir("sys/bus/mdev/devices")),
                 root.read("sys/devices/system/cpu/online"))
+
+    def _fs_root(self) -> SysfsRoot:
+        """The root as the sysfs source reads it (through the collection pass's resolved directories):
+        for the signs, the load and the nodes' memory, read every few seconds or every poll."""
+        if self._sign_root is None:
+            from nodeconsole.console.sources.sysfs_root import SysfsRoot
+
+            self._sign_root = SysfsRoot(self.seams.root)
+        return self._sign_root
 
     def _read_nvml(self) -> NvmlData:
         if not self.seams.use_real_nvml and self.seams.nvml_lib is None:
@@ -225,11 +230,11 @@ class Collector:
         if self._load is None:
             from nodeconsole.console.sources.load import LoadReader
 
-            self._load = LoadReader(self.seams.root)
+            self._load = LoadReader(self._fs_root())
         load = self._load.read()
         from nodeconsole.console.sources.pressure import read_node_memory
 
-        return replace(load, nodes=read_node_memory(self.seams.root))
+        return replace(load, nodes=read_node_memory(self._fs_root()))
 
     def _guard(self, name: str, fn: Callable[[], T]) -> tuple[T | None, str]:
         if name in self.disabled:
