@@ -10,7 +10,6 @@ from textual.containers import Vertical
 from textual.message import Message
 from textual.widgets import Static
 
-from nodeconsole.console.checks import vm_alignment
 from nodeconsole.console.hosttext import LINE_MAX, show, visible
 from nodeconsole.console.model import HostSnapshot
 from nodeconsole.screens.base import SnapshotScreen
@@ -19,6 +18,7 @@ from nodeconsole.screens.widgets.gpu_text import link_text, memory_text, owner_t
 from nodeconsole.screens.widgets.keyed_table import Col, KeyedTable
 from nodeconsole.screens.widgets.sparks import Sparks
 from nodeconsole.screens.widgets.text import SPARK_WIDTH, metric, plain_text, severity_text, spark
+from nodeconsole.screens.widgets.vm_facts import VmFacts, facts_of
 
 # priority: the columns that keep their full text longest when the terminal is narrow (keyed_table.py);
 # a PCI address is never cut (its minimum width is its length)
@@ -39,14 +39,15 @@ def gpu_rows(snap: HostSnapshot):
                           util, memory_text(g), metric(g.temperature_c, "C"), link_text(g))
 
 
-def vm_rows(snap: HostSnapshot, history: dict[str, list], sparks: Sparks | None = None):
+def vm_rows(snap: HostSnapshot, history: dict[str, list], sparks: Sparks | None = None,
+            facts: VmFacts | None = None):
     draw = sparks or (lambda _name, values: spark(values))
+    facts_for = facts or facts_of
     for v in snap.vms:
-        align = vm_alignment(snap, v)
-        mark = {"cross-numa": "✖ cross", "aligned": "ok", "unpinned": "unpinned"}.get(align, "")
-        gpus = sorted({f"GPU{snap.gpu(h.gpu).index}" for h in v.hostdevs if h.gpu and snap.gpu(h.gpu)})
+        f = facts_for(snap, v)
+        mark = {"cross-numa": "✖ cross", "aligned": "ok", "unpinned": "unpinned"}.get(f.alignment, "")
         yield v.name, (v.name, v.state, str(v.vcpus), metric(v.cpu_percent, "", 0),
-                       draw(v.name, history.get(v.name, ())), mark, ",".join(gpus))
+                       draw(v.name, history.get(v.name, ())), mark, f.gpus)
 
 
 def host_info(snap: HostSnapshot) -> str:
@@ -252,6 +253,7 @@ class OverviewScreen(SnapshotScreen):
         self._problems: tuple | None = None
         self._targets: tuple = ()
         self._sparks = Sparks()
+        self._facts = VmFacts()
 
     def action_setup(self) -> None:
         """Open the Setup screen on the first problem's doctor check (the check's fix is there)."""
@@ -314,7 +316,7 @@ class OverviewScreen(SnapshotScreen):
         self.set_static("#pressure", lambda: one_line(pressure), pressure)
         self.query_one("#gpus", KeyedTable).sync(gpu_rows(snap))
         self._sparks.keep(len(snap.vms))
-        self.query_one("#vms", KeyedTable).sync(vm_rows(snap, self.history, self._sparks))
+        self.query_one("#vms", KeyedTable).sync(vm_rows(snap, self.history, self._sparks, self._facts))
         self._titles()
         if snap.problems != self._problems:  # where each problem is fixed: worked out when they change
             self._problems = snap.problems

@@ -22,21 +22,22 @@ from nodeconsole.screens.widgets.details import vm_details
 from nodeconsole.screens.widgets.keyed_table import Col, KeyedTable
 from nodeconsole.screens.widgets.sparks import Sparks
 from nodeconsole.screens.widgets.text import SPARK_WIDTH, metric, spark
+from nodeconsole.screens.widgets.vm_facts import VmFacts, facts_of
 
 COLS = [Col("name", "VM", 3), Col("state", "State", 1), Col("vcpus", "vCPU", 1), Col("cpu", "CPU%", 1),
         Col("steal", "Steal"), Col("hist", "History", 0, 4, SPARK_WIDTH, keep_end=True), Col("pins", "Pinned to", 2),
         Col("numa", "NUMA", 1, 7), Col("hostdevs", "Devs")]
 
 
-def vm_rows(snap: HostSnapshot, history, sparks: Sparks | None = None):
+def vm_rows(snap: HostSnapshot, history, sparks: Sparks | None = None, facts: VmFacts | None = None):
     draw = sparks or (lambda _name, values: spark(values))
+    facts_for = facts or facts_of
     for v in snap.vms:
-        align = vm_alignment(snap, v)
-        mark = {"cross-numa": "✖ CROSS", "aligned": "ok", "unpinned": "unpinned"}.get(align, "")
-        pins = format_cpulist(c for p in v.pins for c in p.cpus) or "-"
+        f = facts_for(snap, v)
+        mark = {"cross-numa": "✖ CROSS", "aligned": "ok", "unpinned": "unpinned"}.get(f.alignment, "")
         yield v.name, (v.name, v.state, str(v.vcpus), metric(v.cpu_percent), metric(v.steal_percent, "", 1),
                        draw(v.name, history.get(v.name, ())),
-                       pins, mark, str(len(v.hostdevs)))
+                       f.pins or "-", mark, str(len(v.hostdevs)))
 
 
 def vm_panel(snap: HostSnapshot, name: str | None):
@@ -66,6 +67,7 @@ class VmsScreen(SnapshotScreen):
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
         self._sparks = Sparks()
+        self._facts = VmFacts()
 
     def compose_body(self) -> ComposeResult:
         yield KeyedTable(COLS, id="vm-table")
@@ -78,7 +80,7 @@ class VmsScreen(SnapshotScreen):
     def render_snapshot(self, snap: HostSnapshot) -> None:
         table = self.query_one("#vm-table", KeyedTable)
         self._sparks.keep(len(snap.vms))
-        table.sync(vm_rows(snap, self.history, self._sparks))
+        table.sync(vm_rows(snap, self.history, self._sparks, self._facts))
         key = table.selected_key()
         pressure = pressure_line(snap)
         self.set_static("#vm-pressure", lambda: one_line(pressure), pressure)

@@ -116,6 +116,8 @@ class QuietTable(DataTable):
     def __init__(self, *args, **kw) -> None:
         super().__init__(*args, **kw)
         self._cell_render_cache = _CellRenders()  # type: ignore[assignment]
+        # per row: (what its cells' rendering depends on, each cell's rendered line or None)
+        self._row_cells: dict[RowKey, tuple[tuple, list]] = {}
         self._style_now: Style | None = None  # the widget's rich style, while render_lines runs
 
     def render_lines(self, crop: Region) -> list[Strip]:
@@ -158,8 +160,30 @@ class QuietTable(DataTable):
         columns = self.ordered_columns
         widths = [column.get_render_width(self) for column in columns]
         n_fixed = self.fixed_columns
+        row_style = self._get_row_style(row_index, base_style)
+        row_cells: list | None = None
+        if cursor_type == "row" and not n_fixed:
+            # A row cursor highlights whole rows: every cell of a row has the same cursor and hover
+            # state, so the row's rendered cells are kept together (a changed cell forgets only itself)
+            # under everything their rendering depends on.
+            context = (row_index, line_no, row_style, base_style, cursor_location.row == row_index,
+                       hover_location.row == row_index, show_cursor, show_hover, self._update_count,
+                       self._pseudo_class_state, tuple(widths))
+            entry = self._row_cells.get(row_key)
+            if entry is None or entry[0] != context:
+                entry = self._row_cells[row_key] = (context, [None] * len(columns))
+            row_cells = entry[1]
 
         def cells(start: int, end: int, style: Style) -> list:
+            if row_cells is not None and style is row_style:
+                out = row_cells[start:end]
+                for index in range(start, end):
+                    if out[index - start] is None:
+                        where = Coordinate(row_index, index)
+                        out[index - start] = row_cells[index] = render_cell(
+                            row_index, index, style, widths[index], cursor=highlight(cursor_location, where, cursor_type),
+                            hover=highlight(hover_location, where, cursor_type))[line_no]
+                return out
             out = []
             for index in range(start, end):
                 where = Coordinate(row_index, index)
@@ -176,7 +200,6 @@ class QuietTable(DataTable):
                 fixed_style = self.get_component_styles("datatable--fixed").rich_style
                 fixed_style += Style.from_meta({"fixed": True})
             fixed_row = cells(0, min(n_fixed, len(columns)), fixed_style)
-        row_style = self._get_row_style(row_index, base_style)
         scrollable_row = cells(0, len(columns), row_style)
         remaining = max(0, self.size.width - sum(widths[n_fixed:]))
         if cursor_type == "row":
@@ -193,6 +216,14 @@ class QuietTable(DataTable):
         scrollable_row.append([Segment(" " * remaining, extend_style)])
         cache[cache_key] = pair = (fixed_row, scrollable_row)
         return pair
+
+    def remove_row(self, row_key: RowKey | str) -> None:
+        self._row_cells.pop(RowKey(row_key) if isinstance(row_key, str) else row_key, None)
+        super().remove_row(row_key)
+
+    def clear(self, columns: bool = False):
+        self._row_cells.clear()
+        return super().clear(columns)
 
     def update_cell(self, row_key: RowKey | str, column_key: ColumnKey | str, value: CellType, *,
                     update_width: bool = False) -> None:
@@ -257,6 +288,11 @@ class QuietTable(DataTable):
         """Drop the renders of one cell, and the row and line renders (cleared whole: rebuilt from the
         cached cells for the rows that are painted again)."""
         self._cell_render_cache.forget(rk, ck)  # type: ignore[attr-defined]
+        entry = self._row_cells.get(rk)
+        if entry is not None:
+            column = self._column_locations.get(ck)
+            if column is not None and column < len(entry[1]):
+                entry[1][column] = None
         self._row_render_cache.clear()
         self._row_renderable_cache.discard((self._update_count, index))
         self._line_cache.clear()

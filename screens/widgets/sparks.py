@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from nodeconsole.screens.widgets.text import BLOCKS, SPARK_FLOOR, spark
+from nodeconsole.screens.widgets.text import BLOCKS, SPARK_FLOOR, SPARK_WIDTH, spark
 
 
 class Sparks:
@@ -26,6 +26,15 @@ class Sparks:
                 line = line[:-1] + BLOCKS[min(8, max(0, round(last / SPARK_FLOOR * 8)))]
                 self._last[name] = (values, line)
                 return line
+            if (line and last is not None and len(old) == len(values) and values[:-1] == old[:-1]
+                    and len(line) == min(len(values), SPARK_WIDTH) and None not in values and None not in old):
+                # a busy VM above the floor: while the highest bar in sight stays the highest, the
+                # scale is the same and again only the last block moves
+                top = max(max(values[-SPARK_WIDTH:]), SPARK_FLOOR)
+                if top == max(max(old[-SPARK_WIDTH:]), SPARK_FLOOR):
+                    line = line[:-1] + BLOCKS[min(8, max(0, round(last / top * 8)))]
+                    self._last[name] = (values, line)
+                    return line
         line = spark(values)
         self._last[name] = (values, line)
         return line

@@ -57,3 +57,26 @@ def test_the_bar_filling_now_is_redrawn_alone_and_right(monkeypatch):
         done = (*done, values[-1])[-29:]
     assert patched > 150  # most polls only patched the last block
 
+
+
+def test_a_busy_vm_above_the_floor_is_patched_while_its_scale_holds(monkeypatch):
+    """A multi-vCPU VM at 150–400 % is drawn on the scale of its highest bar: while the bar filling now
+    stays below that bar only the last block is redrawn, and the line is spark()'s at every poll; when
+    it becomes the highest (the scale moves) the line is drawn anew."""
+    drawn: list[tuple] = []
+    monkeypatch.setattr(sparks_module, "spark", lambda values: drawn.append(tuple(values)) or spark(values))
+    rng = random.Random(3)
+    memo = Sparks()
+    done = tuple(rng.uniform(150, 400) for _ in range(20))
+    patched = redrawn = 0
+    for _bar in range(40):
+        for _poll in range(5):
+            values = (*done, rng.uniform(100, 420))
+            before = len(drawn)
+            assert memo("vm", values) == spark(values)
+            if len(drawn) == before:
+                patched += 1
+            else:
+                redrawn += 1
+        done = (*done, values[-1])[-29:]
+    assert patched > 120 and redrawn > 5  # mostly patched; redrawn when a new bar starts or the top moves
