@@ -110,8 +110,10 @@ class SnapshotScreen(Screen):
         note = "\n".join(t for t in (replay.banner if replay is not None else "", view.note) if t)
         self.query_one(Banner).show_state(snap, view.paused, note)
         if snap is not None:
-            line = host_line(snap, self.TITLE, self.app.size.width)
-            self.set_static("#hostline", lambda: line, line)
+            width = self.app.size.width
+            # made again only when what it shows changed (a markup parse and a measure, every poll)
+            self.set_static("#hostline", lambda: host_line(snap, self.TITLE, width),
+                            ("hostline", self.TITLE, width, snap.host.hostname, snap.iommu.enabled, snap.sources))
             self.render_snapshot(snap)
             self._select_wanted()
             self.announce_selection()
