@@ -37,7 +37,8 @@ from nodeconsole.console.model import (
 from nodeconsole.console.seams import Seams
 from nodeconsole.console.sources.types import LibvirtData, NvmlData, NvmlGpu, SourceError, SysfsData
 
-SYSFS_FULL_S = 30.0  # the whole sysfs tree is read again at least this often
+SYSFS_FULL_S = 300.0  # the whole sysfs tree is read again at least this often
+SYSFS_REFRESH_S = 30.0  # what can change in it without moving a sign (sysfs.refresh_sysfs), this often
 STEAL_EVERY_S = 5.0  # how often the vCPU threads' wait time is read on a live host
 
 if TYPE_CHECKING:  # the sources (and the kernel-log watch) are imported on first use
@@ -82,15 +83,19 @@ def slot_of(address: str) -> str:
 class Collector:
     """Reads the host through `seams` and returns a HostSnapshot per `collect()`."""
 
-    def __init__(self, seams: Seams, sysfs_ttl: float = 5.0, sysfs_full: float = SYSFS_FULL_S) -> None:
+    def __init__(self, seams: Seams, sysfs_ttl: float = 5.0, sysfs_full: float = SYSFS_FULL_S,
+                 sysfs_refresh: float = SYSFS_REFRESH_S) -> None:
         self.seams = seams
         # every `sysfs_ttl` seconds the cheap signs of a change are read (the PCI functions present, their
-        # drivers, mdev devices, online CPUs, the GPUs' links); the whole tree is read again when one
-        # moved and every `sysfs_full` seconds
+        # drivers, mdev devices, online and present CPUs, the GPUs' links); the whole tree is read again
+        # when one moved and every `sysfs_full` seconds; every `sysfs_refresh` seconds, the signs still,
+        # what can change without moving them (host name, node memory, links, NICs, vGPU)
         self.sysfs_ttl = sysfs_ttl
         self.sysfs_full = sysfs_full
+        self.sysfs_refresh = sysfs_refresh
         self._sysfs: SysfsData | None = None
         self._sysfs_at = 0.0
+        self._refresh_at = 0.0
         self._sign_at = 0.0
         self._sign: tuple | None = None
         self._sign_root: SysfsRoot | None = None  # see _fs_root
@@ -139,15 +144,22 @@ class Collector:
     def _read_sysfs(self) -> SysfsData:
         now = time.monotonic()
         stale = self._sysfs is None or now - self._sysfs_at > self.sysfs_full
-        if not stale and now - self._sign_at > self.sysfs_ttl:
+        refresh = now - self._refresh_at > self.sysfs_refresh
+        if not stale and (refresh or now - self._sign_at > self.sysfs_ttl):
             self._sign_at = now
             stale = self._signs(self._sysfs) != self._sign
         if stale:
             from nodeconsole.console.sources.sysfs import read_sysfs
 
             self._sysfs = read_sysfs(self.seams.root, self.seams.pci_ids)
-            self._sysfs_at = self._sign_at = now
+            self._sysfs_at = self._sign_at = self._refresh_at = now
             self._sign = self._signs(self._sysfs)
+        elif refresh:  # the signs just read are still: the rest of the tree is as last read
+            from nodeconsole.console.sources.sysfs import refresh_sysfs
+
+            assert self._sysfs is not None
+            self._sysfs = refresh_sysfs(self.seams.root, self.seams.pci_ids, self._sysfs)
+            self._refresh_at = now
         assert self._sysfs is not None
         return self._sysfs
 
@@ -155,7 +167,7 @@ class Collector:
         """What moves when the host's PCI picture changes: the functions present (hot-plug, VFs), each
         one's driver (a bind or unbind made elsewhere), the GPUs' driver_override and link width and
         speed (a link that downtrains), the vGPU type of each NVIDIA VF (SR-IOV vGPU adds no mdev), the
-        mdev devices, the online CPUs. A few milliseconds, against ~20 ms for the whole tree of the demo
+        mdev devices, the online and present CPUs. A few milliseconds, against ~20 ms for the whole tree of the demo
         host; the console's own changes invalidate the cache outright."""
         root = self._fs_root()
         base = "sys/bus/pci/devices"
@@ -169,7 +181,7 @@ class Collector:
         vgpus = tuple(root.read(f"{base}/{d.address}/nvidia/current_vgpu_type")
                       for d in devices if d.vendor_id == NVIDIA and d.physfn)
         return (present, drivers, gpus, vgpus, tuple(root.listdir("sys/bus/mdev/devices")),
-                root.read("sys/devices/system/cpu/online"))
+                root.read("sys/devices/system/cpu/online"), root.read("sys/devices/system/cpu/present"))
 
     def _fs_root(self) -> SysfsRoot:
         """The root as the sysfs source reads it (through the collection pass's resolved directories):

@@ -8,13 +8,14 @@ message, because a partial view of the host would mislead.
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 
 from nodeconsole.console.iommu import read_iommu
 from nodeconsole.console.model import Cpu, HostInfo, NumaNode
 from nodeconsole.console.pciids import PciIds, default_ids
 from nodeconsole.console.root import Root
 from nodeconsole.console.sources.sysfs_nic import read_net_functions
-from nodeconsole.console.sources.sysfs_pci import read_pci, read_vgpu
+from nodeconsole.console.sources.sysfs_pci import read_pci, read_vgpu, refresh_pci
 from nodeconsole.console.sources.sysfs_root import SysfsRoot, to_cpulist, to_cpumask, to_int
 from nodeconsole.console.sources.types import SourceError, SysfsData
 
@@ -34,14 +35,51 @@ def read_sysfs(root: Root, ids: PciIds | None = None) -> SysfsData:
         cpus = read_cpus(fs)
         nodes, node_of = read_numa_nodes(fs, {c.id for c in cpus if c.online})
         cpus = _with_numa(cpus, node_of)
-        pci, nvidia_dirs = read_pci(fs, nodes, ids or default_ids())
+        pci, nvidia_dirs, odd_dirs = read_pci(fs, nodes, ids or default_ids())
         iommu = read_iommu(fs, host.cmdline, host.cpu_vendor, {d.address: d for d in pci})
         types, instances = read_vgpu(fs, nvidia_dirs)
         net = read_net_functions(fs, pci)
     except PermissionError as e:
         raise SourceError(f"permission denied reading {e.filename or root.path}") from e
     return SysfsData(host=host, cpus=cpus, numa_nodes=nodes, pci_devices=pci, iommu=iommu,
-                     vgpu_types=types, vgpu_instances=instances, net_functions=net)
+                     vgpu_types=types, vgpu_instances=instances, net_functions=net,
+                     nvidia_dirs=tuple(nvidia_dirs.items()), odd_dirs=tuple(odd_dirs.items()))
+
+
+def refresh_sysfs(root: Root, ids: PciIds | None, last: SysfsData) -> SysfsData:
+    """`last` (a whole read of the same host) brought up to date in all that can change while the
+    collector's signs of a change stay still (the functions present and their drivers, the online and
+    present CPUs, the mdev devices, the GPUs' links and driver_override, the VFs' vGPU types): the host
+    name, the NUMA nodes (memory, huge pages), each function's current link, driver_override and VF
+    count, the vGPU types and instances, the network side of NICs. The rest cannot move without a sign
+    moving — the boot's kernel and command line, the CPUs' topology, each function's identity, place,
+    IOMMU group and limits — and is taken from `last` (the IOMMU verdicts are worked out again when a
+    function changed). Functions that did not change are `last`'s very objects."""
+    fs = SysfsRoot(root)
+    try:
+        hostname = _hostname(fs)
+        host = last.host if hostname == last.host.hostname else replace(last.host, hostname=hostname)
+        nodes, node_of = read_numa_nodes(fs, {c.id for c in last.cpus if c.online})
+        cpus = last.cpus
+        if any(node_of.get(c.id) != c.numa_node for c in cpus):
+            cpus = _with_numa(cpus, node_of)
+        pci = refresh_pci(fs, last.pci_devices, ids or default_ids(), dict(last.odd_dirs))
+        iommu = last.iommu if pci == last.pci_devices else read_iommu(
+            fs, host.cmdline, host.cpu_vendor, {d.address: d for d in pci})
+        dirs = dict(last.nvidia_dirs)
+        types, instances = read_vgpu(fs, dirs)
+        net = read_net_functions(fs, pci)
+    except PermissionError as e:
+        raise SourceError(f"permission denied reading {e.filename or root.path}") from e
+    return SysfsData(host=host, cpus=cpus, numa_nodes=nodes, pci_devices=pci, iommu=iommu,
+                     vgpu_types=_same(types, last.vgpu_types), vgpu_instances=_same(instances, last.vgpu_instances),
+                     net_functions=_same(net, last.net_functions), nvidia_dirs=last.nvidia_dirs,
+                     odd_dirs=last.odd_dirs)
+
+
+def _same(new: tuple, old: tuple) -> tuple:
+    """`old` when equal to `new`: what the snapshot derives from it is then kept by identity."""
+    return old if new == old else new
 
 
 # -- helpers --------------------------------------------------------------------------------------
@@ -56,14 +94,18 @@ def _numbered(names: list[str], pattern: re.Pattern[str]) -> list[int]:
 
 # -- host -----------------------------------------------------------------------------------------
 
+def _hostname(root: Root) -> str:
+    hostname = root.read("proc/sys/kernel/hostname") or root.read("etc/hostname") or ""
+    return hostname.splitlines()[0].strip() if hostname else ""
+
+
 def read_host(root: Root) -> HostInfo:
     root = _fs(root)
-    hostname = root.read("proc/sys/kernel/hostname") or root.read("etc/hostname") or ""
     kernel = root.read("proc/sys/kernel/osrelease") or ""
     if not kernel:
         words = (root.read("proc/version") or "").split()
         kernel = words[2] if len(words) > 2 and words[0] == "Linux" else ""
-    return HostInfo(hostname=hostname.splitlines()[0].strip() if hostname else "", kernel=kernel,
+    return HostInfo(hostname=_hostname(root), kernel=kernel,
                     cmdline=root.read("proc/cmdline") or "", cpu_vendor=cpu_vendor(root.read("proc/cpuinfo")))
 
 

@@ -54,17 +54,20 @@ def ancestors(target: str | None, address: str) -> list[str]:
 
 
 def read_pci(fs: SysfsRoot, nodes: tuple[NumaNode, ...],
-             ids: PciIds) -> tuple[tuple[PciDevice, ...], dict[str, str]]:
-    """All PCI functions in address order, and the sysfs dir of each that has an nvidia/ directory."""
+             ids: PciIds) -> tuple[tuple[PciDevice, ...], dict[str, str], dict[str, str]]:
+    """All PCI functions in address order, the sysfs dir of each that has an nvidia/ directory, and the
+    sysfs dir of each whose directory is not named by its canonical address (a captured tree's)."""
     node_cpus = {n.id: frozenset(n.cpus) for n in nodes}
     masks: dict[str, tuple[int, ...] | None] = {}  # most functions share a handful of local_cpus masks
-    devices, nvidia_dirs = [], {}
+    devices, nvidia_dirs, odd_dirs = [], {}, {}
     chains: dict[str, list[str]] = {}
     for name in fs.listdir(PCI_DIR):
         address = canonical_pci(name)
         if address is None:
             continue
         rel = f"{PCI_DIR}/{name}"
+        if name != address:
+            odd_dirs[address] = rel
         found = _read_function(fs, rel, address, node_cpus, masks, ids)
         if found is not None:
             dev, above, has_nvidia = found
@@ -78,7 +81,33 @@ def read_pci(fs: SysfsRoot, nodes: tuple[NumaNode, ...],
             parent = next((a for a in chains[dev.address] if a in chains), None)
             devices[i] = dataclasses.replace(dev, parent=parent)
     devices.sort(key=lambda d: pci_sort_key(d.address))
-    return tuple(devices), nvidia_dirs
+    return tuple(devices), nvidia_dirs, odd_dirs
+
+
+def refresh_pci(fs: SysfsRoot, last: tuple[PciDevice, ...], ids: PciIds,
+                odd_dirs: dict[str, str]) -> tuple[PciDevice, ...]:
+    """`last` (read_pci of the same functions, each still bound to the same driver) with what can change
+    meanwhile read again: the current link speed and width, driver_override, the VF count; and the names
+    looked up again (pci.ids may have been replaced). An unchanged function is `last`'s object; nothing
+    changed at all: `last` itself."""
+    out = []
+    for dev in last:
+        rel = odd_dirs.get(dev.address) or f"{PCI_DIR}/{dev.address}"
+        override = fs.read(f"{rel}/driver_override")
+        override = None if override in (None, "", "(null)") else override
+        link = dev.link
+        speed, width = fs.read(f"{rel}/current_link_speed") or "", to_int(fs.read(f"{rel}/current_link_width"))
+        if speed != link.current_speed or width != link.current_width:
+            link = dataclasses.replace(link, current_speed=speed, current_width=width)
+        numvfs = to_int(fs.read(f"{rel}/sriov_numvfs")) if dev.sriov_totalvfs is not None else dev.sriov_numvfs
+        names = (ids.vendor_name(dev.vendor_id), ids.device_name(dev.vendor_id, dev.device_id),
+                 ids.class_name(dev.class_id))
+        if (override, link, numvfs, names) != (dev.driver_override, dev.link, dev.sriov_numvfs,
+                                               (dev.vendor_name, dev.device_name, dev.class_name)):
+            dev = dataclasses.replace(dev, driver_override=override, link=link, sriov_numvfs=numvfs,
+                                      vendor_name=names[0], device_name=names[1], class_name=names[2])
+        out.append(dev)
+    return last if all(a is b for a, b in zip(out, last)) else tuple(out)
 
 
 def _read_function(fs: SysfsRoot, rel: str, address: str, node_cpus: dict[int, frozenset[int]],

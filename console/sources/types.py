@@ -34,6 +34,10 @@ class SysfsData:
     vgpu_types: tuple[VgpuType, ...] = ()  # mdev_supported_types and nvidia/creatable_vgpu_types
     vgpu_instances: tuple[VgpuInstance, ...] = ()  # mdev devices and VFs with current_vgpu_type != 0
     net_functions: tuple[NetFunction, ...] = ()  # RDMA devices, netdevs of network functions (PFs and VFs)
+    # the sysfs directory (under sys/bus/pci/devices) of each function with an nvidia/ directory, by address
+    nvidia_dirs: tuple[tuple[str, str], ...] = ()
+    # the sysfs directory of each function whose directory name is not its canonical address, by address
+    odd_dirs: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True)
