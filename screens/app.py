@@ -17,6 +17,7 @@ from textual._compositor import CompositorUpdate
 from textual.actions import parse as parse_action
 from textual.app import App, SystemCommand
 from textual.binding import BindingType
+from textual.css.stylesheet import Stylesheet
 from textual.notifications import SeverityLevel
 from textual.screen import Screen
 from textual.scrollbar import ScrollBar, ScrollBarRender
@@ -24,11 +25,9 @@ from textual.timer import Timer
 from textual.widget import AwaitMount
 from textual.widgets import Input
 
-from nodeconsole.console.collector import Collector
 from nodeconsole.console.first_look import FirstLook
 from nodeconsole.console.hosttext import LINE_MAX, lines, visible
 from nodeconsole.console.model import HostSnapshot
-from nodeconsole.console.seams import Seams
 from nodeconsole.screens.base import SnapshotScreen
 from nodeconsole.screens.commands import COMMANDS, bindings
 from nodeconsole.screens.messages import GpuSelected, HostView, SnapshotUpdated, VmSelected
@@ -36,15 +35,18 @@ from nodeconsole.screens.overview import OverviewScreen
 from nodeconsole.screens.terminal import ScreenShadow
 from nodeconsole.themes import CSS_PATH, NAMES, all_themes, resolve
 
-if TYPE_CHECKING:  # the actions and the NCCL screen are imported on first use
+if TYPE_CHECKING:  # the actions, the NCCL screen and the collector are imported on first use
     from nodeconsole.actions.plan import Plan
     from nodeconsole.actions.runner import Progress, RunResult
     from nodeconsole.actions.session import ActionSession, Request
+    from nodeconsole.console.collector import Collector
+    from nodeconsole.console.seams import Seams
 
 HISTORY = 30  # bars of VM CPU % kept for the sparklines
 BAR_S = 5.0  # seconds of polls one sparkline bar averages: a sparkline moves once per bar, not per poll
 FIRST_LOOK_WAIT_S = 0.25  # how long the first frame waits for the host's first, sysfs-only snapshot
 GC_RESUME_S = 0.2  # after the first frame, when the garbage collector paused at launch resumes
+FIRST_POLL_LATEST_S = 1.0  # the first poll starts with the first frame, or after this long without one
 
 # (action name, parameters) -> the screens (modes) the registry says the action works on
 _WHERE: dict[tuple[str, tuple[object, ...]], tuple[str, ...]] = {
@@ -61,6 +63,27 @@ class WholeCellScrollBar(ScrollBarRender):
 
 
 ScrollBar.renderer = WholeCellScrollBar
+
+
+class _ThriftyStylesheet(Stylesheet):
+    """Textual's stylesheet, keeping its parsed sources while the CSS variables stay the same.
+
+    Textual refreshes the whole stylesheet when a screen is first shown (`App.refresh_css`: new
+    variables, then a reparse into a fresh stylesheet with an empty cache), even when the variables
+    are the ones it already has: before the first frame that parsed the app's stylesheet and the
+    default CSS three times over (~15 ms). Here equal variables keep the cache, and a reparse parses
+    only what is not in it. New variables (a theme change) clear the cache as before; with a source
+    that failed to parse, the reparse is Textual's own (it tries every source again)."""
+
+    def set_variables(self, variables: dict[str, str]) -> None:
+        if variables != self._variables:
+            super().set_variables(variables)
+
+    def reparse(self) -> None:
+        if self._invalid_css:
+            super().reparse()
+        else:
+            self.parse()  # on an error the rules stay as they were, as with Textual's reparse
 
 
 class NodeConsoleApp(App):
@@ -90,17 +113,28 @@ class NodeConsoleApp(App):
     def __init__(self, seams: Seams | Callable[[], Seams] | FirstLook, interval: float = 1.0,
                  theme: str | None = None, collector: Collector | None = None) -> None:
         super().__init__()
+        self.stylesheet = _ThriftyStylesheet()  # its variables are the theme's (_start_theme, below)
         # Seams may come as a factory: the demo host is then prepared in the first poll's worker,
-        # while Textual starts up, instead of before the first frame. A FirstLook (console/first_look.py)
-        # was started before Textual was imported: its sysfs-only snapshot is usually ready for the
-        # first frame.
+        # after the first frame. A FirstLook (console/first_look.py) was started before Textual was
+        # imported: its sysfs-only snapshot is usually ready for the first frame. The collector's
+        # modules are imported by the first poll too (on its thread), unless seams are given ready.
         self._first = seams if isinstance(seams, FirstLook) else None
         # a failed first look is tried again by the next poll, through the same factory
-        self._seams_factory: Callable[[], Seams] | None = (
-            seams.factory if isinstance(seams, FirstLook) else None if isinstance(seams, Seams) else seams)
-        self.seams = seams if isinstance(seams, Seams) else None
+        self._seams_factory: Callable[[], Seams] | None = None
+        given: Seams | None = None
+        if isinstance(seams, FirstLook):
+            self._seams_factory = seams.factory
+        elif callable(seams):
+            self._seams_factory = seams
+        else:
+            given = seams
+        self.seams = given
         self.interval = interval
-        self.collector = collector or (Collector(seams) if isinstance(seams, Seams) else None)
+        if collector is None and given is not None:
+            from nodeconsole.console.collector import Collector
+
+            collector = Collector(given)
+        self.collector = collector
         self.snapshot: HostSnapshot | None = None
         # per VM, its sparkline's bars: the finished ones' means and the samples of the bar filling now
         self.vm_history: dict[str, _Bars] = {}
@@ -113,6 +147,9 @@ class NodeConsoleApp(App):
         self.selected_gpu: str | None = None  # as the GPUs screen last said (GpuSelected)
         self.selected_vm: str | None = None  # as the VMs screen last said (VmSelected)
         self._timer: Timer | None = None
+        self._first_poll: Timer | None = None  # armed until the first frame starts the polls
+        self._first_view_sent = False  # the first screen was given the first look's view (_init_mode)
+        self._frames_written = 0
         self.shadow = ScreenShadow()  # what the terminal shows: only changed cells are written
         self.gc_paused = False  # resume the garbage collector after the first frame (run_app)
         for t in all_themes():
@@ -137,12 +174,29 @@ class NodeConsoleApp(App):
         if mode == self.DEFAULT_MODE and first is not None and self.snapshot is None:
             if first.wait(FIRST_LOOK_WAIT_S) and first.snapshot is not None:
                 self.snapshot = first.snapshot  # the first frame already lists the GPUs
-        return super()._init_mode(mode)
+        shown = super()._init_mode(mode)
+        if mode == self.DEFAULT_MODE and self.snapshot is not None and not self._first_view_sent:
+            # The first screen gets the view now, queued behind its mount and resume: the first frame
+            # it draws shows the GPUs. Posted from on_mount instead, it arrived after that frame (an
+            # empty screen first, the GPUs ~100 ms later).
+            stack = self._screen_stacks.get(mode)
+            if stack and isinstance(stack[0], SnapshotScreen):
+                stack[0].post_message(SnapshotUpdated(self.host_view()))
+                self._first_view_sent = True
+        return shown
 
     def on_mount(self) -> None:
         self.app_resume_signal.subscribe(self, lambda _app: self.shadow.reset())
-        self.render_current()
-        self.poll_now()
+        if not self._first_view_sent:
+            self.render_current()
+        # The first poll starts once the first frame is out (_display): its thread would otherwise take
+        # turns with the first frame on the interpreter lock (opening libvirt, the NVML library, a full
+        # collection). The timer is there in case no frame is ever drawn.
+        self._first_poll = self.set_timer(FIRST_POLL_LATEST_S, self._start_polling)
+
+    def _start_polling(self) -> None:
+        if self._first_poll is not None:  # not started yet
+            self.poll_now()
 
     def notify(self, message: str, *, title: str = "", severity: SeverityLevel = "information",
                timeout: float | None = None, markup: bool = False) -> None:
@@ -154,12 +208,22 @@ class NodeConsoleApp(App):
     def _display(self, screen: Screen, renderable) -> None:
         """Textual's display step, writing only the cells that differ from what the terminal shows
         (screens/terminal.py). Updates of another kind are written as they are, and the shadow
-        forgotten."""
-        if isinstance(renderable, CompositorUpdate) and not self.is_inline:
+        forgotten. The first frame is written as Textual renders it (the whole screen either way;
+        the shadow would take ~7 ms to find that every cell changed): the shadow, blank, then learns
+        the screen from the updates that follow."""
+        # Textual drops what is displayed during a batch (start-up composes and lays out the first
+        # screen in one): only a frame written counts as the first
+        written = renderable is not None and not self._batch_count
+        if isinstance(renderable, CompositorUpdate) and not self.is_inline and self._frames_written:
             renderable = _ShadowedUpdate(renderable, self.shadow, self.size)
         elif renderable is not None:
             self.shadow.reset()
         super()._display(screen, renderable)
+        if not written:
+            return
+        self._frames_written += 1
+        if self._first_poll is not None:
+            self.call_next(self._start_polling)
         if self.gc_paused:
             self.gc_paused = False
             self.set_timer(GC_RESUME_S, resume_gc)  # once the first frame has gone out
@@ -171,6 +235,7 @@ class NodeConsoleApp(App):
     # -- polling -----------------------------------------------------------------------------------
     def poll_now(self) -> None:
         self._timer = None
+        self._first_poll = None  # the polls have started (that timer, when it fires, does nothing)
         if not self.paused:
             self._poll()
 
@@ -189,6 +254,8 @@ class NodeConsoleApp(App):
                 if self.snapshot is None and first.snapshot is not None:
                     self.call_from_thread(self._show_partial, first.snapshot)
             if collector is None:
+                from nodeconsole.console.collector import Collector
+
                 assert self._seams_factory is not None  # __init__ keeps the factory when it makes no collector
                 self.seams = self._seams_factory()
                 self.collector = collector = Collector(self.seams)
