@@ -441,6 +441,9 @@ def _map_hostdevs(vms: Iterable[Vm], gpu_of: _GpuIndex, vgpu_instances: Iterable
     out = []
     seen: dict[int, tuple[tuple[Hostdev, ...], tuple[Hostdev, ...]]] = {}
     for vm in vms:
+        if not vm.hostdevs:  # most VMs of a big host: nothing to map
+            out.append(vm)
+            continue
         hit = memo.get(id(vm.hostdevs))
         if hit is not None and hit[0] is vm.hostdevs:
             mapped = hit[1]
@@ -478,12 +481,9 @@ def _merge_gpus(d: Derived, nvml: NvmlData | None, vms: Sequence[Vm], known_name
     nv = {g.address: g for g in (nvml.gpus if nvml else ())}
     addrs = sorted(d.gpu_addrs | set(nv))
     users: dict[str, list[str]] = {}
-    vm_by_uuid: dict[str, str] = {}
     mdev_vm: dict[str | None, str] = {}  # the VM holding each mdev, and each PCI function
     vf_vm: dict[str | None, str] = {}
     for vm in vms:
-        if vm.uuid:
-            vm_by_uuid[vm.uuid] = vm.name
         for h in vm.hostdevs:
             if h.gpu and vm.name not in users.setdefault(h.gpu, []):
                 users[h.gpu].append(vm.name)
@@ -491,6 +491,14 @@ def _merge_gpus(d: Derived, nvml: NvmlData | None, vms: Sequence[Vm], known_name
                 mdev_vm[h.uuid] = vm.name
             elif h.type == "pci":
                 vf_vm[h.address] = vm.name
+
+    by_uuid: dict[str, str] | None = None
+
+    def vm_by_uuid() -> dict[str, str]:  # VM names by UUID, made when a MIG or NVML vGPU instance asks
+        nonlocal by_uuid
+        if by_uuid is None:
+            by_uuid = {vm.uuid: vm.name for vm in vms if vm.uuid}
+        return by_uuid
 
     gpus = []
     for index, addr in enumerate(addrs):
@@ -502,11 +510,13 @@ def _merge_gpus(d: Derived, nvml: NvmlData | None, vms: Sequence[Vm], known_name
         insts = tuple(_with_vm(i, i.vm or mdev_vm.get(i.uuid) or vf_vm.get(i.uuid)) for i in d.insts_of.get(addr, ()))
         if n is not None:
             types = types or n.vgpu_types
-            if not insts:
-                insts = tuple(_with_vm(i, vm_by_uuid.get(i.vm or "", i.vm)) for i in n.vgpu_instances)
+            if not insts and n.vgpu_instances:
+                names = vm_by_uuid()
+                insts = tuple(_with_vm(i, names.get(i.vm or "", i.vm)) for i in n.vgpu_instances)
         mig = n.mig if n else Mig()
         if mig.instances:
-            mig = replace(mig, instances=tuple(_mig_vm(mi, vm_by_uuid) for mi in mig.instances))
+            names = vm_by_uuid()
+            mig = replace(mig, instances=tuple(_mig_vm(mi, names) for mi in mig.instances))
         vm_names = list(users.get(addr, []))
         for i in insts:
             if i.vm and i.vm not in vm_names:
