@@ -16,6 +16,7 @@ from textual.containers import Vertical
 from textual.screen import Screen
 from textual.widgets import Footer, Input, Static
 
+from nodeconsole.screens.compositor import FrontCompositor
 from nodeconsole.screens.messages import HostView, Selected, SnapshotUpdated
 from nodeconsole.screens.widgets.hinted_scroll import hint_line, put_hint
 from nodeconsole.screens.widgets.keyed_table import KeyedTable
@@ -61,6 +62,7 @@ class SnapshotScreen(Screen):
 
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
+        self._compositor = FrontCompositor()  # a tick's few changed lines rendered without what is behind them
         self._static_keys: dict[str, object] = {}  # selector -> the key its Static was last made from
         self.view = HostView(None)  # the latest view the app posted
         self._announced: str | None = None  # the selection the app was last told
