@@ -49,7 +49,8 @@ def demo_cpu_percent(cpus, vms) -> tuple[float, ...]:
         else:
             for c in busy:
                 busy[c] += vm.cpu_percent / len(busy)
-    return tuple(round(min(100.0, busy[c]), 1) for c in online)
+    # in CPU order (busy keeps `online`'s); at most 100 %
+    return tuple([round(b, 1) if b < 100.0 else 100.0 for b in busy.values()])
 
 
 def demo_vm_steal_percent(vm, t: float) -> float | None:

@@ -51,39 +51,44 @@ def read_node_memory(root: Root) -> tuple[NodeUse, ...]:
     return tuple(out)
 
 
-_layout: tuple[Sequence[Cpu], list[int], dict[int, int | None]] | None = None
+_layout: tuple[Sequence[Cpu], list[int], dict[int, int | None], dict[int, list[int]]] | None = None
+
+
+def _kept_layout(cpus: Sequence[Cpu]) -> tuple[Sequence[Cpu], list[int], dict[int, int | None], dict[int, list[int]]]:
+    global _layout
+    kept = _layout
+    if kept is not None and kept[0] is cpus:
+        return kept
+    online = sorted(c.id for c in cpus if c.online)
+    node_of = {c.id: c.numa_node for c in cpus}
+    at: dict[int, list[int]] = {}  # each node's online CPUs as positions in `online`
+    for i, cpu in enumerate(online):
+        node = node_of.get(cpu)
+        if node is not None:
+            at.setdefault(node, []).append(i)
+    kept = _layout = (cpus, online, node_of, at)
+    return kept
 
 
 def cpu_layout(cpus: Sequence[Cpu]) -> tuple[list[int], dict[int, int | None]]:
     """The online CPU ids in order and each CPU's NUMA node (the last answer is kept for the same
     `cpus` object: a sysfs reading's CPUs stay the same object until sysfs is read again)."""
-    global _layout
-    kept = _layout
-    if kept is not None and kept[0] is cpus:
-        return kept[1], kept[2]
-    online = sorted(c.id for c in cpus if c.online)
-    node_of = {c.id: c.numa_node for c in cpus}
-    _layout = (cpus, online, node_of)
-    return online, node_of
+    kept = _kept_layout(cpus)
+    return kept[1], kept[2]
 
 
 def node_cpu_percent(nodes: Sequence[NodeUse], cpus: Sequence[Cpu],
                      cpu_percent: Sequence[float]) -> tuple[NodeUse, ...]:
     """`nodes` with the mean busy percent of each node's online CPUs; `cpu_percent` is per online CPU in
     CPU id order (/proc/stat's and psutil's), () before the second sample (cpu_percent stays None)."""
-    online, node_of = cpu_layout(cpus)
+    _cpus, online, _node_of, at = _kept_layout(cpus)
     if len(cpu_percent) != len(online):
         return tuple(nodes)
-    sums: dict[int, list[float]] = {}
-    for cpu, pct in zip(online, cpu_percent):
-        node = node_of.get(cpu)
-        if node is not None:
-            sums.setdefault(node, []).append(pct)
     out = []
     for n in nodes:
-        values = sums.get(n.node)
-        out.append(NodeUse(n.node, round(sum(values) / len(values), 1) if values else None, n.memory_total_kib,
-                           n.memory_free_kib, n.hugepages))
+        where = at.get(n.node)
+        mean = round(sum([cpu_percent[i] for i in where]) / len(where), 1) if where else None
+        out.append(NodeUse(n.node, mean, n.memory_total_kib, n.memory_free_kib, n.hugepages))
     return tuple(out)
 
 
