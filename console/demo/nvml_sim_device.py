@@ -37,13 +37,19 @@ _NOT_AVAILABLE_U32 = 0xFFFFFFFF
 _MIB = 1024 * 1024
 
 
+_PHASES: dict[str, float] = {}  # a GPU's address → its load's phase
+
+
 def load_percent(gpu: dict[str, Any], t: float) -> float:
     """GPU busy percent at time `t`: base + amplitude·sin, phase-shifted per GPU so GPUs differ."""
     spec = gpu.get("load") or {}
     if not spec:
         return 0.0
     period = float(spec.get("period_s", 60)) or 60.0
-    phase = zlib.crc32(gpu["address"].encode()) / 2**32 * 2 * math.pi
+    address = gpu["address"]
+    phase = _PHASES.get(address)
+    if phase is None:
+        phase = _PHASES[address] = zlib.crc32(address.encode()) / 2**32 * 2 * math.pi
     value = float(spec.get("base", 0)) + float(spec.get("amplitude", 0)) * math.sin(
         2 * math.pi * t / period + phase)
     return min(100.0, max(0.0, value))
