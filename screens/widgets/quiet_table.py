@@ -21,6 +21,7 @@ from rich.containers import Lines
 from rich.segment import Segment
 from rich.style import Style
 from rich.text import Text
+from textual._segment_tools import line_crop
 from textual.color import Color
 from textual.coordinate import Coordinate
 from textual.geometry import Region
@@ -119,15 +120,52 @@ class QuietTable(DataTable):
         # per row: (what its cells' rendering depends on, each cell's rendered line or None)
         self._row_cells: dict[RowKey, tuple[tuple, list]] = {}
         self._style_now: Style | None = None  # the widget's rich style, while render_lines runs
+        self._columns_now: tuple[list, list[int]] | None = None  # (columns, widths), while render_lines runs
+        self._row_lines: dict[RowKey, tuple[tuple, Strip]] = {}  # per row: (what its line depends on, line)
 
     def render_lines(self, crop: Region) -> list[Strip]:
-        # the widget's style is worked out once for the lines of one repaint (DataTable asks for it
-        # every line: a walk up the DOM each time)
+        # the widget's style, and the columns with their widths, are worked out once for the lines of
+        # one repaint (DataTable asks for them every line: a walk up the DOM, a list of the columns)
         self._style_now = self.rich_style
+        self._columns_now = None
         try:
             return super().render_lines(crop)
         finally:
             self._style_now = None
+            self._columns_now = None
+
+    def _columns_and_widths(self) -> tuple[list, list[int]]:
+        now = self._columns_now
+        if now is None:
+            columns = self.ordered_columns
+            now = (columns, [column.get_render_width(self) for column in columns])
+            if self._style_now is not None:  # inside one repaint: nothing can change them
+                self._columns_now = now
+        return now
+
+    def _render_line(self, y: int, x1: int, x2: int, base_style: Style) -> Strip:
+        """DataTable's, for a row-cursor table without fixed columns or row labels, with each row's line
+        kept by row: a changed cell forgets its own row's line only (DataTable keeps all lines under
+        one key and drops them all)."""
+        if self.cursor_type != "row" or self.fixed_columns or (self._labelled_row_exists and self.show_row_labels):
+            return super()._render_line(y, x1, x2, base_style)
+        width = self.size.width
+        try:
+            row_key, line_no = self._get_offsets(y)
+        except LookupError:
+            return Strip.blank(width, base_style)
+        cursor, hover = self.cursor_coordinate, self.hover_coordinate
+        index = self._row_locations.get(row_key) if row_key in self._row_locations else -1
+        key = (y, x1, x2, width, cursor.row == index, hover.row == index, base_style, self.show_cursor,
+               self._show_hover_cursor, self._update_count, self._pseudo_class_state)
+        kept = self._row_lines.get(row_key)
+        if kept is not None and kept[0] == key:
+            return kept[1]
+        _fixed, scrollable = self._render_line_in_row(row_key, line_no, base_style, cursor, hover)
+        segments = [segment for cell in scrollable for segment in cell]
+        strip = Strip(line_crop(segments, x1, x2, width)).adjust_cell_length(width, base_style).simplify()
+        self._row_lines[row_key] = (key, strip)
+        return strip
 
     def render_line(self, y: int) -> Strip:
         """DataTable's render_line with the widget's style of this repaint."""
@@ -157,8 +195,7 @@ class QuietTable(DataTable):
             return cache[cache_key]
         highlight, render_cell = self._should_highlight, self._render_cell
         row_index = self._row_locations.get(row_key) if row_key in self._row_locations else -1
-        columns = self.ordered_columns
-        widths = [column.get_render_width(self) for column in columns]
+        columns, widths = self._columns_and_widths()
         n_fixed = self.fixed_columns
         row_style = self._get_row_style(row_index, base_style)
         row_cells: list | None = None
@@ -218,11 +255,14 @@ class QuietTable(DataTable):
         return pair
 
     def remove_row(self, row_key: RowKey | str) -> None:
-        self._row_cells.pop(RowKey(row_key) if isinstance(row_key, str) else row_key, None)
+        rk = RowKey(row_key) if isinstance(row_key, str) else row_key
+        self._row_cells.pop(rk, None)
+        self._row_lines.pop(rk, None)
         super().remove_row(row_key)
 
     def clear(self, columns: bool = False):
         self._row_cells.clear()
+        self._row_lines.clear()
         return super().clear(columns)
 
     def update_cell(self, row_key: RowKey | str, column_key: ColumnKey | str, value: CellType, *,
@@ -288,6 +328,7 @@ class QuietTable(DataTable):
         """Drop the renders of one cell, and the row and line renders (cleared whole: rebuilt from the
         cached cells for the rows that are painted again)."""
         self._cell_render_cache.forget(rk, ck)  # type: ignore[attr-defined]
+        self._row_lines.pop(rk, None)
         entry = self._row_cells.get(rk)
         if entry is not None:
             column = self._column_locations.get(ck)
