@@ -151,20 +151,21 @@ class KeyedTable(QuietTable):
             self._relayout()
             self._check_more()
             return
-        for k, cells in wanted:
-            old = self._rows.get(k)
-            if old is None:
-                self._add(k, cells)
-            elif old != cells:
-                lens = list(self._lens[k])
-                for i, ((c, a), b) in enumerate(zip(zip(self._columns, old), cells)):
-                    if a != b:
-                        shown = _cell(b)
-                        self._measure(lens, i, shown.cell_len)
-                        # the layout sets the widths: DataTable never re-measures a column
-                        self.update_cell(k, c.key, self._fit(i, shown), update_width=False)
-                self._lens[k] = tuple(lens)
-                self._rows[k] = cells
+        with self.repaint_after():  # a row whose cells changed is repainted once
+            for k, cells in wanted:
+                old = self._rows.get(k)
+                if old is None:
+                    self._add(k, cells)
+                elif old != cells:
+                    lens = list(self._lens[k])
+                    for i, ((c, a), b) in enumerate(zip(zip(self._columns, old), cells)):
+                        if a != b:
+                            shown = _cell(b)
+                            self._measure(lens, i, shown.cell_len)
+                            # the layout sets the widths: DataTable never re-measures a column
+                            self.update_cell(k, c.key, self._fit(i, shown), update_width=False)
+                    self._lens[k] = tuple(lens)
+                    self._rows[k] = cells
         if self._shrunk:
             for i in self._shrunk:
                 self._natural[i] = max([self._labels[i], *(lens[i] for lens in self._lens.values())])

@@ -113,6 +113,24 @@ class _CellRenders:
         self._cells.pop((row_key, column_key), None)
 
 
+class _RepaintAfter:
+    def __init__(self, table: QuietTable) -> None:
+        self.table = table
+
+    def __enter__(self) -> None:
+        if self.table._repaint_later is None:
+            self.table._repaint_later = set()
+            self.outer = True
+        else:
+            self.outer = False  # nested: the outer block repaints
+
+    def __exit__(self, *exc: object) -> None:
+        if self.outer:
+            rows, self.table._repaint_later = self.table._repaint_later, None
+            for index in sorted(rows or ()):
+                self.table._repaint_row(index)
+
+
 class QuietTable(DataTable):
     def __init__(self, *args, **kw) -> None:
         super().__init__(*args, **kw)
@@ -122,6 +140,7 @@ class QuietTable(DataTable):
         self._style_now: Style | None = None  # the widget's rich style, while render_lines runs
         self._columns_now: tuple[list, list[int]] | None = None  # (columns, widths), while render_lines runs
         self._row_lines: dict[RowKey, tuple[tuple, Strip]] = {}  # per row: (what its line depends on, line)
+        self._repaint_later: set[int] | None = None  # rows to repaint when a repaint_after() block ends
 
     def render_lines(self, crop: Region) -> list[Strip]:
         # the widget's style, and the columns with their widths, are worked out once for the lines of
@@ -279,7 +298,15 @@ class QuietTable(DataTable):
         index = self._row_locations.get(rk)
         assert index is not None
         self._forget_cell(rk, ck, index)
-        self._repaint_row(index)
+        if self._repaint_later is not None:
+            self._repaint_later.add(index)
+        else:
+            self._repaint_row(index)
+
+    def repaint_after(self) -> _RepaintAfter:
+        """`with table.repaint_after(): …update_cell…`: each changed row is repainted once, at the end
+        (a row whose figure and sparkline both moved is one refresh, not two)."""
+        return _RepaintAfter(self)
 
     def _repaint_row(self, index: int) -> None:
         """refresh_row without its cost: DataTable finds a row's line by adding up the heights of every

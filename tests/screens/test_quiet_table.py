@@ -147,6 +147,24 @@ async def test_one_changed_cell_repaints_one_row():
         assert set(rendered) == {3}, rendered
         assert "99%" in "".join(s.text for s in quiet.render_line(4))
 
+        # cells changed in a repaint_after() block: each row repainted once, at the end
+        repainted: list[int] = []
+        real_repaint = quiet._repaint_row
+        quiet._repaint_row = lambda index: repainted.append(index) or real_repaint(index)  # type: ignore[method-assign]
+        with quiet.repaint_after():
+            quiet.update_cell("r1", "util", Text("42%"))
+            quiet.update_cell("r1", "mem", Text("7G"))
+            quiet.update_cell("r5", "util", Text("5%"))
+            with quiet.repaint_after():  # nested: the outer block repaints
+                quiet.update_cell("r5", "mem", Text("9G"))
+            assert repainted == []
+        assert repainted == [1, 5]
+        rendered.clear()
+        await pilot.pause()
+        assert set(rendered) == {1, 5}, rendered
+        line = "".join(s.text for s in quiet.render_line(2))
+        assert "42%" in line and "7G" in line
+
 
 async def test_a_static_whose_size_cannot_change_is_repainted_without_a_layout():
     from textual.widgets import Static
