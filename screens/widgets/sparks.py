@@ -35,6 +35,11 @@ class Sparks:
                     line = line[:-1] + BLOCKS[min(8, max(0, round(last / top * 8)))]
                     self._last[name] = (values, line)
                     return line
+            if line and last is not None:
+                shifted = _new_bar(old, values, line, last)
+                if shifted is not None:
+                    self._last[name] = (values, shifted)
+                    return shifted
         line = spark(values)
         self._last[name] = (values, line)
         return line
@@ -43,6 +48,25 @@ class Sparks:
         """Forget every line once far more are held than the `count` VMs there are now (VMs gone)."""
         if len(self._last) > 2 * count + 64:
             self._last.clear()
+
+
+def _new_bar(old: tuple, values: tuple, line: str, last: float) -> str | None:
+    """A new bar started (a value appended, the oldest one dropped once the history is full): the line in
+    sight moves left by a block and gains the new one, when the bars in sight before and after have
+    the same scale; None when it must be drawn anew."""
+    was, now = old[-SPARK_WIDTH:], values[-SPARK_WIDTH:]
+    if len(now) == len(was):
+        drop = 1
+    elif len(now) == len(was) + 1:
+        drop = 0
+    else:
+        return None
+    if len(line) != len(was) or now[:-1] != was[drop:] or None in was or None in now:
+        return None
+    top = max(max(now), SPARK_FLOOR)
+    if top != max(max(was), SPARK_FLOOR):
+        return None
+    return line[drop:] + BLOCKS[min(8, max(0, round(last / top * 8)))]
 
 
 def _floor_scaled(line: str) -> bool:

@@ -80,3 +80,25 @@ def test_a_busy_vm_above_the_floor_is_patched_while_its_scale_holds(monkeypatch)
                 redrawn += 1
         done = (*done, values[-1])[-29:]
     assert patched > 120 and redrawn > 5  # mostly patched; redrawn when a new bar starts or the top moves
+
+
+def test_a_new_bar_shifts_the_line_when_the_scale_holds(monkeypatch):
+    """Every VM's history gains a bar at once (bars start on the same polls): the line moves left by a
+    block and gains the new one instead of being drawn anew, equal to spark() before and after the
+    history is full; a new bar that changes the scale is drawn anew."""
+    drawn: list[tuple] = []
+    monkeypatch.setattr(sparks_module, "spark", lambda values: drawn.append(tuple(values)) or spark(values))
+    rng = random.Random(8)
+    memo = Sparks()
+    for low, high in ((0, 90), (150, 400)):
+        history: tuple = ()
+        shifted = 0
+        for bar in range(45):  # past the 30 bars the app keeps: the oldest then drops
+            history = (*history, rng.uniform(low, high))[-30:]
+            before = len(drawn)
+            assert memo(f"vm{low}", history) == spark(history), bar
+            shifted += len(drawn) == before
+        assert shifted > 30 if low == 0 else shifted > 10, (low, shifted)
+    top = (*history[:-1], 1000.0)[-30:]  # the new bar is the highest: a new scale
+    before = len(drawn)
+    assert memo("vm150", top) == spark(top) and len(drawn) == before + 1
