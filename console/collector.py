@@ -11,7 +11,7 @@ import errno
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import asdict, replace
+from dataclasses import replace
 from typing import TYPE_CHECKING, TypeVar
 
 from nodeconsole.console.model import (
@@ -291,7 +291,7 @@ class Collector:
     def _with_events(self, snap: HostSnapshot) -> HostSnapshot:
         """The kernel log's new events read (cheap: from where the last poll stopped), tied to this
         snapshot's VMs; a fatal Xid or an uncorrectable AER error adds a problem."""
-        self.watch.note_sources(asdict(snap.sources))
+        self.watch.note_sources(dict(vars(snap.sources)))  # its four fields (asdict copies deeply)
         self.watch.poll(self.seams.root, self.seams.is_this_machine)
         self.gpu_events = self.watch.tied(snap)
         from nodeconsole.console.event_watch import event_problems

@@ -182,4 +182,6 @@ class EventWatch:
             self._last_sources[name] = now
 
     def tied(self, snap: HostSnapshot) -> tuple[KernelEvent, ...]:
+        if not self._events:  # the usual poll: nothing to tie (the VMs' holdings are not worked out)
+            return ()
         return tuple(tie_to_vms(self._events, snap))
