@@ -14,9 +14,10 @@ from rich.text import Text
 from textual.app import ComposeResult
 from textual.containers import Vertical
 from textual.screen import Screen
-from textual.widgets import Footer, Input, Static
+from textual.widgets import Input, Static
 
 from nodeconsole.screens.compositor import FrontCompositor
+from nodeconsole.screens.footer import QuietFooter
 from nodeconsole.screens.messages import HostView, Selected, SnapshotUpdated
 from nodeconsole.screens.widgets.hinted_scroll import hint_line, put_hint
 from nodeconsole.screens.widgets.keyed_table import KeyedTable
@@ -82,7 +83,7 @@ class SnapshotScreen(Screen):
         with Vertical(id="body"):
             yield from self.compose_body()
         yield Input(placeholder="filter rows (Esc clears)", id="filter")
-        yield Footer()
+        yield QuietFooter()  # its keys built again only when they changed
 
     def compose_body(self) -> ComposeResult:  # pragma: no cover - abstract
         yield Static()
