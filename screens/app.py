@@ -7,8 +7,11 @@ Polls never overlap and the UI thread never touches the host. Screens post what 
 """
 from __future__ import annotations
 
+import asyncio
+import contextvars
 import gc
 import sys
+import threading
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, ClassVar
 
@@ -146,7 +149,8 @@ class NodeConsoleApp(App):
         self.action_results: list[RunResult] = []  # outcomes of guided changes made from this console
         self.selected_gpu: str | None = None  # as the GPUs screen last said (GpuSelected)
         self.selected_vm: str | None = None  # as the VMs screen last said (VmSelected)
-        self._timer: Timer | None = None
+        self._timer: asyncio.TimerHandle | None = None  # the next poll, while one is due
+        self._ui_context: contextvars.Context | None = None  # the app's context, for callbacks from threads
         self._first_poll: Timer | None = None  # armed until the first frame starts the polls
         self._first_view_sent = False  # the first screen was given the first look's view (_init_mode)
         self._frames_written = 0
@@ -186,6 +190,7 @@ class NodeConsoleApp(App):
         return shown
 
     def on_mount(self) -> None:
+        self._ui_context = contextvars.copy_context()
         self.app_resume_signal.subscribe(self, lambda _app: self.shadow.reset())
         if not self._first_view_sent:
             self.render_current()
@@ -252,7 +257,7 @@ class NodeConsoleApp(App):
                     self.seams, self.collector = first.seams, first.collector
                     collector = first.collector
                 if self.snapshot is None and first.snapshot is not None:
-                    self.call_from_thread(self._show_partial, first.snapshot)
+                    self._from_thread(self._show_partial, first.snapshot)
             if collector is None:
                 from nodeconsole.console.collector import Collector
 
@@ -262,12 +267,12 @@ class NodeConsoleApp(App):
             if self.snapshot is None:
                 # First frame fast: the GPUs and topology from sysfs, then the full picture.
                 partial = collector.collect(partial=True)
-                self.call_from_thread(self._show_partial, partial)
+                self._from_thread(self._show_partial, partial)
             snap = collector.collect()
         except Exception as exc:
-            self.call_from_thread(self._poll_failed, exc)
+            self._from_thread(self._poll_failed, exc)
             return
-        self.call_from_thread(self._apply, snap)
+        self._from_thread(self._apply, snap)
 
     def _poll_failed(self, exc: Exception) -> None:
         self.note = f"collection failed: {exc}"
@@ -320,8 +325,39 @@ class NodeConsoleApp(App):
             self.switch_mode("setup")
 
     def _rearm(self) -> None:
+        # the event loop's own timer: a Textual timer is a task, a message and a callback look-up each
+        # poll, for a callback that needs none of them
         if not self.paused and self._timer is None:
-            self._timer = self.set_timer(self.interval, self.poll_now)
+            self._timer = asyncio.get_running_loop().call_later(self.interval, self.poll_now,
+                                                                context=self._ui_context)
+
+    def _from_thread(self, callback: Callable[..., object], *args: object) -> None:
+        """App.call_from_thread for a plain callback of ours: run on the event loop, in the app's context,
+        and waited for, without the coroutine, task and signature inspection Textual's takes each time.
+        Gives up, without running it, when the app has stopped."""
+        loop = self._loop
+        if loop is None or loop.is_closed():
+            return
+        done = threading.Event()
+        failed: list[BaseException] = []
+
+        def run() -> None:
+            try:
+                callback(*args)
+            except BaseException as exc:  # raised in the calling thread, as call_from_thread does
+                failed.append(exc)
+            finally:
+                done.set()
+
+        try:
+            loop.call_soon_threadsafe(run, context=self._ui_context)
+        except RuntimeError:  # the loop has closed
+            return
+        while not done.wait(0.5):
+            if loop.is_closed() or not loop.is_running():
+                return
+        if failed:
+            raise failed[0]
 
     def host_view(self) -> HostView:
         history = {name: bars.values() for name, bars in self.vm_history.items()}
@@ -369,7 +405,7 @@ class NodeConsoleApp(App):
     def action_toggle_pause(self) -> None:
         self.paused = not self.paused
         if self.paused and self._timer is not None:
-            self._timer.stop()
+            self._timer.cancel()
             self._timer = None
         self.render_current()
         if not self.paused:
@@ -529,7 +565,7 @@ class NodeConsoleApp(App):
         if any(w.group == "poll" and w.is_running for w in self.workers):
             return
         if self._timer is not None:
-            self._timer.stop()
+            self._timer.cancel()
         self.poll_now()
 
     def action_nccl(self, what: str) -> None:
