@@ -638,8 +638,11 @@ class _Bars:
 
 
 def _mean(samples: list[float | None]) -> float | None:
+    """The bar's mean, to a tenth of a percent: finer than any of a sparkline's nine heights, and a VM
+    busy at a steady 100 % (its figure wavering in the sixth decimal) then draws the same bar each poll
+    instead of a new scale every time its figure crosses 100."""
     known = [x for x in samples if x is not None]
-    return sum(known) / len(known) if known else None
+    return round(sum(known) / len(known), 1) if known else None
 
 
 class _ShadowedUpdate(CompositorUpdate):
