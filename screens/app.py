@@ -621,20 +621,30 @@ class _Bars:
     """One VM's sparkline: the means of the finished bars (kept as a tuple, made once per bar) and the
     samples of the bar filling now, so a tick costs one mean, not one per bar."""
 
-    __slots__ = ("done", "current")
+    __slots__ = ("done", "current", "_values")
 
     def __init__(self) -> None:
         self.done: tuple[float | None, ...] = ()
         self.current: list[float | None] = []
+        self._values: tuple[float | None, ...] | None = ()  # values(), None when it must be made again
 
     def add(self, value: float | None, new_bar: bool) -> None:
         if new_bar and self.current:
             self.done = (*self.done, _mean(self.current))[-(HISTORY - 1):]
             self.current = []
+            self._values = None
         self.current.append(value)
+        mean = _mean(self.current)
+        kept = self._values
+        if kept is None or len(kept) != len(self.done) + 1 or kept[-1] != mean:
+            self._values = (*self.done, mean)
 
     def values(self) -> tuple[float | None, ...]:
-        return (*self.done, _mean(self.current)) if self.current else self.done
+        """The bars' means, oldest first: the very same tuple while they are unchanged (a VM whose
+        figure holds is then recognised at once, down to its sparkline)."""
+        if self._values is None:
+            self._values = (*self.done, _mean(self.current)) if self.current else self.done
+        return self._values
 
 
 def _mean(samples: list[float | None]) -> float | None:

@@ -27,3 +27,25 @@ async def test_bars_average_five_seconds_of_polls(demo_seams):
         # within a bar only its own cell changes; a new bar appends one
         assert [len(x) for x in lines] == [1] * 5 + [2] * 5 + [3]
         assert all(a[:-1] == b[:-1] for a, b in zip(lines[5:9], lines[6:10]))
+
+
+def test_bars_are_the_same_tuple_while_unchanged():
+    """A VM whose figure holds hands the screens the very same history (recognised at once by the
+    sparkline and the table); any change, and each new bar, makes a new one with the right means."""
+    from nodeconsole.screens.app import _Bars
+
+    bars = _Bars()
+    bars.add(None, True)
+    assert bars.values() == (None,)
+    bars.add(100.00001, False)
+    first = bars.values()
+    assert first == (100.0,)
+    bars.add(99.99999, False)  # the mean rounds to the same tenth
+    assert bars.values() is first
+    bars.add(40.0, False)
+    assert bars.values() == (80.0,)
+    bars.add(50.0, True)  # a new bar
+    assert bars.values() == (80.0, 50.0)
+    same = bars.values()
+    bars.add(50.0, False)
+    assert bars.values() is same
