@@ -295,8 +295,9 @@ class NodeConsoleApp(App):
             if bars is None:
                 bars = self.vm_history[v.name] = _Bars()
             bars.add(v.cpu_percent, new_bar)
-        for gone in set(self.vm_history) - {v.name for v in snap.vms}:
-            del self.vm_history[gone]
+        if len(self.vm_history) != len(snap.vms):  # every VM of the snapshot is in it: some have gone
+            for gone in set(self.vm_history) - {v.name for v in snap.vms}:
+                del self.vm_history[gone]
         self.render_current()
         if self.polls == 1:
             self._resume_setup()
@@ -618,41 +619,41 @@ def _screen(module: str, name: str) -> Screen:
 
 
 class _Bars:
-    """One VM's sparkline: the means of the finished bars (kept as a tuple, made once per bar) and the
-    samples of the bar filling now, so a tick costs one mean, not one per bar."""
+    """One VM's sparkline: the means of the finished bars (kept as a tuple, made once per bar) and a
+    running sum of the bar filling now, so a tick costs an addition, not a mean over its samples."""
 
-    __slots__ = ("done", "current", "_values")
+    __slots__ = ("done", "_sum", "_known", "_samples", "_values")
 
     def __init__(self) -> None:
         self.done: tuple[float | None, ...] = ()
-        self.current: list[float | None] = []
-        self._values: tuple[float | None, ...] | None = ()  # values(), None when it must be made again
+        self._sum = 0.0  # of the known samples of the bar filling now (added in order, as sum() does)
+        self._known = 0
+        self._samples = 0
+        self._values: tuple[float | None, ...] = ()  # values(): the same tuple while nothing moved
 
     def add(self, value: float | None, new_bar: bool) -> None:
-        if new_bar and self.current:
-            self.done = (*self.done, _mean(self.current))[-(HISTORY - 1):]
-            self.current = []
-            self._values = None
-        self.current.append(value)
-        mean = _mean(self.current)
+        if new_bar and self._samples:
+            self.done = (*self.done, self._mean())[-(HISTORY - 1):]
+            self._sum, self._known, self._samples = 0.0, 0, 0
+        self._samples += 1
+        if value is not None:
+            self._sum += value
+            self._known += 1
+        mean = self._mean()
         kept = self._values
-        if kept is None or len(kept) != len(self.done) + 1 or kept[-1] != mean:
+        if len(kept) != len(self.done) + 1 or kept[-1] != mean:
             self._values = (*self.done, mean)
+
+    def _mean(self) -> float | None:
+        """The bar's mean, to a tenth of a percent: finer than any of a sparkline's nine heights, and a
+        VM busy at a steady 100 % (its figure wavering in the sixth decimal) then draws the same bar
+        each poll instead of a new scale every time its figure crosses 100."""
+        return round(self._sum / self._known, 1) if self._known else None
 
     def values(self) -> tuple[float | None, ...]:
         """The bars' means, oldest first: the very same tuple while they are unchanged (a VM whose
         figure holds is then recognised at once, down to its sparkline)."""
-        if self._values is None:
-            self._values = (*self.done, _mean(self.current)) if self.current else self.done
         return self._values
-
-
-def _mean(samples: list[float | None]) -> float | None:
-    """The bar's mean, to a tenth of a percent: finer than any of a sparkline's nine heights, and a VM
-    busy at a steady 100 % (its figure wavering in the sixth decimal) then draws the same bar each poll
-    instead of a new scale every time its figure crosses 100."""
-    known = [x for x in samples if x is not None]
-    return round(sum(known) / len(known), 1) if known else None
 
 
 class _ShadowedUpdate(CompositorUpdate):

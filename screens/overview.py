@@ -39,15 +39,28 @@ def gpu_rows(snap: HostSnapshot):
                           util, memory_text(g), metric(g.temperature_c, "C"), link_text(g))
 
 
+_MARKS = {"cross-numa": "✖ cross", "aligned": "ok", "unpinned": "unpinned"}
+
+
 def vm_rows(snap: HostSnapshot, history: dict[str, list], sparks: Sparks | None = None,
-            facts: VmFacts | None = None):
+            facts: VmFacts | None = None, memo: dict[str, tuple[tuple, tuple]] | None = None):
+    """(name, cells) of each VM. `memo`: each VM's last row and what it was made from; an unchanged VM
+    gets the very same row (the table then sees at once that nothing moved)."""
     draw = sparks or (lambda _name, values: spark(values))
     facts_for = facts or facts_of
+    kept = {} if memo is None else memo
     for v in snap.vms:
         f = facts_for(snap, v)
-        mark = {"cross-numa": "✖ cross", "aligned": "ok", "unpinned": "unpinned"}.get(f.alignment, "")
-        yield v.name, (v.name, v.state, str(v.vcpus), metric(v.cpu_percent, "", 0),
-                       draw(v.name, history.get(v.name, ())), mark, f.gpus)
+        cpu = metric(v.cpu_percent, "", 0)
+        bars = history.get(v.name, ())
+        made_of = (v.state, v.vcpus, cpu, bars, f)
+        hit = kept.get(v.name)
+        if hit is not None and hit[0] == made_of:
+            yield v.name, hit[1]
+            continue
+        row = (v.name, v.state, str(v.vcpus), cpu, draw(v.name, bars), _MARKS.get(f.alignment, ""), f.gpus)
+        kept[v.name] = (made_of, row)
+        yield v.name, row
 
 
 def host_info(snap: HostSnapshot) -> str:
@@ -254,6 +267,7 @@ class OverviewScreen(SnapshotScreen):
         self._targets: tuple = ()
         self._sparks = Sparks()
         self._facts = VmFacts()
+        self._vm_rows: dict[str, tuple[tuple, tuple]] = {}
 
     def action_setup(self) -> None:
         """Open the Setup screen on the first problem's doctor check (the check's fix is there)."""
@@ -316,7 +330,10 @@ class OverviewScreen(SnapshotScreen):
         self.set_static("#pressure", lambda: one_line(pressure), pressure)
         self.query_one("#gpus", KeyedTable).sync(gpu_rows(snap))
         self._sparks.keep(len(snap.vms))
-        self.query_one("#vms", KeyedTable).sync(vm_rows(snap, self.history, self._sparks, self._facts))
+        if len(self._vm_rows) > 2 * len(snap.vms) + 64:  # VMs gone
+            self._vm_rows.clear()
+        self.query_one("#vms", KeyedTable).sync(vm_rows(snap, self.history, self._sparks, self._facts,
+                                                        self._vm_rows))
         self._titles()
         if snap.problems != self._problems:  # where each problem is fixed: worked out when they change
             self._problems = snap.problems

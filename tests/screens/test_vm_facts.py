@@ -60,3 +60,22 @@ def test_forgets_vms_gone(frozen_seams):
         memo(snap, replace(snap.vms[0], name=f"old{i}"))
     memo(replace(snap, taken_at=1.0), snap.vms[0])  # a new poll with the host's real VMs
     assert len(memo._facts) == 1
+
+
+def test_overview_rows_kept_while_a_vm_holds_and_equal_to_fresh(frozen_seams):
+    from nodeconsole.screens.overview import vm_rows
+    from nodeconsole.screens.widgets.sparks import Sparks
+
+    snap = Collector(frozen_seams).collect()
+    history = {v.name: (10.0, 20.0) for v in snap.vms}
+    memo: dict = {}
+    sparks, facts = Sparks(), VmFacts()
+    first = dict(vm_rows(snap, history, sparks, facts, memo))
+    assert first == dict(vm_rows(snap, history))
+    name = next(v.name for v in snap.vms if v.state == "running")
+    moved = replace(snap, vms=tuple(replace(v, cpu_percent=77.0) if v.name == name else v for v in snap.vms))
+    history = {**history, name: (10.0, 77.0)}
+    second = dict(vm_rows(moved, history, sparks, facts, memo))
+    assert second == dict(vm_rows(moved, history))
+    assert second[name] != first[name] and "77" in second[name]
+    assert all(second[k] is first[k] for k in first if k != name)  # the others: the very same rows
