@@ -28,6 +28,8 @@ def is_na(value: object) -> bool:
 
 @dataclass(frozen=True)
 class HostInfo:
+    """The host's name and kernel."""
+
     hostname: str = ""
     kernel: str = ""
     cmdline: str = ""
@@ -36,6 +38,8 @@ class HostInfo:
 
 @dataclass(frozen=True)
 class Cpu:
+    """One logical CPU and where it sits (package, core, NUMA node)."""
+
     id: int
     package: int  # physical_package_id, -1 when unknown (offline CPUs have no topology files)
     core: int  # unique physical core number within its package (see sources/sysfs.py), -1 unknown
@@ -48,6 +52,8 @@ class Cpu:
 
 @dataclass(frozen=True)
 class NumaNode:
+    """A NUMA node: its CPUs and memory."""
+
     id: int
     cpus: tuple[int, ...]
     memory_kib: int
@@ -58,6 +64,8 @@ class NumaNode:
 
 @dataclass(frozen=True)
 class PciLink:
+    """A PCIe link: its current and greatest speed and width."""
+
     current_speed: str = ""  # as sysfs writes it, e.g. "16.0 GT/s PCIe"
     current_width: int | None = None
     max_speed: str = ""
@@ -73,6 +81,8 @@ class PciLink:
 
 @dataclass(frozen=True)
 class PciDevice:
+    """One PCI function as sysfs shows it: identity, driver, place in the tree, IOMMU group."""
+
     address: str  # canonical DDDD:BB:DD.F (domain may have more than 4 hex digits)
     vendor_id: int
     device_id: int
@@ -103,6 +113,8 @@ class PciDevice:
 
 @dataclass(frozen=True)
 class IommuGroup:
+    """An IOMMU group and the functions in it."""
+
     id: int
     devices: tuple[str, ...]
     viable: bool
@@ -111,6 +123,8 @@ class IommuGroup:
 
 @dataclass(frozen=True)
 class Iommu:
+    """Whether the IOMMU is on, and its groups."""
+
     enabled: bool
     groups: tuple[IommuGroup, ...] = ()
     cmdline_flags: tuple[str, ...] = ()  # iommu related kernel command line words
@@ -120,6 +134,8 @@ class Iommu:
 
 @dataclass(frozen=True)
 class MigInstance:
+    """A MIG GPU instance: its profile, placement and compute instances."""
+
     profile: str  # e.g. "3g.40gb"
     start: int
     size: int
@@ -132,6 +148,8 @@ class MigInstance:
 
 @dataclass(frozen=True)
 class Mig:
+    """A GPU's MIG mode (current and pending) and its instances."""
+
     mode: str = NA  # "enabled" / "disabled" / NA (not capable or not readable)
     pending_mode: str = NA
     instances: tuple[MigInstance, ...] = ()
@@ -140,6 +158,8 @@ class Mig:
 
 @dataclass(frozen=True)
 class VgpuType:
+    """A vGPU type a GPU offers, and how many more can be made."""
+
     id: str  # mdev type name ("nvidia-123") or creatable id ("1414")
     name: str
     available: int | None = None
@@ -151,6 +171,8 @@ class VgpuType:
 
 @dataclass(frozen=True)
 class VgpuInstance:
+    """A vGPU made on a GPU, and the VM using it."""
+
     uuid: str  # mdev UUID, or VF address for SR-IOV vGPU
     type_name: str
     parent: str  # PCI address of the GPU/VF it lives on
@@ -159,18 +181,24 @@ class VgpuInstance:
 
 @dataclass(frozen=True)
 class Vgpu:
+    """A GPU's vGPU types and instances."""
+
     types: tuple[VgpuType, ...] = ()
     instances: tuple[VgpuInstance, ...] = ()
 
 
 @dataclass(frozen=True)
 class GpuOwner:
+    """Who holds a GPU: the host's driver, vfio-pci, MIG, vGPU or nobody, and the VMs using it."""
+
     kind: str  # "host", "vfio", "mig", "vgpu", "unbound"
     vms: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
 class GpuProcess:
+    """A process using a GPU (NVML)."""
+
     pid: int
     name: str
     used_memory_mib: Metric = None
@@ -277,6 +305,8 @@ def format_metric(v: object, unit: str = "", digits: int = 0) -> str:
 
 @dataclass(frozen=True)
 class Gpu(GpuMetrics):
+    """One NVIDIA GPU: what sysfs and NVML say of it, merged."""
+
     address: str
     name: str
     uuid: str | None
@@ -300,12 +330,16 @@ class Gpu(GpuMetrics):
 
 @dataclass(frozen=True)
 class VcpuPin:
+    """The host CPUs one vCPU of a VM may run on."""
+
     vcpu: int
     cpus: tuple[int, ...]
 
 
 @dataclass(frozen=True)
 class Hostdev:
+    """A host device given to a VM (a PCI function or an mdev)."""
+
     type: str  # "pci" or "mdev"
     address: str | None = None  # host PCI address for type pci
     uuid: str | None = None  # mdev uuid
@@ -316,6 +350,8 @@ class Hostdev:
 
 @dataclass(frozen=True)
 class Vm:
+    """A libvirt domain: its state, vCPUs and their pins, memory, host devices and CPU use."""
+
     name: str
     state: str  # "running", "paused", "shut off", "crashed", ...
     vcpus: int
@@ -414,6 +450,8 @@ class Nic:
 
 @dataclass(frozen=True)
 class HugepageUse:
+    """Huge pages of one size on a node: total and free."""
+
     size_kib: int
     total: int
     free: int
@@ -436,6 +474,8 @@ class NodeUse:
 
 @dataclass(frozen=True)
 class Load:
+    """CPU and memory use: per CPU, per node, and the host's."""
+
     cpu_percent: tuple[float, ...] = ()  # per online CPU, index = position in psutil's order
     memory_total_kib: int = 0
     memory_available_kib: int = 0
@@ -445,6 +485,8 @@ class Load:
 
 @dataclass(frozen=True)
 class Sources:
+    """Each source's state: "ok", "pending" or "unavailable: reason"."""
+
     sysfs: str = "ok"
     nvml: str = "ok"
     libvirt: str = "ok"
@@ -453,6 +495,8 @@ class Sources:
 
 @dataclass(frozen=True)
 class HostSnapshot:
+    """Everything one poll read of the host; immutable, handed to the screens and the CLI."""
+
     schema: int
     taken_at: float
     host: HostInfo
@@ -512,6 +556,8 @@ class HostSnapshot:
 
 @dataclass(frozen=True)
 class Problem:
+    """Something wrong with the host, what it is about, and how to fix it."""
+
     severity: str  # "error", "warning", "info"
     subject: str  # what it is about: a GPU address, VM name, "iommu", a source
     message: str
