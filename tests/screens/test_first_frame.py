@@ -210,8 +210,11 @@ async def test_the_garbage_collector_paused_at_launch_resumes_after_the_first_fr
     resumes it, with what start-up left alive frozen out of later collections."""
     import gc
 
+    from nodeconsole.screens.app import GC_YOUNG_THRESHOLD
+
     app = NodeConsoleApp(lambda: demo_seams, interval=5)
     app.gc_paused = True
+    threshold = gc.get_threshold()
     gc.disable()
     frozen = gc.get_freeze_count()
     try:
@@ -223,9 +226,12 @@ async def test_the_garbage_collector_paused_at_launch_resumes_after_the_first_fr
                 if gc.isenabled():
                     break
             assert gc.isenabled() and gc.get_freeze_count() > frozen
+            # the youngest generation is collected less often from then on; the older ones as before
+            assert gc.get_threshold() == (GC_YOUNG_THRESHOLD, *threshold[1:])
     finally:
         gc.enable()
         gc.unfreeze()
+        gc.set_threshold(*threshold)
 
 
 def test_the_launcher_resumes_the_garbage_collector_when_the_console_fails(monkeypatch):
