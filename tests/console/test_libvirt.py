@@ -273,7 +273,7 @@ def test_other_libvirt_error_keeps_the_connection(uri, monkeypatch):
     real_info = libvirt.virDomain.info
 
     def info(self):
-        if self.name() == "off-vm":
+        if self.name() == "crashed-vm":  # asked every poll (a shut-off one is not, see below)
             raise _error(libvirt.VIR_ERR_OPERATION_FAILED, "operation failed: just this once")
         return real_info(self)
 
@@ -319,3 +319,38 @@ def test_default_uri_and_missing_binding(monkeypatch):
     monkeypatch.setattr(libvirt_src, "libvirt", None)
     with pytest.raises(SourceError, match="libvirt-python is not installed"):
         LibvirtSource("test:///default").poll()
+
+
+def test_a_shut_off_domain_is_not_asked_for_info_while_its_definition_is_current(uri, monkeypatch):
+    """The test driver's bulk stats give only the state: a shut-off domain's vCPUs and memory come from
+    the last reading while its parsed XML is current (they change only with its definition), and from
+    info() again once the XML is re-read (its TTL, or invalidate() after an edit)."""
+    asked: list[str] = []
+    real_info = libvirt.virDomain.info
+    grown: set[str] = set()
+
+    def info(self):
+        asked.append(self.name())
+        got = real_info(self)
+        return [got[0], got[1], got[2], got[3] + 1, *got[4:]] if self.name() in grown else got
+
+    monkeypatch.setattr(libvirt.virDomain, "info", info)
+    clock = Clock()
+    src = LibvirtSource(uri, xml_ttl=30.0, clock=clock)
+    first = {vm.name: vm for vm in src.poll().vms}
+    assert "off-vm" in asked and first["off-vm"] == EXPECTED["off-vm"]
+    asked.clear()
+    clock.now += 1
+    second = {vm.name: vm for vm in src.poll().vms}
+    assert "off-vm" not in asked and "gpu-vm" in asked  # the running one still is
+    assert second["off-vm"] == EXPECTED["off-vm"]
+    grown.add("off-vm")  # its definition edited (virsh setvcpus --config)
+    src.invalidate("11111111-0000-0000-0000-000000000003")
+    asked.clear()
+    clock.now += 1
+    assert next(vm for vm in src.poll().vms if vm.name == "off-vm").vcpus == EXPECTED["off-vm"].vcpus + 1
+    assert "off-vm" in asked
+    asked.clear()
+    clock.now += 31.0  # past its XML's TTL: read again
+    src.poll()
+    assert "off-vm" in asked
