@@ -74,7 +74,7 @@ def measure_collect(spec, dest: Path, steady: int = 10) -> dict:
 def collection_tables(quick: bool) -> None:
     tmp = Path(tempfile.mkdtemp(prefix="ncbench-"))
     rows = [("small", small_spec()), ("demo", demo_spec()), ("large", large_spec())]
-    print("\n## Snapshot collection (median of back-to-back polls; sysfs signs every 5 s, whole every 30 s)")
+    print("\n## Snapshot collection (median of back-to-back polls; sysfs signs every 5 s, changeable parts every 30 s)")
     print(f"{'host':10} {'GPUs':>5} {'CPUs':>5} {'PCI':>5} {'VMs':>5} {'cold ms':>9} {'poll ms':>9} {'peak MiB':>9}")
     for name, spec in rows:
         r = measure_collect(spec, tmp / name)

@@ -140,25 +140,7 @@ class Root:
             raise
         except OSError:
             return None
-        try:
-            if not stat.S_ISREG(os.fstat(fd).st_mode):
-                return None
-            data = os.read(fd, 65536)  # sysfs attributes are one page at most: one read
-            if len(data) == 65536:  # procfs files (cpuinfo) can be longer
-                chunks, total = [data], len(data)
-                while chunk := os.read(fd, 65536):
-                    total += len(chunk)
-                    if total > limit:
-                        return None
-                    chunks.append(chunk)
-                data = b"".join(chunks)
-            return data if len(data) <= limit else None
-        except PermissionError:
-            raise
-        except OSError:  # EISDIR, and EINVAL/EIO from some sysfs attributes: like absent
-            return None
-        finally:
-            os.close(fd)
+        return read_open(fd, limit)
 
     def read(self, rel: str) -> str | None:
         """File content stripped of surrounding whitespace, None when absent or unreadable."""
@@ -225,3 +207,27 @@ class Root:
         if self.resolve(head) is None or ".." in rel.split("/"):
             raise PermissionError(f"/{rel} leads out of the root {self.path}")
         return self._base + rel
+
+
+def read_open(fd: int, limit: int = MAX_READ) -> bytes | None:
+    """The content of the file open at `fd` (closed here): None when it is not a regular file, larger
+    than `limit` or unreadable. PermissionError is raised."""
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        data = os.read(fd, 65536)  # sysfs attributes are one page at most: one read
+        if len(data) == 65536:  # procfs files (cpuinfo) can be longer
+            chunks, total = [data], len(data)
+            while chunk := os.read(fd, 65536):
+                total += len(chunk)
+                if total > limit:
+                    return None
+                chunks.append(chunk)
+            data = b"".join(chunks)
+        return data if len(data) <= limit else None
+    except PermissionError:
+        raise
+    except OSError:  # EISDIR, and EINVAL/EIO from some sysfs attributes: like absent
+        return None
+    finally:
+        os.close(fd)

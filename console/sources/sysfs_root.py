@@ -11,7 +11,7 @@ import stat
 
 from nodeconsole.console.cpulist import parse_cpulist, parse_cpumask
 from nodeconsole.console.pciaddr import is_pci_address, parse_pci_address
-from nodeconsole.console.root import MAX_READ, Root
+from nodeconsole.console.root import MAX_READ, Root, read_open
 
 _OPEN_FLAGS = os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOFOLLOW
 
@@ -80,25 +80,7 @@ class SysfsRoot(Root):
             raise
         except OSError:
             return None
-        try:
-            if not stat.S_ISREG(os.fstat(fd).st_mode):
-                return None
-            data = os.read(fd, 65536)
-            if len(data) == 65536:
-                chunks, total = [data], len(data)
-                while chunk := os.read(fd, 65536):
-                    total += len(chunk)
-                    if total > MAX_READ:
-                        return None
-                    chunks.append(chunk)
-                data = b"".join(chunks)
-            return data if len(data) <= MAX_READ else None
-        except PermissionError:
-            raise
-        except OSError:
-            return None
-        finally:
-            os.close(fd)
+        return read_open(fd, MAX_READ)
 
     def read(self, rel: str) -> str | None:
         if not self.fast:

@@ -18,6 +18,7 @@ from nodeconsole.screens.app import NodeConsoleApp, _ThriftyStylesheet
 from nodeconsole.themes import CSS_PATH, all_themes
 
 from .conftest import FIXED_IDS
+from .helpers import wait_until
 
 
 def _first_look(state):
@@ -92,10 +93,7 @@ async def test_without_a_frame_the_polls_start_all_the_same(state_ro, monkeypatc
 
     app = NoFrames(_first_look(state_ro), interval=5)
     async with app.run_test(size=(80, 24)) as pilot:
-        for _ in range(100):
-            await pilot.pause(0.05)
-            if app.polls:
-                break
+        await wait_until(pilot, lambda: app.polls)
         assert app.polls == 1 and len(app.snapshot.vms) == 13
 
 
