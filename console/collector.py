@@ -94,6 +94,7 @@ class Collector:
         self.sysfs_full = sysfs_full
         self.sysfs_refresh = sysfs_refresh
         self._sysfs: SysfsData | None = None
+        self._invalidations = 0  # invalidate() calls so far
         self._sysfs_at = 0.0
         self._refresh_at = 0.0
         self._sign_at = 0.0
@@ -122,7 +123,9 @@ class Collector:
         self.gpu_events: tuple[KernelEvent, ...] = ()
 
     def invalidate(self) -> None:
-        """Forget cached static facts (after an action changed the host)."""
+        """Forget cached static facts (after an action changed the host). Called from an action's
+        thread: a poll reading sysfs meanwhile does not keep what it read."""
+        self._invalidations += 1
         self._sysfs = None
         if self._libvirt is not None:
             # the test driver re-reads its node file only on open: reconnect for the next poll
@@ -143,25 +146,29 @@ class Collector:
     # -- sources ---------------------------------------------------------------------------------
     def _read_sysfs(self) -> SysfsData:
         now = time.monotonic()
-        stale = self._sysfs is None or now - self._sysfs_at > self.sysfs_full
+        invalidations = self._invalidations  # an action's invalidate() during this read wins over it
+        cached = self._sysfs
+        stale = cached is None or now - self._sysfs_at > self.sysfs_full
         refresh = now - self._refresh_at > self.sysfs_refresh
-        if not stale and (refresh or now - self._sign_at > self.sysfs_ttl):
+        if cached is not None and not stale and (refresh or now - self._sign_at > self.sysfs_ttl):
             self._sign_at = now
-            stale = self._signs(self._sysfs) != self._sign
-        if stale:
+            stale = self._signs(cached) != self._sign
+        if stale or cached is None:
             from nodeconsole.console.sources.sysfs import read_sysfs
 
-            self._sysfs = read_sysfs(self.seams.root, self.seams.pci_ids)
+            data = read_sysfs(self.seams.root, self.seams.pci_ids)
             self._sysfs_at = self._sign_at = self._refresh_at = now
-            self._sign = self._signs(self._sysfs)
+            self._sign = self._signs(data)
         elif refresh:  # the signs just read are still: the rest of the tree is as last read
             from nodeconsole.console.sources.sysfs import refresh_sysfs
 
-            assert self._sysfs is not None
-            self._sysfs = refresh_sysfs(self.seams.root, self.seams.pci_ids, self._sysfs)
+            data = refresh_sysfs(self.seams.root, self.seams.pci_ids, cached)
             self._refresh_at = now
-        assert self._sysfs is not None
-        return self._sysfs
+        else:
+            data = cached
+        if self._invalidations == invalidations:
+            self._sysfs = data
+        return data
 
     def _signs(self, data: SysfsData | None) -> tuple:
         """What moves when the host's PCI picture changes: the functions present (hot-plug, VFs), each

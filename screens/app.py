@@ -239,6 +239,14 @@ class NodeConsoleApp(App):
         self.refresh(layout=True)
 
     # -- polling -----------------------------------------------------------------------------------
+    def on_unmount(self) -> None:
+        """The app is closing: no poll is started any more (the next one's timer is the event loop's,
+        which would outlive the app)."""
+        self.paused = True
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+
     def poll_now(self) -> None:
         self._timer = None
         self._first_poll = None  # the polls have started (that timer, when it fires, does nothing)
@@ -633,7 +641,8 @@ class _Bars:
         self._values: tuple[float | None, ...] = ()  # values(): the same tuple while nothing moved
 
     def add(self, value: float | None, new_bar: bool) -> None:
-        if new_bar and self._samples:
+        started = new_bar and self._samples > 0
+        if started:  # the finished bars moved (and, once the history is full, shifted): made anew below
             self.done = (*self.done, self._mean())[-(HISTORY - 1):]
             self._sum, self._known, self._samples = 0.0, 0, 0
         self._samples += 1
@@ -642,7 +651,7 @@ class _Bars:
             self._known += 1
         mean = self._mean()
         kept = self._values
-        if len(kept) != len(self.done) + 1 or kept[-1] != mean:
+        if started or len(kept) != len(self.done) + 1 or kept[-1] != mean:
             self._values = (*self.done, mean)
 
     def _mean(self) -> float | None:

@@ -48,14 +48,7 @@ class QuietLinuxDriver(LinuxDriver):
         """LinuxDriver.run_input_thread, waiting without a timeout while no escape sequence is pending."""
         exit_event = self.exit_event
         assert isinstance(exit_event, _WakingEvent)
-        wake_r, wake_w = os.pipe()
-        os.set_blocking(wake_r, False)
-        os.set_blocking(wake_w, False)
-        selector = selectors.DefaultSelector()
         fileno = self.fileno
-        selector.register(fileno, selectors.EVENT_READ)
-        selector.register(wake_r, selectors.EVENT_READ)
-        exit_event.wake_fd = wake_w
         parser = XTermParser(self._debug)
         decode = getincrementaldecoder("utf-8")().decode
 
@@ -79,7 +72,15 @@ class QuietLinuxDriver(LinuxDriver):
             deadline = parser._timeout_time  # set while the parser waits for more of a sequence
             return None if deadline is None else max(0.0, deadline - get_time())
 
+        wake_r, wake_w = os.pipe()
+        # select(2), as Textual's driver: epoll refuses a stdin that is /dev/null or a file
+        selector = selectors.SelectSelector()
         try:
+            os.set_blocking(wake_r, False)
+            os.set_blocking(wake_w, False)
+            selector.register(fileno, selectors.EVENT_READ)
+            selector.register(wake_r, selectors.EVENT_READ)
+            exit_event.wake_fd = wake_w
             while not exit_event.is_set():
                 events = selector.select(timeout())
                 process(events)

@@ -315,7 +315,8 @@ class SimulatedNvml(SystemSymbols, DeviceSymbols, HealthSymbols, BoardSymbols, M
         return seen
 
     def _canonical(self, raw: str) -> str:
-        """parse_pci_address of a state's address, remembered per spelling (checked on every call)."""
+        """parse_pci_address of a state's address, remembered per spelling (asked for once a burst of
+        calls, and when a GPU is marked lost)."""
         canon = self._canon.get(raw)
         if canon is None:
             canon = self._canon[raw] = parse_pci_address(raw)

@@ -273,6 +273,13 @@ class QuietTable(DataTable):
         cache[cache_key] = pair = (fixed_row, scrollable_row)
         return pair
 
+    def notify_style_update(self) -> None:
+        """A theme or class change: the kept rows and lines carry the old component styles (the cursor's,
+        the header's), which are not in their keys."""
+        self._row_cells.clear()
+        self._row_lines.clear()
+        super().notify_style_update()
+
     def remove_row(self, row_key: RowKey | str) -> None:
         rk = RowKey(row_key) if isinstance(row_key, str) else row_key
         self._row_cells.pop(rk, None)

@@ -86,3 +86,38 @@ def test_the_collector_refreshes_while_the_signs_are_still(demo) -> None:
     third = c.collect(partial=True)
     assert next(d for d in third.pci_devices if d.address == gpu.address).driver_override == "vfio-pci"
     override.write_text("\n")
+
+
+@pytest.mark.parametrize("during", ["refresh_sysfs", "read_sysfs"])
+def test_an_invalidation_during_a_read_is_not_lost(demo, monkeypatch, during) -> None:
+    """An action's invalidate() (its own thread) that lands while a poll reads sysfs wins: the poll does
+    not keep what it read, and the next one reads the whole tree."""
+    from nodeconsole.console.sources import sysfs as sysfs_module
+
+    root = Root(demo.root)
+    lib = SimulatedNvml.from_file(demo.nvml_state, root=root, privileged=True)
+    c = Collector(Seams(root=root, libvirt_uri=demo.libvirt_uri, nvml_lib=lib), sysfs_ttl=1e9, sysfs_full=1e9,
+                  sysfs_refresh=0.0)
+    c.collect(partial=True)
+    if during == "read_sysfs":
+        c._sysfs_at = -1e18  # due for a whole read
+    reads: list[str] = []
+    real = getattr(sysfs_module, during)
+
+    def racing(*a, **kw):
+        data = real(*a, **kw)
+        if not reads:
+            c.invalidate()  # the action's change lands while this read is under way
+        reads.append(during)
+        return data
+
+    monkeypatch.setattr(sysfs_module, during, racing)
+    whole: list[int] = []
+    real_whole = sysfs_module.read_sysfs if during != "read_sysfs" else real
+    monkeypatch.setattr(sysfs_module, "read_sysfs",
+                        racing if during == "read_sysfs" else (lambda *a, **kw: whole.append(1) or real_whole(*a, **kw)))
+    snap = c.collect(partial=True)
+    assert len(snap.gpus) == 8 and reads == [during]
+    assert c._sysfs is None  # not kept: it may predate the change
+    c.collect(partial=True)
+    assert whole or reads == [during, during]  # the next poll read the tree whole

@@ -84,3 +84,32 @@ def test_the_console_uses_it_unless_the_environment_names_a_driver(monkeypatch):
     from textual.drivers.linux_driver import LinuxDriver
 
     assert NodeConsoleApp.get_driver_class(NodeConsoleApp.__new__(NodeConsoleApp)) is LinuxDriver
+
+
+def test_a_stdin_that_is_not_a_terminal_does_not_stop_the_input_thread():
+    """`nodeconsole < /dev/null`: epoll refuses such a file; the thread selects as Textual's does and
+    ends when asked."""
+    async def main() -> None:
+        fd = os.open(os.devnull, os.O_RDONLY)
+        try:
+            driver = _Recording(object(), size=(80, 24))  # type: ignore[arg-type]
+            driver.got = []
+            driver.fileno = fd
+            failed: list[BaseException] = []
+
+            def run() -> None:
+                try:
+                    driver.run_input_thread()
+                except BaseException as exc:  # the test reports it
+                    failed.append(exc)
+
+            thread = threading.Thread(target=run, daemon=True)
+            thread.start()
+            time.sleep(0.2)
+            driver.exit_event.set()
+            thread.join(3)
+            assert not thread.is_alive() and failed == []
+        finally:
+            os.close(fd)
+
+    asyncio.run(main())

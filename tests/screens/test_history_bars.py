@@ -49,3 +49,18 @@ def test_bars_are_the_same_tuple_while_unchanged():
     same = bars.values()
     bars.add(50.0, False)
     assert bars.values() is same
+
+
+def test_a_full_history_shifts_even_when_the_new_bar_equals_the_last():
+    """Once 30 bars are kept, a new bar drops the oldest: the history moves on even when the new bar's
+    mean is the previous one's (a VM busy for a while, then shut off, ends with no bars in sight)."""
+    from nodeconsole.screens.app import HISTORY, _Bars
+
+    bars = _Bars()
+    for i in range(HISTORY + 3):
+        bars.add(50.0 if i < HISTORY else None, True)
+    assert bars.values() == (*(50.0,) * (HISTORY - 3), None, None, None)
+    for _ in range(HISTORY):
+        bars.add(None, True)
+    assert bars.values() == (None,) * HISTORY
+    assert spark(bars.values()) == ""

@@ -200,3 +200,28 @@ async def test_a_static_whose_size_cannot_change_is_repainted_without_a_layout()
         update_static(auto, "wider text")  # width auto: laid out again
         await pilot.pause()
         assert layouts and auto.size.width == len("wider text")
+
+
+async def test_a_theme_change_recolours_the_kept_rows():
+    """The rows and lines QuietTable keeps carry the component styles (the cursor's, the header's): a
+    theme that changes only those still shows, as on a plain DataTable."""
+    from textual.theme import Theme
+
+    app = Pair()
+    async with app.run_test(size=(70, 20)) as pilot:
+        for name, primary in (("red", "#ff0000"), ("green", "#00ff00")):
+            app.register_theme(Theme(name=name, primary=primary, surface="#101010", foreground="#e0e0e0",
+                                     background="#000000", dark=True))
+        app.theme = "red"
+        for t in app.tables():
+            for c in COLS:
+                t.add_column(c, key=c)
+            for i in range(4):
+                t.add_row(f"vm-{i}", "1%", "1G", "host", key=f"r{i}")
+        app.set_focus(None)  # neither has focus: the same pseudo-classes, the same styles
+        await pilot.pause()
+        plain, quiet = app.tables()
+        assert lines(quiet) == lines(plain)
+        app.theme = "green"
+        await pilot.pause()
+        assert lines(quiet) == lines(plain)
