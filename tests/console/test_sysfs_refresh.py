@@ -101,23 +101,23 @@ def test_an_invalidation_during_a_read_is_not_lost(demo, monkeypatch, during) ->
     c.collect(partial=True)
     if during == "read_sysfs":
         c._sysfs_at = -1e18  # due for a whole read
-    reads: list[str] = []
-    real = getattr(sysfs_module, during)
+    calls: list[str] = []
 
-    def racing(*a, **kw):
-        data = real(*a, **kw)
-        if not reads:
-            c.invalidate()  # the action's change lands while this read is under way
-        reads.append(during)
-        return data
+    def counted(name: str):
+        real = getattr(sysfs_module, name)
 
-    monkeypatch.setattr(sysfs_module, during, racing)
-    whole: list[int] = []
-    real_whole = sysfs_module.read_sysfs if during != "read_sysfs" else real
-    monkeypatch.setattr(sysfs_module, "read_sysfs",
-                        racing if during == "read_sysfs" else (lambda *a, **kw: whole.append(1) or real_whole(*a, **kw)))
+        def read(*a, **kw):
+            data = real(*a, **kw)
+            if name == during and during not in calls:
+                c.invalidate()  # the action's change lands while this read is under way
+            calls.append(name)
+            return data
+        return read
+
+    for name in ("read_sysfs", "refresh_sysfs"):
+        monkeypatch.setattr(sysfs_module, name, counted(name))
     snap = c.collect(partial=True)
-    assert len(snap.gpus) == 8 and reads == [during]
+    assert len(snap.gpus) == 8 and calls == [during]
     assert c._sysfs is None  # not kept: it may predate the change
     c.collect(partial=True)
-    assert whole or reads == [during, during]  # the next poll read the tree whole
+    assert calls == [during, "read_sysfs"]  # the next poll read the tree whole
