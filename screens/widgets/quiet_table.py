@@ -31,6 +31,7 @@ from textual.widgets.data_table import CellType, ColumnKey, RowKey
 
 _NULL = Style.null()
 _NEWLINE = Text("\n")
+_NO_ROW: dict = {}
 
 
 def text_cell_line(console, cell: Text, width: int, padding: int, pre: Style, post: Style) -> list[Segment] | None:
@@ -71,6 +72,12 @@ def text_cell_line(console, cell: Text, width: int, padding: int, pre: Style, po
     if post:
         shown = [Segment(text, style + post if style else post) for text, style, _ in shown]
     return shown
+
+
+def _kept_cell(line: list[Segment]) -> tuple[list[Segment], int, bool]:
+    """A cell's line as a row keeps it: simplified, its cell length, and whether it is free of control
+    segments (only then may the kept cells of a line be joined without simplifying the line again)."""
+    return list(Segment.simplify(line)), Segment.get_line_length(line), not any(s.control for s in line)
 
 
 class _CellRenders:
@@ -180,11 +187,64 @@ class QuietTable(DataTable):
         kept = self._row_lines.get(row_key)
         if kept is not None and kept[0] == key:
             return kept[1]
-        _fixed, scrollable = self._render_line_in_row(row_key, line_no, base_style, cursor, hover)
-        segments = [segment for cell in scrollable for segment in cell]
-        strip = Strip(line_crop(segments, x1, x2, width)).adjust_cell_length(width, base_style).simplify()
+        segments, total, simple = self._row_segments(row_key, index, line_no, base_style, cursor, hover, width)
+        if simple and x1 == 0 and total == width:  # the usual line: nothing to crop, pad or join
+            strip = Strip(segments, width)
+        else:
+            strip = Strip(line_crop(segments, x1, x2, width)).adjust_cell_length(width, base_style).simplify()
         self._row_lines[row_key] = (key, strip)
         return strip
+
+    def _row_segments(self, row_key: RowKey, row_index: int, line_no: int, base_style: Style,
+                      cursor: Coordinate, hover: Coordinate, width: int) -> tuple[list[Segment], int, bool]:
+        """One line of a row of a row-cursor table: its segments as Segment.simplify would leave the
+        whole line, their cell length, and whether they are that (False when a cell holds a control
+        segment: the caller then simplifies the line itself).
+
+        Each cell's segments are kept simplified, with their length, by row under everything their
+        rendering depends on (a row cursor highlights whole rows: every cell of a row has the same cursor
+        and hover state); a changed cell forgets only itself, so a line is its kept cells joined, merging
+        the last segment of a cell into the first of the next where their styles are equal (what
+        simplifying the whole line does at that seam)."""
+        show_cursor, show_hover = self.show_cursor, self._show_hover_cursor
+        columns, widths = self._columns_and_widths()
+        row_style = self._get_row_style(row_index, base_style)
+        is_cursor, is_hover = cursor.row == row_index, hover.row == row_index
+        context = (row_index, line_no, row_style, base_style, is_cursor, is_hover, show_cursor, show_hover,
+                   self._update_count, self._pseudo_class_state, tuple(widths))
+        entry = self._row_cells.get(row_key)
+        if entry is None or entry[0] != context:
+            entry = self._row_cells[row_key] = (context, [None] * (len(columns) + 1))
+        cells = entry[1]
+        n = len(columns)
+        for index in range(n):
+            if cells[index] is None:
+                line = self._render_cell(row_index, index, row_style, widths[index], cursor=is_cursor,
+                                         hover=is_hover)[line_no]
+                cells[index] = _kept_cell(line)
+        remaining = max(0, width - sum(widths))
+        extend = cells[n]
+        if extend is None or extend[1] != remaining:
+            extend_style, _ = self._get_styles_to_render_cell(
+                row_index == -1, False, False, is_hover, is_cursor, show_cursor, show_hover, False, False)
+            extend_style = row_style + extend_style
+            extend_style += Style.from_meta({"row": row_index, "column": 0, "out_of_bounds": True})
+            extend = cells[n] = _kept_cell([Segment(" " * remaining, extend_style)])
+        out: list[Segment] = []
+        total = 0
+        simple = True
+        for segments, length, plain in cells:
+            total += length
+            simple = simple and plain
+            if not segments:
+                continue
+            if out and out[-1].style == segments[0].style and not segments[0].control:
+                last = out[-1]
+                out[-1] = Segment(last.text + segments[0].text, last.style)
+                out.extend(segments[1:])
+            else:
+                out.extend(segments)
+        return out, total, simple
 
     def render_line(self, y: int) -> Strip:
         """DataTable's render_line with the widget's style of this repaint."""
@@ -203,7 +263,7 @@ class QuietTable(DataTable):
                             hover_location: Coordinate):
         """DataTable's, for tables without row labels, less what it works out and does not use: the
         header's style for every row, the background colours for a row cursor, each column's width
-        twice."""
+        twice. (A row-cursor table without fixed columns draws its lines with _row_segments.)"""
         if self._labelled_row_exists and self.show_row_labels:
             return super()._render_line_in_row(row_key, line_no, base_style, cursor_location, hover_location)
         cursor_type, show_cursor, show_hover = self.cursor_type, self.show_cursor, self._show_hover_cursor
@@ -217,29 +277,8 @@ class QuietTable(DataTable):
         columns, widths = self._columns_and_widths()
         n_fixed = self.fixed_columns
         row_style = self._get_row_style(row_index, base_style)
-        row_cells: list | None = None
-        if cursor_type == "row" and not n_fixed:
-            # A row cursor highlights whole rows: every cell of a row has the same cursor and hover
-            # state, so the row's rendered cells are kept together (a changed cell forgets only itself)
-            # under everything their rendering depends on.
-            context = (row_index, line_no, row_style, base_style, cursor_location.row == row_index,
-                       hover_location.row == row_index, show_cursor, show_hover, self._update_count,
-                       self._pseudo_class_state, tuple(widths))
-            entry = self._row_cells.get(row_key)
-            if entry is None or entry[0] != context:
-                entry = self._row_cells[row_key] = (context, [None] * len(columns))
-            row_cells = entry[1]
 
         def cells(start: int, end: int, style: Style) -> list:
-            if row_cells is not None and style is row_style:
-                out = row_cells[start:end]
-                for index in range(start, end):
-                    if out[index - start] is None:
-                        where = Coordinate(row_index, index)
-                        out[index - start] = row_cells[index] = render_cell(
-                            row_index, index, style, widths[index], cursor=highlight(cursor_location, where, cursor_type),
-                            hover=highlight(hover_location, where, cursor_type))[line_no]
-                return out
             out = []
             for index in range(start, end):
                 where = Coordinate(row_index, index)
@@ -345,7 +384,10 @@ class QuietTable(DataTable):
         line = None
         height = self.header_height if header else getattr(self.rows.get(row_key), "height", 0)
         if height == 1:
-            cell = self._get_row_renderables(row_index).cells[column_index]
+            # a non-empty Text is its own renderable (DataTable's formatter gives it back as it is):
+            # taken from the row's data, without formatting every cell of the row
+            datum = None if header else self._data.get(row_key, _NO_ROW).get(column_key)
+            cell = datum if type(datum) is Text and datum else self._get_row_renderables(row_index).cells[column_index]
             if type(cell) is Text:
                 fixed = not header and (row_index < self.fixed_rows or column_index < self.fixed_columns)
                 component, post = self._get_styles_to_render_cell(

@@ -51,8 +51,8 @@ def random_value(rng: random.Random, wide: bool = False):
 @pytest.mark.parametrize("cursor_type,zebra,fixed", [("row", False, 0), ("cell", True, 1), ("column", False, 1)])
 async def test_same_picture_as_datatable_after_random_updates(cursor_type, zebra, fixed, monkeypatch):
     """Every frame equals a plain DataTable's: cursor of each kind, hover, zebra stripes, a fixed column,
-    focus and blur, scrolling, columns narrower than their cells (cut), a column that must grow, rows
-    added and removed."""
+    focus and blur, scrolling down and sideways, a table narrower than its columns, columns narrower than
+    their cells (cut), a column that must grow, rows added and removed."""
     drawn = []
     real_line = quiet_table.text_cell_line
 
@@ -79,7 +79,7 @@ async def test_same_picture_as_datatable_after_random_updates(cursor_type, zebra
                 t.add_row(*values, key=f"r{i}")
         app.set_focus(None)  # neither has focus: the same pseudo-classes, the same styles
         await pilot.pause()
-        for step in range(45):
+        for step in range(60):
             op = rng.random()
             if op < 0.6:
                 key, col = rng.choice(rows), rng.choice(COLS[1:])
@@ -114,10 +114,17 @@ async def test_same_picture_as_datatable_after_random_updates(cursor_type, zebra
                 key = rows.pop(rng.randrange(len(rows)))
                 for t in (plain, quiet):
                     t.remove_row(key)
-            else:
+            elif op < 0.95:
                 y = rng.randrange(8)
                 for t in (plain, quiet):
                     t.scroll_to(y=y, animate=False)
+            else:  # narrower than its columns now and then, scrolled sideways: lines cropped and padded
+                width, x = rng.choice([18, 30, 60]), rng.randrange(12)
+                for t in (plain, quiet):
+                    t.styles.width = width
+                await pilot.pause()
+                for t in (plain, quiet):
+                    t.scroll_to(x=x, animate=False)
             await pilot.pause()
             assert lines(quiet) == lines(plain), f"step {step}"
         # the counter every cache hangs on moved only for the updates that had to grow a column
@@ -135,13 +142,13 @@ async def test_one_changed_cell_repaints_one_row():
             quiet.add_row(f"vm-{i}", "1%", "1G", "host", key=f"r{i}")
         await pilot.pause()
         rendered: list[int] = []
-        real = quiet._render_line_in_row
+        real = quiet._row_segments
 
         def counting(row_key, *a, **kw):
             rendered.append(quiet._row_locations.get(row_key))
             return real(row_key, *a, **kw)
 
-        quiet._render_line_in_row = counting  # type: ignore[method-assign]
+        quiet._row_segments = counting  # type: ignore[method-assign]
         quiet.update_cell("r3", "util", Text("99%"))
         await pilot.pause()
         assert set(rendered) == {3}, rendered
@@ -225,3 +232,32 @@ async def test_a_theme_change_recolours_the_kept_rows():
         app.theme = "green"
         await pilot.pause()
         assert lines(quiet) == lines(plain)
+
+
+async def test_a_table_narrower_than_its_columns_scrolled_sideways():
+    """A row's line is cropped at the scroll offset and cut at the table's width exactly as DataTable
+    does (the kept cells joined are longer than the table), and padded when the table is wider."""
+    app = Pair()
+    async with app.run_test(size=(70, 20)) as pilot:
+        plain, quiet = app.tables()
+        for t in (plain, quiet):
+            for c in COLS:
+                t.add_column(c, key=c)
+            for i in range(12):
+                t.add_row(f"vm-{i}-long-name", Text("1%" * 5, justify="right"), "1G", Text("host 漢字"), key=f"r{i}")
+            t.move_cursor(row=2)
+        app.set_focus(None)
+        await pilot.pause()
+        assert lines(quiet) == lines(plain)
+        for width in (18, 45, 60):
+            for t in (plain, quiet):
+                t.styles.width = width
+            await pilot.pause()
+            for x in (0, 1, 5, 13, 40):
+                for t in (plain, quiet):
+                    t.scroll_to(x=x, animate=False)
+                await pilot.pause()
+                for t in (plain, quiet):
+                    t.update_cell("r2", "util", Text(f"{x}%", justify="right"))
+                await pilot.pause()
+                assert lines(quiet) == lines(plain), (width, x)
