@@ -4,7 +4,9 @@ One read-only connection is opened on the first poll and kept; when it drops, th
 `SourceError` and the next poll opens a new one.
 
 Cost per poll (a host may run hundreds of VMs): the fast facts (state, vCPU count, memory, CPU time)
-come from one `getAllDomainStats` call where the driver supports it, else one `info()` per domain. The
+come from one `getAllDomainStats` call where the driver gives them there (qemu: one call for all), else
+one `info()` per domain (the test driver's bulk stats give only the state; an old libvirt has none); the
+listing of the domains is then kept while the lists of running IDs and defined names stay the same. The
 domain XML (pins, numatune, hostdevs, topology) changes rarely, so it is parsed once and re-read only
 when the domain's state changed, after `xml_ttl` seconds (spread per domain so a big host does not
 re-read every XML in the same tick), or after `invalidate()` — actions that change a domain call it.
@@ -15,6 +17,7 @@ after a restart (CPU time went backwards) and for domains that are not running.
 """
 from __future__ import annotations
 
+import operator
 import threading
 import time
 import zlib
@@ -60,11 +63,30 @@ def cpu_percent(prev: tuple[int, float] | None, cur: tuple[int, float]) -> float
     return d_cpu / (d_wall * 1e9) * 100.0
 
 
+class _Domain:
+    """What the polls so far know of one domain: its parsed XML and when to re-read it, its last CPU-time
+    sample, and its last reading. One record a domain, so reading one costs at most one lookup."""
+
+    __slots__ = ("xml", "xml_state", "expires", "cpu_ns", "cpu_at", "vm")
+
+    def __init__(self) -> None:
+        self.xml: DomainXml | None = None
+        self.xml_state = ""  # the state the XML was read in: a state change re-reads it
+        self.expires = _NEVER_READ  # re-read from then on (the TTL, or at once after invalidate())
+        self.cpu_ns: int | None = None  # last CPU-time sample (None: none usable) and when it was taken
+        self.cpu_at = 0.0
+        self.vm: Vm | None = None  # the last reading, made with `xml`
+
+
+_NEVER_READ = float("-inf")
+
+
 @dataclass
-class _CachedXml:
-    state: str
-    expires: float
-    parsed: DomainXml
+class _Listing:
+    """A listing of the domains, taken after the IDs of the running ones and the names of the others."""
+    ids: list[int]
+    names: list[str]
+    entries: list[tuple[Any, str, str, _Domain]]  # (virDomain, UUID, name, what is kept of it)
 
 
 class LibvirtSource:
@@ -77,12 +99,11 @@ class LibvirtSource:
         self.xml_ttl = xml_ttl
         self._clock = clock
         self._conn: Any = None
-        self._bulk_stats: bool | None = None  # None: not tried yet on this connection
-        self._xml: dict[str, _CachedXml] = {}
-        self._cpu: dict[str, tuple[int, float]] = {}
-        # uuid → (parsed XML, (name, state, vCPUs, memory), Vm): the last poll's record of each domain, whose
-        # copy with the new CPU % is this poll's while the rest is the same (cheaper than a new Vm)
-        self._vms: dict[str, tuple[DomainXml, tuple[str, str, int, int], Vm]] = {}
+        # None: not decided yet on this connection; True: getAllDomainStats gives the fast facts; False: it
+        # is not supported or lacks them (the test driver gives only the state), so list and info()
+        self._bulk_stats: bool | None = None
+        self._domains: dict[str, _Domain] = {}  # by UUID; only the domains of the last poll
+        self._listing: _Listing | None = None  # the list+info() reading's last listing on this connection
         self._lock = threading.Lock()  # poll() runs in a worker thread; invalidate() comes from actions
 
     # -- public -----------------------------------------------------------------------------------
@@ -97,9 +118,12 @@ class LibvirtSource:
         changing a domain (pins, numatune, hostdevs), since the XML is otherwise cached `xml_ttl` s."""
         with self._lock:
             if uuid is None:
-                self._xml.clear()
+                for domain in self._domains.values():
+                    domain.expires = _NEVER_READ
             else:
-                self._xml.pop(uuid, None)
+                one = self._domains.get(uuid)
+                if one is not None:
+                    one.expires = _NEVER_READ
 
     def close(self) -> None:
         with self._lock:
@@ -121,7 +145,8 @@ class LibvirtSource:
                 self._drop()
                 raise SourceError(f"libvirt connection to {self.uri} lost: {_message(e)}") from None
             raise SourceError(f"libvirt read of {self.uri} failed: {_message(e)}") from None
-        return LibvirtData(vms=tuple(sorted(vms, key=lambda v: v.name)))
+        vms.sort(key=_by_name)
+        return LibvirtData(vms=tuple(vms))
 
     # -- connection -------------------------------------------------------------------------------
 
@@ -138,7 +163,9 @@ class LibvirtSource:
 
     def _drop(self) -> None:
         conn, self._conn = self._conn, None
-        self._cpu.clear()  # CPU-time deltas across a reconnect would span the outage; start over
+        self._listing = None  # its virDomains belong to the connection
+        for domain in self._domains.values():
+            domain.cpu_ns = None  # CPU-time deltas across a reconnect would span the outage; start over
         if conn is not None:
             try:
                 conn.close()
@@ -156,100 +183,154 @@ class LibvirtSource:
 
     # -- reading ----------------------------------------------------------------------------------
 
-    def _records(self, conn: Any) -> tuple[list[tuple[Any, dict[str, Any]]], float]:
-        """(domain, stats) for every domain and the time the stats were taken."""
+    def _read_all(self, conn: Any) -> list[Vm]:
         if self._bulk_stats is not False:
             try:
                 records = conn.getAllDomainStats(_STATS)
-                self._bulk_stats = True
-                return records, self._clock()
             except libvirt.libvirtError as e:
                 if e.get_error_code() != _ERR_NO_SUPPORT:
                     raise
                 self._bulk_stats = False
-        return [(dom, {}) for dom in conn.listAllDomains()], self._clock()
+            else:
+                return self._read_stats(records, self._clock())
+        return self._read_infos(conn)
 
-    def _read_all(self, conn: Any) -> list[Vm]:
-        records, taken = self._records(conn)
-        vms: list[Vm] = []
-        read = self._read_domain
+    def _read_stats(self, records: list[tuple[Any, dict[str, Any]]], taken: float) -> list[Vm]:
+        """Domains from getAllDomainStats, with info() for what a record lacks.
+
+        The first of this connection's readings with a domain that is not shut off decides: its record
+        complete, the bulk stats stay (a fact missing later, say one cgroup read failing, costs one info());
+        lacking, they are not asked for again on this connection (list and info() instead)."""
+        known, domains = self._domains, {}
+        read, vms = self._reading, []
+        complete = lacking = False
         for dom, stats in records:
             try:
-                vms.append(read(dom, stats, taken))
+                uuid = dom.UUIDString()
+                domain = known.get(uuid) or _Domain()
+                state_no = stats.get("state.state")
+                vcpus = stats.get("vcpu.current")
+                memory_kib = stats.get("balloon.current")
+                cpu_ns = stats.get("cpu.time")
+                at = taken
+                if state_no == _SHUTOFF and (vcpus is None or memory_kib is None):
+                    # A shut-off domain's vCPUs and memory change only with its definition: while its
+                    # parsed XML is current (re-read every xml_ttl s, on a state change, and after our own
+                    # edits), the last reading's stand.
+                    last = domain.vm
+                    if (last is not None and last.state == "shut off" and domain.xml_state == "shut off"
+                            and taken < domain.expires):
+                        vcpus, memory_kib = last.vcpus, last.memory_kib
+                if (state_no is None or vcpus is None or memory_kib is None
+                        or (cpu_ns is None and state_no != _SHUTOFF)):
+                    lacking = lacking or state_no != _SHUTOFF
+                    info = dom.info()  # [state, max memory KiB, memory KiB, vCPUs, CPU time ns]
+                    at = self._clock()
+                    state_no, memory_kib, vcpus, cpu_ns = info[0], info[2], info[3], info[4]
+                elif state_no != _SHUTOFF:
+                    complete = True
+                vm = read(dom, uuid, dom.name(), domain, state_no, int(vcpus), int(memory_kib), cpu_ns, at)
             except libvirt.libvirtError as e:
                 if e.get_error_code() == _ERR_NO_DOMAIN:
                     continue  # undefined between listing and reading: simply not there any more
                 raise
-        # forget domains that are gone, so a big churning host does not grow the caches
-        seen = {vm.uuid for vm in vms}
-        for cache in (self._xml, self._cpu, self._vms):
-            for uuid in cache.keys() - seen:
-                del cache[uuid]
+            vms.append(vm)
+            domains[uuid] = domain
+        self._domains = domains  # the domains that are gone are forgotten
+        if self._bulk_stats is None and (complete or lacking):
+            self._bulk_stats = complete
         return vms
 
-    def _read_domain(self, dom: Any, stats: dict[str, Any], taken: float) -> Vm:
-        uuid = dom.UUIDString()
-        state_no = stats.get("state.state")
-        vcpus = stats.get("vcpu.current")
-        memory_kib = stats.get("balloon.current")
-        cpu_ns = stats.get("cpu.time")
-        if state_no == _SHUTOFF and (vcpus is None or memory_kib is None):
-            # A shut-off domain's vCPUs and memory change only with its definition: while its parsed XML
-            # is current (re-read every xml_ttl s, on a state change, and after our own edits), the
-            # last reading's stand (the test driver's bulk stats give only the state: one info() call a
-            # domain otherwise; on a 500-VM host a fifth of them are off).
-            last, cached = self._vms.get(uuid), self._xml.get(uuid)
-            if (last is not None and cached is not None and last[0] is cached.parsed and last[1][1] == "shut off"
-                    and cached.state == "shut off" and taken < cached.expires):
-                vcpus, memory_kib = last[1][2], last[1][3]
-        if state_no is None or vcpus is None or memory_kib is None or (cpu_ns is None and state_no != _SHUTOFF):
-            # this driver's bulk stats lack something (the test driver only gives the state)
-            info = dom.info()  # [state, max memory KiB, memory KiB, vCPUs, CPU time ns]
-            taken = self._clock()
-            state_no, memory_kib, vcpus, cpu_ns = info[0], info[2], info[3], info[4]
+    def _read_infos(self, conn: Any) -> list[Vm]:
+        """Domains read with one info() each (state, memory, vCPUs and CPU time in one call).
+
+        Listing the domains makes a virDomain of each (on a big host that costs more than reading them),
+        so the last listing is kept and read again while the IDs of the running domains and the names of
+        the defined ones are the same (a domain defined, undefined, started, stopped or renamed changes
+        them), every kept domain still answers and they are as many as those lists say."""
+        ids, names = conn.listDomainsID(), conn.listDefinedDomains()
+        listing = self._listing
+        if (listing is not None and listing.ids == ids and listing.names == names
+                and len(listing.entries) == len(ids) + len(names)):
+            clock = self._clock
+            try:
+                infos = [(dom.info(), clock()) for dom, _uuid, _name, _domain in listing.entries]
+            except libvirt.libvirtError as e:
+                if e.get_error_code() != _ERR_NO_DOMAIN:
+                    raise
+                # one is gone (say undefined and another defined under its name): list them again
+            else:
+                read, vms = self._reading, []
+                for (dom, uuid, name, domain), (info, at) in zip(listing.entries, infos):
+                    try:
+                        vms.append(read(dom, uuid, name, domain, info[0], info[3], info[2], info[4], at))
+                    except libvirt.libvirtError as e:
+                        if e.get_error_code() != _ERR_NO_DOMAIN:
+                            raise
+                        self._listing = None  # undefined since its info(): not there, nor next poll
+                return vms
+        self._listing = None
+        known, domains = self._domains, {}
+        read, clock, vms, entries = self._reading, self._clock, [], []
+        for dom in conn.listAllDomains(0):
+            try:
+                uuid = dom.UUIDString()
+                info = dom.info()  # [state, max memory KiB, memory KiB, vCPUs, CPU time ns]
+                domain = known.get(uuid) or _Domain()
+                name = dom.name()
+                vms.append(read(dom, uuid, name, domain, info[0], info[3], info[2], info[4], clock()))
+            except libvirt.libvirtError as e:
+                if e.get_error_code() == _ERR_NO_DOMAIN:
+                    continue  # undefined between listing and reading: simply not there any more
+                raise
+            domains[uuid] = domain
+            entries.append((dom, uuid, name, domain))
+        self._domains = domains
+        # the lists taken before this listing: a change after them differs from them next poll
+        self._listing = _Listing(ids, names, entries)
+        return vms
+
+    def _reading(self, dom: Any, uuid: str, name: str, domain: _Domain, state_no: int, vcpus: int, memory_kib: int,
+                 cpu_ns: int | None, taken: float) -> Vm:
+        """This poll's Vm of one domain from its fast facts, updating what `domain` keeps."""
         state = STATES.get(state_no) or f"unknown ({state_no})"
-
         if state_no == _SHUTOFF or cpu_ns is None:
-            self._cpu.pop(uuid, None)
-            percent = None
+            domain.cpu_ns = percent = None
         else:
-            sample = (int(cpu_ns), taken)
-            percent = cpu_percent(self._cpu.get(uuid), sample)
-            self._cpu[uuid] = sample
+            cpu_ns = int(cpu_ns)
+            prev = domain.cpu_ns
+            percent = None if prev is None else cpu_percent((prev, domain.cpu_at), (cpu_ns, taken))
+            domain.cpu_ns, domain.cpu_at = cpu_ns, taken
 
-        cached = self._xml.get(uuid)
-        if cached is not None and cached.state == state and taken < cached.expires:
-            parsed = cached.parsed
-        else:
-            parsed = self._domain_xml(dom, uuid, state)
-        name = dom.name()
-        last = self._vms.get(uuid)
-        if last is not None and last[0] is parsed:
-            facts = last[1]
-            if facts[0] == name and facts[1] == state and facts[2] == vcpus and facts[3] == memory_kib:
-                return _with_cpu(last[2], percent)
-        facts = (name, state, int(vcpus), int(memory_kib))
-        vm = Vm(name=name, state=state, vcpus=facts[2], pins=parsed.pins,
-                emulator_pins=parsed.emulator_pins, memory_kib=facts[3], hostdevs=parsed.hostdevs,
-                cpu_percent=percent, uuid=uuid, numa_mode=parsed.numa_mode,
-                numa_nodeset=parsed.numa_nodeset, threads_per_core=parsed.threads_per_core,
-                hugepages_kib=parsed.hugepages_kib)
-        self._vms[uuid] = (parsed, facts, vm)
+        parsed = domain.xml
+        if parsed is None or domain.xml_state != state or taken >= domain.expires:
+            parsed = self._domain_xml(dom, uuid, domain, state)
+        last = domain.vm
+        if (last is not None and last.name == name and last.state == state and last.vcpus == vcpus
+                and last.memory_kib == memory_kib):
+            return _with_cpu(last, percent)
+        vm = Vm(name=name, state=state, vcpus=vcpus, pins=parsed.pins, emulator_pins=parsed.emulator_pins,
+                memory_kib=memory_kib, hostdevs=parsed.hostdevs, cpu_percent=percent, uuid=uuid,
+                numa_mode=parsed.numa_mode, numa_nodeset=parsed.numa_nodeset,
+                threads_per_core=parsed.threads_per_core, hugepages_kib=parsed.hugepages_kib)
+        domain.vm = vm
         return vm
 
-    def _domain_xml(self, dom: Any, uuid: str, state: str) -> DomainXml:
+    def _domain_xml(self, dom: Any, uuid: str, domain: _Domain, state: str) -> DomainXml:
         now = self._clock()
-        cached = self._xml.get(uuid)
-        if cached is not None and cached.state == state and now < cached.expires:
-            return cached.parsed
         try:
             parsed = parse_domain(dom.XMLDesc(0))
         except ValueError as e:
             raise SourceError(f"domain {dom.name()}: {e}") from None
         # spread expiry over the last quarter of the TTL, deterministically per domain
         spread = (zlib.crc32(uuid.encode()) % 1000) / 4000.0
-        self._xml[uuid] = _CachedXml(state=state, expires=now + self.xml_ttl * (1.0 - spread), parsed=parsed)
+        domain.xml, domain.xml_state = parsed, state
+        domain.expires = now + self.xml_ttl * (1.0 - spread)
+        domain.vm = None  # the last reading was made with the old XML
         return parsed
+
+
+_by_name = operator.attrgetter("name")
 
 
 def _with_cpu(vm: Vm, percent: float | None) -> Vm:
