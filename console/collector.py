@@ -108,6 +108,9 @@ class Collector:
         # slower cadence, the values kept in between
         self._steal_at = float("-inf")
         self._steal_of: dict[str, float | None] = {}
+        # name → (the source's record, its steal, the record with it): an unchanged VM with an unchanged
+        # steal is handed on as the very same record
+        self._stolen: dict[str, tuple[Vm, float | None, Vm]] = {}
         self._nvml_reinit_at = -1e9
         self._names: dict[str, str] = {}
         self._derived = Derived()  # what the last snapshot derived from parts that rarely change
@@ -241,8 +244,20 @@ class Collector:
             except OSError:
                 return vms
             self._steal_at = now
-        steal = self._steal_of
-        return tuple(v if (s := steal.get(v.name)) is v.steal_percent else _with(v, steal_percent=s) for v in vms)
+        steal, kept = self._steal_of, self._stolen
+        out = []
+        stolen: dict[str, tuple[Vm, float | None, Vm]] = {}
+        for v in vms:
+            s = steal.get(v.name)
+            if s is v.steal_percent:
+                out.append(v)
+                continue
+            hit = kept.get(v.name)
+            with_steal = hit[2] if hit is not None and hit[0] is v and hit[1] is s else _with(v, steal_percent=s)
+            stolen[v.name] = (v, s, with_steal)
+            out.append(with_steal)
+        self._stolen = stolen
+        return tuple(out)
 
     def _read_load(self) -> Load:
         # A stateful reader: per-CPU load is a delta between this call and the previous one.
@@ -353,6 +368,7 @@ class Derived:
         self.insts_of: dict[str, tuple[VgpuInstance, ...]] = {}
         # id(a VM's hostdevs) → (those hostdevs, mapped to their GPUs), for the last poll's VMs
         self.hostdevs: dict[int, tuple[tuple[Hostdev, ...], tuple[Hostdev, ...]]] = {}
+        self.mapped_vms: dict[str, tuple[Vm, Vm]] = {}  # name → (the source's record, mapped), last poll's
         self._kept: dict[str, tuple[object, object]] = {}
 
     def index(self, pci: tuple[PciDevice, ...], mdevs: tuple[VgpuInstance, ...],
@@ -373,6 +389,7 @@ class Derived:
         self.types_of = {a: tuple(v) for a, v in types.items() if a is not None}
         self.insts_of = {a: tuple(v) for a, v in insts.items() if a is not None}
         self.hostdevs = {}
+        self.mapped_vms = {}
 
     def keep(self, slot: str, key: object, make: Callable[[], T]) -> T:
         """`make()`, or what it made last time for an equal `key`."""
@@ -399,7 +416,7 @@ def _assemble(sysfs: SysfsData | None, nvml: NvmlData | None, virt: LibvirtData 
     pci = sysfs.pci_devices if sysfs else ()
     d.index(pci, sysfs.vgpu_instances if sysfs else (), sysfs.vgpu_types if sysfs else ())
     vms = virt.vms if virt else ()
-    vms = _map_hostdevs(vms, d.gpu_of, d.mdevs or (), d.hostdevs)
+    vms = _map_hostdevs(vms, d.gpu_of, d.mdevs or (), d.hostdevs, d.mapped_vms)
     gpus = _merge_gpus(d, nvml, vms, known_names)
     snap = HostSnapshot(
         schema=SCHEMA,
@@ -441,12 +458,17 @@ class _GpuIndex:
 
 
 def _map_hostdevs(vms: Iterable[Vm], gpu_of: _GpuIndex, vgpu_instances: Iterable[VgpuInstance],
-                  memo: dict[int, tuple[tuple[Hostdev, ...], tuple[Hostdev, ...]]]) -> tuple[Vm, ...]:
+                  memo: dict[int, tuple[tuple[Hostdev, ...], tuple[Hostdev, ...]]],
+                  mapped_vms: dict[str, tuple[Vm, Vm]] | None = None) -> tuple[Vm, ...]:
     """Each VM's host devices with the GPU each belongs to. `memo` (made with the same `gpu_of` and
-    `vgpu_instances`): the last poll's mappings by hostdevs tuple, replaced by this poll's."""
+    `vgpu_instances`): the last poll's mappings by hostdevs tuple, replaced by this poll's;
+    `mapped_vms`: the last poll's records by name (the source's, the mapped one), replaced by this
+    poll's."""
     mdev_parent: dict[str, str] | None = None
     out = []
     seen: dict[int, tuple[tuple[Hostdev, ...], tuple[Hostdev, ...]]] = {}
+    mapped_vms = {} if mapped_vms is None else mapped_vms
+    now_mapped: dict[str, tuple[Vm, Vm]] = {}
     for vm in vms:
         if not vm.hostdevs:  # most VMs of a big host: nothing to map
             out.append(vm)
@@ -468,9 +490,19 @@ def _map_hostdevs(vms: Iterable[Vm], gpu_of: _GpuIndex, vgpu_instances: Iterable
             changed = any(a is not b for a, b in zip(devs, vm.hostdevs))
             mapped = tuple(devs) if changed else vm.hostdevs
         seen[id(vm.hostdevs)] = (vm.hostdevs, mapped)
-        out.append(_with(vm, hostdevs=mapped) if mapped is not vm.hostdevs else vm)
+        if mapped is vm.hostdevs:
+            out.append(vm)
+            continue
+        last = mapped_vms.get(vm.name)
+        # the same record with the same mapping: the very same mapped record as the last poll's
+        vm_mapped = last[1] if last is not None and last[0] is vm and last[1].hostdevs is mapped else \
+            _with(vm, hostdevs=mapped)
+        now_mapped[vm.name] = (vm, vm_mapped)
+        out.append(vm_mapped)
     memo.clear()
     memo.update(seen)
+    mapped_vms.clear()
+    mapped_vms.update(now_mapped)
     return tuple(out)
 
 

@@ -43,23 +43,30 @@ _MARKS = {"cross-numa": "✖ cross", "aligned": "ok", "unpinned": "unpinned"}
 
 
 def vm_rows(snap: HostSnapshot, history: dict[str, list], sparks: Sparks | None = None,
-            facts: VmFacts | None = None, memo: dict[str, tuple[tuple, tuple]] | None = None):
+            facts: VmFacts | None = None, memo: dict[str, tuple] | None = None):
     """(name, cells) of each VM. `memo`: each VM's last row and what it was made from; an unchanged VM
-    gets the very same row (the table then sees at once that nothing moved)."""
+    gets the very same row (the table then sees at once that nothing moved). With `facts`, a VM whose
+    record and sparkline are the very objects of the last poll (the collector hands an unchanged VM on
+    as it was) on an unchanged host gets its row without working anything out."""
     draw = sparks or (lambda _name, values: spark(values))
     facts_for = facts or facts_of
+    host = facts.host(snap) if facts is not None else None
     kept = {} if memo is None else memo
     for v in snap.vms:
+        bars = history.get(v.name, ())
+        hit = kept.get(v.name)
+        if hit is not None and hit[2] is v and hit[3] is bars and host is not None and hit[4] is host:
+            yield v.name, hit[1]
+            continue
         f = facts_for(snap, v)
         cpu = metric(v.cpu_percent, "", 0)
-        bars = history.get(v.name, ())
         made_of = (v.state, v.vcpus, cpu, bars, f)
-        hit = kept.get(v.name)
         if hit is not None and hit[0] == made_of:
+            kept[v.name] = (made_of, hit[1], v, bars, host)
             yield v.name, hit[1]
             continue
         row = (v.name, v.state, str(v.vcpus), cpu, draw(v.name, bars), _MARKS.get(f.alignment, ""), f.gpus)
-        kept[v.name] = (made_of, row)
+        kept[v.name] = (made_of, row, v, bars, host)
         yield v.name, row
 
 
@@ -267,7 +274,7 @@ class OverviewScreen(SnapshotScreen):
         self._targets: tuple = ()
         self._sparks = Sparks()
         self._facts = VmFacts()
-        self._vm_rows: dict[str, tuple[tuple, tuple]] = {}
+        self._vm_rows: dict[str, tuple] = {}
 
     def action_setup(self) -> None:
         """Open the Setup screen on the first problem's doctor check (the check's fix is there)."""

@@ -13,7 +13,10 @@ re-read every XML in the same tick), or after `invalidate()` — actions that ch
 
 CPU % is the domain's CPU-time delta over the wall-clock delta between two polls, relative to ONE host
 CPU: a 4-vCPU VM keeping all its vCPUs busy shows ~400 %. It is None on the first poll of a domain,
-after a restart (CPU time went backwards) and for domains that are not running.
+after a restart (CPU time went backwards) and for domains that are not running. It is rounded to a
+tenth of a percent: the times a poll stamps are off the moments libvirt read the counters by a few
+milliseconds, so finer digits are noise — and a VM whose load holds (idle, or pegged) is then the very
+same record poll after poll, which everything downstream recognises at once.
 """
 from __future__ import annotations
 
@@ -60,7 +63,7 @@ def cpu_percent(prev: tuple[int, float] | None, cur: tuple[int, float]) -> float
     d_cpu, d_wall = cur[0] - prev[0], cur[1] - prev[1]
     if d_cpu < 0 or d_wall <= 0:
         return None
-    return d_cpu / (d_wall * 1e9) * 100.0
+    return round(d_cpu / (d_wall * 1e9) * 100.0, 1)
 
 
 class _Domain:
@@ -308,7 +311,8 @@ class LibvirtSource:
         last = domain.vm
         if (last is not None and last.name == name and last.state == state and last.vcpus == vcpus
                 and last.memory_kib == memory_kib):
-            return _with_cpu(last, percent)
+            vm = domain.vm = _with_cpu(last, percent)  # kept: a CPU % that holds is then this very record
+            return vm
         vm = Vm(name=name, state=state, vcpus=vcpus, pins=parsed.pins, emulator_pins=parsed.emulator_pins,
                 memory_kib=memory_kib, hostdevs=parsed.hostdevs, cpu_percent=percent, uuid=uuid,
                 numa_mode=parsed.numa_mode, numa_nodeset=parsed.numa_nodeset,
@@ -335,8 +339,8 @@ _by_name = operator.attrgetter("name")
 
 def _with_cpu(vm: Vm, percent: float | None) -> Vm:
     """`vm` with another CPU %: dataclasses.replace without running __init__ again (a 500-VM poll makes
-    one per running VM)."""
-    if percent is vm.cpu_percent:
+    one per running VM whose load moved); `vm` itself while its CPU % is the same."""
+    if percent is vm.cpu_percent or percent == vm.cpu_percent:
         return vm
     new = object.__new__(Vm)
     new.__dict__.update(vm.__dict__)

@@ -33,7 +33,9 @@ class VmFacts:
         self._snap: HostSnapshot | None = None
         self._host: tuple = ()
 
-    def __call__(self, snap: HostSnapshot, vm: Vm) -> Facts:
+    def host(self, snap: HostSnapshot) -> tuple:
+        """The host's layout the facts of `snap`'s VMs are made for: the very same tuple while the
+        layout is unchanged (a VM record that is itself unchanged then has unchanged facts)."""
         if snap is not self._snap:
             self._snap = snap
             host = (snap.cpus, tuple((g.address, g.index, g.numa_node) for g in snap.gpus))
@@ -41,7 +43,10 @@ class VmFacts:
                 self._host = host  # else the old tuple stays: the keys below then compare at once
             if len(self._facts) > 2 * len(snap.vms) + 64:  # VMs gone
                 self._facts.clear()
-        key = (vm.pins, vm.hostdevs, self._host)
+        return self._host
+
+    def __call__(self, snap: HostSnapshot, vm: Vm) -> Facts:
+        key = (vm.pins, vm.hostdevs, self.host(snap))
         hit = self._facts.get(vm.name)
         if hit is not None and hit[0] == key:
             return hit[1]

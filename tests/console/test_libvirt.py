@@ -404,3 +404,28 @@ def test_a_shut_off_domain_is_not_asked_for_info_while_its_definition_is_current
     src.poll()
     assert asked == ["off-vm"]
     assert [c.bulk_calls for c in opened] == [5]  # the bulk stats stay in use
+
+
+def test_cpu_percent_to_a_tenth_and_a_steady_domain_is_the_same_record(uri, monkeypatch):
+    """CPU % is rounded to a tenth of a percent; a running domain whose load holds is handed on as the
+    very same record, poll after poll, and a new figure makes a new one."""
+    assert cpu_percent((0, 10.0), (333_333_333, 11.0)) == 33.3
+    clock = Clock()
+    cpu = {"ns": 7}  # the domain's CPU time
+    real_info = libvirt.virDomain.info
+
+    def info(self):
+        got = real_info(self)
+        return [*got[:4], cpu["ns"]] if self.name() == "gpu-vm" else got
+
+    monkeypatch.setattr(libvirt.virDomain, "info", info)
+    src = LibvirtSource(uri, clock=clock)
+    polls = []
+    for busy in (500_000_000, 500_000_000, 500_000_012, 250_000_000, 0):  # CPU ns in each clock second
+        polls.append({vm.name: vm for vm in src.poll().vms}["gpu-vm"])
+        clock.now += 1.0
+        cpu["ns"] += busy
+    polls.append({vm.name: vm for vm in src.poll().vms}["gpu-vm"])
+    assert [p.cpu_percent for p in polls] == [None, 50.0, 50.0, 50.0, 25.0, 0.0]
+    assert polls[3] is polls[2] is polls[1]  # 50.0000012 % is 50.0 %: the same record
+    assert polls[4] is not polls[3] and polls[5] is not polls[4]

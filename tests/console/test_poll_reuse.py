@@ -199,3 +199,32 @@ def test_no_problem_moves_with_the_per_poll_figures(parts, extreme) -> None:
         vms=tuple(replace(v, **figures(v, VM_FIGURES)) for v in snap.vms))
     assert moved.gpus != snap.gpus and moved.vms != snap.vms
     assert find_problems(moved) == find_problems(snap) == snap.problems
+
+
+def test_an_unchanged_vm_is_handed_on_as_the_very_same_record(parts, _shared) -> None:
+    """A VM whose source record, host devices and steal are those of the last poll comes out of the
+    collector as the last poll's record itself (the screens then see at once that nothing moved); one
+    whose record moved comes out new, with the same mapping."""
+    derived = Derived()
+    first = _assemble(parts, derived)
+    second = _assemble(parts, derived)
+    held = [v for v in first.vms if any(h.gpu for h in v.hostdevs)]
+    assert held  # the demo has VMs holding GPUs: their mapped records are the ones kept
+    assert all(b is a for a, b in zip(first.vms, second.vms))
+    name = held[0].name
+    third = _assemble(_vm(parts, name, cpu_percent=12.5), derived)
+    moved = next(v for v in third.vms if v.name == name)
+    assert moved is not held[0] and moved.cpu_percent == 12.5 and moved.hostdevs == held[0].hostdevs
+    assert all(b is a for a, b in zip(second.vms, third.vms) if a.name != name)
+
+    seams = replace(demo_host(_shared), vm_steal=None)
+    c = Collector(seams)
+    try:
+        vms = parts["virt"].vms
+        c._steal_of, c._steal_at = {v.name: 3.5 for v in vms}, float("inf")  # a reading that holds
+        once, again = c._steal(vms), c._steal(vms)
+        assert all(v.steal_percent == 3.5 for v in once) and all(b is a for a, b in zip(once, again))
+        c._steal_of = {v.name: 4.0 for v in vms}  # the next reading
+        assert all(v.steal_percent == 4.0 for v in c._steal(vms))
+    finally:
+        c.close()

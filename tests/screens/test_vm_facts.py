@@ -79,3 +79,25 @@ def test_overview_rows_kept_while_a_vm_holds_and_equal_to_fresh(frozen_seams):
     assert second == dict(vm_rows(moved, history))
     assert second[name] != first[name] and "77" in second[name]
     assert all(second[k] is first[k] for k in first if k != name)  # the others: the very same rows
+
+
+def test_overview_row_of_an_unchanged_vm_follows_the_host_and_its_sparkline(frozen_seams):
+    """The very same VM record keeps its row only while the host's layout and its sparkline are the same:
+    GPUs renumbered (its GPUs column) or a new bar (its sparkline) make the row anew."""
+    from nodeconsole.screens.overview import vm_rows
+    from nodeconsole.screens.widgets.sparks import Sparks
+
+    snap = Collector(frozen_seams).collect()
+    history = {v.name: (10.0, 20.0) for v in snap.vms}
+    memo: dict = {}
+    sparks, facts = Sparks(), VmFacts()
+    first = dict(vm_rows(snap, history, sparks, facts, memo))
+    holder = next(v.name for v in snap.vms if first[v.name][6])  # a VM holding a GPU
+    renumbered = replace(snap, gpus=tuple(replace(g, index=g.index + 10) for g in snap.gpus))
+    second = dict(vm_rows(renumbered, history, sparks, facts, memo))
+    assert second == dict(vm_rows(renumbered, history))
+    assert second[holder][6] != first[holder][6] and "GPU1" in second[holder][6]
+    history = {**history, holder: (10.0, 20.0, 90.0)}
+    third = dict(vm_rows(renumbered, history, sparks, facts, memo))
+    assert third[holder][4] != second[holder][4]
+    assert third == dict(vm_rows(renumbered, history))
