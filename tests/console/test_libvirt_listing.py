@@ -62,13 +62,19 @@ def _by_name(src: LibvirtSource) -> dict:
     return {vm.name: vm for vm in src.poll().vms}
 
 
-def test_incomplete_bulk_stats_turn_to_listing_and_info(uri, calls):
+def _three_polls(uri: str) -> tuple[LibvirtSource, list[dict]]:
+    """A source on its own clock, polled three times a second apart: (the source, each poll by name)."""
     clock = Clock()
     src = LibvirtSource(uri, clock=clock)
     polls = []
     for _ in range(3):
         polls.append(_by_name(src))
         clock.now += 1
+    return src, polls
+
+
+def test_incomplete_bulk_stats_turn_to_listing_and_info(uri, calls):
+    src, polls = _three_polls(uri)
     # the first poll found the bulk stats lacking the fast facts; not asked again on this connection
     assert _count(calls, "getAllDomainStats") == 1
     assert _count(calls, "listAllDomains") == 1  # listed on the second poll, that listing kept
@@ -99,12 +105,7 @@ def test_incomplete_bulk_stats_turn_to_listing_and_info(uri, calls):
 def test_complete_bulk_stats_need_no_info(uri, monkeypatch):
     opened = stats_connections(monkeypatch)  # its stats read info() before the counting starts
     calls = counting(monkeypatch)
-    clock = Clock()
-    src = LibvirtSource(uri, clock=clock)
-    polls = []
-    for _ in range(3):
-        polls.append(_by_name(src))
-        clock.now += 1
+    src, polls = _three_polls(uri)
     assert [c.bulk_calls for c in opened] == [3]
     assert _count(calls, "info") == 0 and _count(calls, "listAllDomains") == 0
     for vms in polls:
