@@ -312,6 +312,13 @@ class QuietTable(DataTable):
         cache[cache_key] = pair = (fixed_row, scrollable_row)
         return pair
 
+    def _clear_caches(self) -> None:
+        """DataTable drops its renders when a setting changes (zebra stripes, cell padding, the cursor
+        shown, the header): the kept rows and lines go with them (their keys hold none of those)."""
+        self._row_cells.clear()
+        self._row_lines.clear()
+        super()._clear_caches()
+
     def notify_style_update(self) -> None:
         """A theme or class change: the kept rows and lines carry the old component styles (the cursor's,
         the header's), which are not in their keys."""

@@ -261,3 +261,25 @@ async def test_a_table_narrower_than_its_columns_scrolled_sideways():
                     t.update_cell("r2", "util", Text(f"{x}%", justify="right"))
                 await pilot.pause()
                 assert lines(quiet) == lines(plain), (width, x)
+
+
+async def test_a_changed_setting_redraws_the_kept_lines():
+    """Zebra stripes, cell padding, the cursor shown or not, the header: a setting DataTable redraws for
+    leaves no kept line or cell of the old look."""
+    app = Pair()
+    async with app.run_test(size=(70, 20)) as pilot:
+        plain, quiet = app.tables()
+        for t in (plain, quiet):
+            for c in COLS:
+                t.add_column(c, key=c)
+            for i in range(6):
+                t.add_row(f"vm-{i}", Text(f"{i}%", justify="right"), "1G", Text("host"), key=f"r{i}")
+        app.set_focus(None)
+        await pilot.pause()
+        assert lines(quiet) == lines(plain)
+        for setting, value in (("zebra_stripes", True), ("cell_padding", 2), ("show_cursor", False),
+                               ("show_header", False), ("zebra_stripes", False), ("cell_padding", 0)):
+            for t in (plain, quiet):
+                setattr(t, setting, value)
+            await pilot.pause()
+            assert lines(quiet) == lines(plain), (setting, value)
