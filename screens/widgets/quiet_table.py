@@ -17,6 +17,8 @@ newlines, row labels) goes through DataTable's own rendering; the tests compare 
 """
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from rich.containers import Lines
 from rich.segment import Segment
 from rich.style import Style
@@ -134,8 +136,8 @@ class _RepaintAfter:
     def __exit__(self, *exc: object) -> None:
         if self.outer:
             rows, self.table._repaint_later = self.table._repaint_later, None
-            for index in sorted(rows or ()):
-                self.table._repaint_row(index)
+            if rows:
+                self.table._repaint_rows(sorted(rows))
 
 
 class QuietTable(DataTable):
@@ -362,18 +364,35 @@ class QuietTable(DataTable):
         return _RepaintAfter(self)
 
     def _repaint_row(self, index: int) -> None:
-        """refresh_row without its cost: DataTable finds a row's line by adding up the heights of every
-        row above it (100 changed cells of a 500-row table: ~10 ms a second); with one-line rows it is
-        the row's index. A row out of sight is not repainted (its renders were dropped: it is drawn
-        afresh when scrolled to)."""
+        self._repaint_rows((index,))
+
+    def _repaint_rows(self, indices: Iterable[int]) -> None:
+        """refresh_row for each row without its cost: DataTable finds a row's line by adding up the
+        heights of every row above it (100 changed cells of a 500-row table: ~10 ms a second); with
+        one-line rows it is the row's index. A row out of sight is not repainted (its renders were
+        dropped: it is drawn afresh when scrolled to). The rows in sight are marked dirty in one
+        refresh (one per row before: each a look-up of the widget's region and a check for idle)."""
         if self._total_row_height != len(self.rows):  # rows of other heights: DataTable's own way
-            self.refresh_row(index)
+            for index in indices:
+                self.refresh_row(index)
             return
-        y = index + (self.header_height if self.show_header else 0)
-        top = self.scroll_y
-        if not self.fixed_rows and (y < top - 1 or y > top + self.outer_size.height + 1):
-            return  # well out of sight (the exact test, in _refresh_region, looks up the widget's region)
-        self._refresh_region(Region(0, y, max(self.size.width, self.virtual_size.width), 1))
+        header = self.header_height if self.show_header else 0
+        top, height, fixed = self.scroll_y, self.outer_size.height, self.fixed_rows
+        width = max(self.size.width, self.virtual_size.width)
+        window: Region | None = None
+        regions = []
+        for index in indices:
+            y = index + header
+            if not fixed and (y < top - 1 or y > top + height + 1):
+                continue  # well out of sight (the exact test is the window's, below)
+            if window is None:
+                window = self.window_region
+            region = Region(0, y, width, 1)
+            if window.overlaps(region):  # as DataTable's _refresh_region
+                regions.append(region)
+        if regions:
+            offset = -self.scroll_offset
+            self.refresh(*(region.translate(offset) for region in regions))
 
     def _render_cell(self, row_index: int, column_index: int, base_style: Style, width: int,
                      cursor: bool = False, hover: bool = False):

@@ -154,10 +154,13 @@ async def test_one_changed_cell_repaints_one_row():
         assert set(rendered) == {3}, rendered
         assert "99%" in "".join(s.text for s in quiet.render_line(4))
 
-        # cells changed in a repaint_after() block: each row repainted once, at the end
+        # cells changed in a repaint_after() block: each row repainted once, at the end, in one refresh
         repainted: list[int] = []
-        real_repaint = quiet._repaint_row
-        quiet._repaint_row = lambda index: repainted.append(index) or real_repaint(index)  # type: ignore[method-assign]
+        real_repaint = quiet._repaint_rows
+        quiet._repaint_rows = lambda indices: repainted.extend(indices) or real_repaint(indices)  # type: ignore[method-assign]
+        refreshes: list[tuple] = []
+        real_refresh = quiet.refresh
+        quiet.refresh = lambda *regions, **kw: refreshes.append(regions) or real_refresh(*regions, **kw)  # type: ignore[method-assign]
         with quiet.repaint_after():
             quiet.update_cell("r1", "util", Text("42%"))
             quiet.update_cell("r1", "mem", Text("7G"))
@@ -166,6 +169,7 @@ async def test_one_changed_cell_repaints_one_row():
                 quiet.update_cell("r5", "mem", Text("9G"))
             assert repainted == []
         assert repainted == [1, 5]
+        assert [len(r) for r in refreshes] == [2]  # both rows' lines in one refresh
         rendered.clear()
         await pilot.pause()
         assert set(rendered) == {1, 5}, rendered
