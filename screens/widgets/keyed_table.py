@@ -115,6 +115,10 @@ class KeyedTable(QuietTable):
         self.filter_text = ""
         self._more = (0, 0)
         self._pinned: int | None = None  # a row put under the cursor by the screen, kept in sight on re-layouts
+        # Rows well out of sight whose changed cells DataTable is not given yet (key → column → the cell,
+        # before _fit): given when the row is drawn or read (on a 500-VM host every running VM's sparkline
+        # moves when a bar starts, and most of those rows are out of sight).
+        self._stale: dict[str, dict[int, Text]] = {}
 
     def on_mount(self) -> None:
         for c, width in zip(self._columns, self._natural):
@@ -151,9 +155,14 @@ class KeyedTable(QuietTable):
             self._relayout()
             self._check_more()
             return
+        low, high = self._in_sight()
+        stale = self._stale
         with self.repaint_after():  # a row whose cells changed is repainted once
-            for k, cells in wanted:
+            for index, (k, cells) in enumerate(wanted):  # the rows keep their places: this is its index
                 old = self._rows.get(k)
+                near = low <= index <= high
+                if near and stale and k in stale:
+                    self._give_stale(k, stale.pop(k))
                 if old is None:
                     self._add(k, cells)
                 elif old != cells:
@@ -162,8 +171,10 @@ class KeyedTable(QuietTable):
                         if a != b:
                             shown = _cell(b)
                             self._measure(lens, i, shown.cell_len)
-                            # the layout sets the widths: DataTable never re-measures a column
-                            self.update_cell(k, c.key, self._fit(i, shown), update_width=False)
+                            if near:  # the layout sets the widths: DataTable never re-measures a column
+                                self.update_cell(k, c.key, self._fit(i, shown), update_width=False)
+                            else:
+                                stale.setdefault(k, {})[i] = shown
                     self._lens[k] = tuple(lens)
                     self._rows[k] = cells
         if self._shrunk:
@@ -172,6 +183,71 @@ class KeyedTable(QuietTable):
         if self._grown or self._shrunk:
             self._relayout()
         self._check_more()
+
+    def _in_sight(self) -> tuple[int, int]:
+        """The rows a sync gives DataTable at once: those in sight and a screenful either side (the
+        others get their changed cells when drawn, see _stale)."""
+        shown = max(self.size.height, 1)
+        top = int(self.scroll_y)
+        return top - shown, top + 2 * shown
+
+    def _give_stale(self, key: str, cells: dict[int, Text], repaint: bool = True) -> None:
+        for i, shown in cells.items():
+            column = self._columns[i].key
+            if repaint:
+                self.update_cell(key, column, self._fit(i, shown), update_width=False)
+            else:
+                self._set_quietly(key, column, self._fit(i, shown))
+
+    def _give_all_stale(self) -> None:
+        stale, self._stale = self._stale, {}
+        for key, cells in stale.items():
+            self._give_stale(key, cells)
+
+    def _render_line(self, y: int, x1: int, x2: int, base_style):
+        if self._stale:  # a row drawn gets its changed cells first
+            try:
+                row_key, _ = self._get_offsets(y)
+            except LookupError:
+                pass
+            else:
+                cells = self._stale.pop(row_key.value, None)  # type: ignore[arg-type]
+                if cells:
+                    self._give_stale(row_key.value or "", cells, repaint=False)
+        return super()._render_line(y, x1, x2, base_style)
+
+    # DataTable's readers of the cells: the rows out of sight get their changed cells first
+    def get_row(self, row_key):
+        self._give_all_stale()
+        return super().get_row(row_key)
+
+    def get_row_at(self, row_index: int):
+        self._give_all_stale()
+        return super().get_row_at(row_index)
+
+    def get_cell(self, row_key, column_key):
+        self._give_all_stale()
+        return super().get_cell(row_key, column_key)
+
+    def get_cell_at(self, coordinate):
+        self._give_all_stale()
+        return super().get_cell_at(coordinate)
+
+    def get_column(self, column_key):
+        self._give_all_stale()
+        return super().get_column(column_key)
+
+    def get_column_at(self, column_index: int):
+        self._give_all_stale()
+        return super().get_column_at(column_index)
+
+    def sort(self, *columns, key=None, reverse: bool = False):
+        self._give_all_stale()
+        return super().sort(*columns, key=key, reverse=reverse)
+
+    def clear(self, columns: bool = False):
+        self._stale.clear()
+        return super().clear(columns)
 
     def clear_rows(self) -> None:
         """Remove every row (the columns stay; their widths follow the next rows)."""
@@ -208,6 +284,7 @@ class KeyedTable(QuietTable):
 
     def _forget(self, key: str) -> None:
         del self._rows[key]
+        self._stale.pop(key, None)
         for i, width in enumerate(self._lens.pop(key, ())):
             if width == self._natural[i] and width > self._labels[i]:
                 self._shrunk.add(i)

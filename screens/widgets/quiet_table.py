@@ -358,6 +358,15 @@ class QuietTable(DataTable):
         else:
             self._repaint_row(index)
 
+    def _set_quietly(self, row_key: str, column_key: str, value: CellType) -> None:
+        """update_cell for a row about to be drawn anyway: its data and its kept renders, no repaint."""
+        rk, ck = RowKey(row_key), ColumnKey(column_key)
+        index = self._row_locations.get(rk) if rk in self._row_locations else None
+        if index is None or ck not in self._column_locations:
+            return
+        self._data[rk][ck] = value
+        self._forget_cell(rk, ck, index)
+
     def repaint_after(self) -> _RepaintAfter:
         """`with table.repaint_after(): …update_cell…`: each changed row is repainted once, at the end
         (a row whose figure and sparkline both moved is one refresh, not two)."""
