@@ -36,6 +36,7 @@ _FI_LINK_COUNT = pynvml.NVML_FI_DEV_NVLINK_LINK_COUNT
 _FI_THROUGHPUT = (pynvml.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX, pynvml.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX,
                   pynvml.NVML_FI_DEV_NVLINK_THROUGHPUT_RAW_TX, pynvml.NVML_FI_DEV_NVLINK_THROUGHPUT_RAW_RX)
 _FI_REPLAY = pynvml.NVML_FI_DEV_PCIE_REPLAY_COUNTER
+_FI_LINK_STATE = pynvml.NVML_FI_DEV_NVLINK_GET_STATE  # scoped by link
 
 
 class BoardSymbols(NvmlSimBase):
@@ -239,8 +240,9 @@ class BoardSymbols(NvmlSimBase):
 
     # -- field values ---------------------------------------------------------------------------------
     def c_nvmlDeviceGetFieldValues(self, handle: Any, count: Any, values: Any) -> None:
-        """NVLink link count and throughput counters, the PCIe replay counter; every other field answers
-        NOT_SUPPORTED in its own nvmlReturn (the call itself succeeds, as the library's does)."""
+        """NVLink link count, each link's state (scoped by link) and throughput counters, the PCIe replay
+        counter; every other field answers NOT_SUPPORTED in its own nvmlReturn (the call itself succeeds,
+        as the library's does), a link past the GPU's last INVALID_ARGUMENT."""
         sym = "nvmlDeviceGetFieldValues"
         t = self._target(handle, sym)
         n = in_int(count, sym, 2)
@@ -259,6 +261,14 @@ class BoardSymbols(NvmlSimBase):
             if fid == _FI_LINK_COUNT and links:
                 fv.valueType, fv.nvmlReturn = pynvml.NVML_VALUE_TYPE_UNSIGNED_INT, 0
                 fv.value.uiVal = links
+            elif fid == _FI_LINK_STATE and links:
+                link = int(fv.scopeId)
+                if link >= links:
+                    fv.nvmlReturn = NVML_ERROR_INVALID_ARGUMENT
+                else:
+                    fv.valueType, fv.nvmlReturn = pynvml.NVML_VALUE_TYPE_UNSIGNED_INT, 0
+                    fv.value.uiVal = (pynvml.NVML_NVLINK_STATE_INACTIVE if link in nv.get("down", ())
+                                      else pynvml.NVML_NVLINK_STATE_ACTIVE)
             elif fid in _FI_THROUGHPUT and links:
                 # KiB moved since boot: grows with the load (SM clock as a stand-in for activity)
                 fv.valueType, fv.nvmlReturn = pynvml.NVML_VALUE_TYPE_UNSIGNED_LONG_LONG, 0

@@ -99,6 +99,7 @@ class NvmlSource:
         self._driver: str | None = None
         self._mem_v2 = True
         self._temp_v = True
+        self._fi_link_state = True  # the links' states in one field-values call (else one call a link)
 
     # -- lifetime -------------------------------------------------------------------------------------
     def invalidate(self) -> None:
@@ -148,7 +149,7 @@ class NvmlSource:
         self._initialised, self._loaded = True, pynvml.nvmlLib
         self._handles.clear()  # a new session may number the GPUs differently
         self._init_at, self._rescan_soon = self._clock(), False
-        self._mem_v2 = self._temp_v = True
+        self._mem_v2 = self._temp_v = self._fi_link_state = True
         try:
             self._driver = nvml_text(pynvml.nvmlSystemGetDriverVersion())
         except pynvml.NVMLError:
@@ -344,9 +345,13 @@ class NvmlSource:
         fresh = cached is not None and now - cached[0] < self.nvlink_counters_s
         counts: dict[int, dict[str, Metric]] = dict(cached[1]) if fresh and cached is not None else {}
         links = []
+        states = self._link_states(handle, [end[0] for end in static.nvlinks])
         for link, version, remote, kind in static.nvlinks:
-            state = nvml_call(pynvml.nvmlDeviceGetNvLinkState, handle, link)
-            active = state == pynvml.NVML_FEATURE_ENABLED
+            if states is not None:
+                active = states[link]
+            else:
+                state = nvml_call(pynvml.nvmlDeviceGetNvLinkState, handle, link)
+                active = state == pynvml.NVML_FEATURE_ENABLED
             if not active:
                 counters: dict[str, Metric] = {name: None for name, _ in _NVLINK_COUNTERS}
                 counts.pop(link, None)
@@ -360,6 +365,32 @@ class NvmlSource:
                                 **counters))
         self._link_counts[static.address] = (cached[0] if fresh and cached is not None else now, counts)
         return tuple(links)
+
+    def _link_states(self, handle: Any, links: list[int]) -> dict[int, bool] | None:
+        """Whether each link is up, in one call (nvmlDeviceGetFieldValues, NVML_FI_DEV_NVLINK_GET_STATE
+        scoped by link: 18 links a GPU are one call, not 18); None when the driver cannot answer so (an
+        older one: then one nvmlDeviceGetNvLinkState a link, from now on) or did not this time. A link
+        asleep (its low-power state) is up."""
+        if not self._fi_link_state or not links:
+            return None
+        try:
+            values = pynvml.nvmlDeviceGetFieldValues(
+                handle, [(pynvml.NVML_FI_DEV_NVLINK_GET_STATE, link) for link in links])
+        except pynvml.NVMLError_GpuIsLost:
+            raise GpuLost() from None
+        except (pynvml.NVMLError_FunctionNotFound, pynvml.NVMLError_NotSupported):
+            self._fi_link_state = False
+            return None
+        except pynvml.NVMLError:
+            return None
+        states: dict[int, bool] = {}
+        for link, value in zip(links, values):
+            if value.nvmlReturn != pynvml.NVML_SUCCESS:
+                if value.nvmlReturn == pynvml.NVML_ERROR_NOT_SUPPORTED:
+                    self._fi_link_state = False
+                return None
+            states[link] = value.value.uiVal in (pynvml.NVML_NVLINK_STATE_ACTIVE, pynvml.NVML_NVLINK_STATE_SLEEP)
+        return states
 
     @staticmethod
     def _fabric(handle: Any) -> dict[str, Metric]:

@@ -223,8 +223,8 @@ def test_device_handles_are_asked_for_once_per_nvml_session():
 
 def test_nvlink_error_counters_every_30_s_link_states_every_slow_read(state_ro):
     """NVLink error counters (four per link, up to 18 links a GPU) are cumulative: read every 30 s, the
-    links' states every slow read (5 s); invalidate() reads both at once. The same values come back in
-    between."""
+    links' states every slow read (5 s), all of a GPU's in one field-values call; invalidate() reads both
+    at once. The same values come back in between."""
     from nodeconsole.console.demo.state import ensure_demo
     from nodeconsole.console.root import Root
 
@@ -233,13 +233,16 @@ def test_nvlink_error_counters_every_30_s_link_states_every_slow_read(state_ro):
     clock = Clock(0.0)
     source = NvmlSource(sim, clock=clock, slow_s=5.0)
     first = source.read()
-    counters, states = sim.calls["nvmlDeviceGetNvLinkErrorCounter"], sim.calls["nvmlDeviceGetNvLinkState"]
-    assert counters > 0 and states > 0
+    counters, states = sim.calls["nvmlDeviceGetNvLinkErrorCounter"], sim.calls["nvmlDeviceGetFieldValues"]
+    per_link = sim.calls["nvmlDeviceGetNvLinkState"]  # finding the links (once): not their states
+    nvlinked = sum(1 for g in first.gpus if isinstance(g.nvlinks, tuple) and g.nvlinks)
+    assert counters > 0 and states == nvlinked > 0
     for t in (6.0, 12.0, 18.0, 24.0):
         clock.t = t
         again = source.read()
     assert sim.calls["nvmlDeviceGetNvLinkErrorCounter"] == counters
-    assert sim.calls["nvmlDeviceGetNvLinkState"] > states
+    assert sim.calls["nvmlDeviceGetFieldValues"] == 5 * states  # one call a GPU each slow read
+    assert sim.calls["nvmlDeviceGetNvLinkState"] == per_link
     assert [g.nvlinks for g in again.gpus] == [g.nvlinks for g in first.gpus]
     clock.t = 31.0
     source.read()
@@ -351,3 +354,40 @@ def test_a_newly_failed_gpu_triggers_one_early_rescan(tmp_path):
     clock.t = 20.0
     source.read()
     assert sim.calls["nvmlInitWithFlags"] == 2  # once, not every few seconds
+
+
+def test_link_states_one_call_a_gpu_or_one_a_link_the_same(state_ro, monkeypatch):
+    """The links' states read in one field-values call a GPU equal those read one call a link; a driver
+    that answers the field NOT_SUPPORTED (before it knew it) is read one call a link from then on, a link
+    down shows down either way."""
+    from nodeconsole.console.demo import nvml_sim_board
+    from nodeconsole.console.demo.state import ensure_demo
+    from nodeconsole.console.root import Root
+
+    host = ensure_demo(state_ro)
+
+    def links(data):
+        return [g.nvlinks for g in data.gpus]
+
+    sim = SimulatedNvml.from_file(host.nvml_state, root=Root(host.root), clock=lambda: 1000.0)
+    nv = next(g for g in sim.state["gpus"] if g.get("nvlink"))["nvlink"]
+    nv["down"] = [2]
+    one_call = links(NvmlSource(sim).read())
+    assert sim.calls["nvmlDeviceGetFieldValues"] > 0
+    down = [g for g in one_call if isinstance(g, tuple) and g and not g[2].active]
+    assert len(down) == 1 and all(link.active for link in down[0] if link.link != 2)
+
+    monkeypatch.setattr(nvml_sim_board, "_FI_LINK_STATE", -1)  # an older driver: the field is not supported
+    old = SimulatedNvml.from_file(host.nvml_state, root=Root(host.root), clock=lambda: 1000.0)
+    next(g for g in old.state["gpus"] if g.get("nvlink"))["nvlink"]["down"] = [2]
+    clock = Clock(0.0)
+    source = NvmlSource(old, clock=clock, slow_s=5.0)
+    assert links(source.read()) == one_call
+    asked = old.calls["nvmlDeviceGetFieldValues"]
+    assert asked == 1 and old.calls["nvmlDeviceGetNvLinkState"] > 0  # asked once, then one call a link
+    clock.t = 6.0  # the next slow read
+    states = old.calls["nvmlDeviceGetNvLinkState"]
+    assert links(source.read()) == one_call and old.calls["nvmlDeviceGetNvLinkState"] > states
+    assert old.calls["nvmlDeviceGetFieldValues"] == asked  # not asked again in this NVML session
+    source.invalidate()  # a new session (a driver may have been updated) asks once more
+    assert links(source.read()) == one_call and old.calls["nvmlDeviceGetFieldValues"] == asked + 1
