@@ -36,7 +36,9 @@ _FI_LINK_COUNT = pynvml.NVML_FI_DEV_NVLINK_LINK_COUNT
 _FI_THROUGHPUT = (pynvml.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX, pynvml.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX,
                   pynvml.NVML_FI_DEV_NVLINK_THROUGHPUT_RAW_TX, pynvml.NVML_FI_DEV_NVLINK_THROUGHPUT_RAW_RX)
 _FI_REPLAY = pynvml.NVML_FI_DEV_PCIE_REPLAY_COUNTER
-_FI_LINK_STATE = pynvml.NVML_FI_DEV_NVLINK_GET_STATE  # scoped by link
+# NVML_FI_DEV_NVLINK_GET_STATE (scoped by link) and its NVML_NVLINK_STATE_INACTIVE / _ACTIVE answers: the
+# library's numbers (nvidia-ml-py before 12.570 lacks the names)
+_FI_LINK_STATE, _LINK_INACTIVE, _LINK_ACTIVE = 165, 0, 1
 
 
 class BoardSymbols(NvmlSimBase):
@@ -267,8 +269,7 @@ class BoardSymbols(NvmlSimBase):
                     fv.nvmlReturn = NVML_ERROR_INVALID_ARGUMENT
                 else:
                     fv.valueType, fv.nvmlReturn = pynvml.NVML_VALUE_TYPE_UNSIGNED_INT, 0
-                    fv.value.uiVal = (pynvml.NVML_NVLINK_STATE_INACTIVE if link in nv.get("down", ())
-                                      else pynvml.NVML_NVLINK_STATE_ACTIVE)
+                    fv.value.uiVal = _LINK_INACTIVE if link in nv.get("down", ()) else _LINK_ACTIVE
             elif fid in _FI_THROUGHPUT and links:
                 # KiB moved since boot: grows with the load (SM clock as a stand-in for activity)
                 fv.valueType, fv.nvmlReturn = pynvml.NVML_VALUE_TYPE_UNSIGNED_LONG_LONG, 0

@@ -374,8 +374,7 @@ class NvmlSource:
         if not self._fi_link_state or not links:
             return None
         try:
-            values = pynvml.nvmlDeviceGetFieldValues(
-                handle, [(pynvml.NVML_FI_DEV_NVLINK_GET_STATE, link) for link in links])
+            values = pynvml.nvmlDeviceGetFieldValues(handle, [(_FI_LINK_STATE, link) for link in links])
         except pynvml.NVMLError_GpuIsLost:
             raise GpuLost() from None
         except (pynvml.NVMLError_FunctionNotFound, pynvml.NVMLError_NotSupported):
@@ -386,10 +385,12 @@ class NvmlSource:
         states: dict[int, bool] = {}
         for link, value in zip(links, values):
             if value.nvmlReturn != pynvml.NVML_SUCCESS:
-                if value.nvmlReturn == pynvml.NVML_ERROR_NOT_SUPPORTED:
+                if value.nvmlReturn == pynvml.NVML_ERROR_GPU_IS_LOST:
+                    raise GpuLost()
+                if value.nvmlReturn in _FIELD_UNKNOWN:  # a driver that does not know the field
                     self._fi_link_state = False
                 return None
-            states[link] = value.value.uiVal in (pynvml.NVML_NVLINK_STATE_ACTIVE, pynvml.NVML_NVLINK_STATE_SLEEP)
+            states[link] = value.value.uiVal in _LINK_UP
         return states
 
     @staticmethod
@@ -528,6 +529,14 @@ class NvmlSource:
                                           used_memory_mib=used, kind=kind)
         return tuple(sorted(found.values(), key=lambda p: p.pid))
 
+
+# NVML_FI_DEV_NVLINK_GET_STATE and its answers (NVML_NVLINK_STATE_*): numbers of the library's ABI,
+# spelt out because nvidia-ml-py releases before 12.570 lack the names (the driver may still know the
+# field; one that does not answers it NOT_SUPPORTED or INVALID_ARGUMENT). Up: active (1) or asleep in
+# its low-power state (2); inactive (0) and active with its traffic disabled (3) carry nothing.
+_FI_LINK_STATE = 165
+_LINK_UP = (1, 2)
+_FIELD_UNKNOWN = (pynvml.NVML_ERROR_NOT_SUPPORTED, pynvml.NVML_ERROR_INVALID_ARGUMENT)
 
 _REMOTE_TYPES = {pynvml.NVML_NVLINK_DEVICE_TYPE_GPU: "gpu", pynvml.NVML_NVLINK_DEVICE_TYPE_IBMNPU: "ibmnpu",
                  pynvml.NVML_NVLINK_DEVICE_TYPE_SWITCH: "switch"}

@@ -119,6 +119,7 @@ class KeyedTable(QuietTable):
         # before _fit): given when the row is drawn or read (on a 500-VM host every running VM's sparkline
         # moves when a bar starts, and most of those rows are out of sight).
         self._stale: dict[str, dict[int, Text]] = {}
+        self._sorted = False  # sort() put the rows in another order than the last sync's
 
     def on_mount(self) -> None:
         for c, width in zip(self._columns, self._natural):
@@ -160,6 +161,8 @@ class KeyedTable(QuietTable):
         with self.repaint_after():  # a row whose cells changed is repainted once
             for index, (k, cells) in enumerate(wanted):  # the rows keep their places: this is its index
                 old = self._rows.get(k)
+                if self._sorted and old is not None:  # unless sort() moved them
+                    index = self.get_row_index(k)
                 near = low <= index <= high
                 if near and stale and k in stale:
                     self._give_stale(k, stale.pop(k))
@@ -243,11 +246,17 @@ class KeyedTable(QuietTable):
 
     def sort(self, *columns, key=None, reverse: bool = False):
         self._give_all_stale()
+        self._sorted = True
         return super().sort(*columns, key=key, reverse=reverse)
 
     def clear(self, columns: bool = False):
         self._stale.clear()
+        self._sorted = False
         return super().clear(columns)
+
+    def remove_row(self, row_key) -> None:
+        self._stale.pop(getattr(row_key, "value", row_key), None)
+        super().remove_row(row_key)
 
     def clear_rows(self) -> None:
         """Remove every row (the columns stay; their widths follow the next rows)."""

@@ -391,3 +391,20 @@ def test_link_states_one_call_a_gpu_or_one_a_link_the_same(state_ro, monkeypatch
     assert old.calls["nvmlDeviceGetFieldValues"] == asked  # not asked again in this NVML session
     source.invalidate()  # a new session (a driver may have been updated) asks once more
     assert links(source.read()) == one_call and old.calls["nvmlDeviceGetFieldValues"] == asked + 1
+
+
+def test_link_states_with_an_older_nvidia_ml_py(state_ro, monkeypatch):
+    """nvidia-ml-py before 12.570 has no names for the link-state field and its answers; the library's
+    numbers are used, so such a release reads the links the same (the driver decides what it knows)."""
+    from nodeconsole.console.demo.state import ensure_demo
+    from nodeconsole.console.root import Root
+
+    host = ensure_demo(state_ro)
+    sim = SimulatedNvml.from_file(host.nvml_state, root=Root(host.root), clock=lambda: 1000.0)
+    want = [g.nvlinks for g in NvmlSource(sim).read().gpus]
+    for name in ("NVML_FI_DEV_NVLINK_GET_STATE", "NVML_NVLINK_STATE_INACTIVE", "NVML_NVLINK_STATE_ACTIVE",
+                 "NVML_NVLINK_STATE_SLEEP", "NVML_NVLINK_STATE_ACTIVE_TRAFFIC_DISABLED"):
+        monkeypatch.delattr(pynvml, name, raising=False)
+    older = SimulatedNvml.from_file(host.nvml_state, root=Root(host.root), clock=lambda: 1000.0)
+    assert [g.nvlinks for g in NvmlSource(older).read().gpus] == want
+    assert older.calls["nvmlDeviceGetFieldValues"] > 0 and any(isinstance(w, tuple) and w for w in want)

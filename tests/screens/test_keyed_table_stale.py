@@ -88,3 +88,28 @@ async def test_a_row_changed_out_of_sight_then_again_near_sight_gets_all_its_cel
         await pilot.pause()
         assert not table.has_row("vm096") and table.row_count == 98
         assert [str(table.get_row_at(r)[0]) for r in range(table.row_count)] == list(far)
+
+
+async def test_after_a_sort_the_rows_in_sight_still_show_the_last_sync():
+    """sort() moves the rows away from the places the syncs gave them: which rows are in sight follows
+    the table, not the sync's order (the rows on screen are drawn again with their new cells)."""
+    app = _App()
+    async with app.run_test(size=(60, 20)) as pilot:
+        table = app.query_one(KeyedTable)
+        table.sync(rows(200, 0))
+        await pilot.pause()
+        table.sort("name", key=lambda name: str(name), reverse=True)  # vm199 first
+        await pilot.pause()
+        table.sync(rows(200, 5))
+        await pilot.pause()
+        want = dict(rows(200, 5))
+        top = int(table.scroll_y)
+        for index in range(top, top + 10):  # what the screen shows: the lines drawn since the sync
+            key = table.coordinate_to_cell_key((index, 0)).row_key
+            kept = table._row_lines.get(key)
+            assert kept is not None, index  # drawn again after the sync (its cells changed)
+            text = "".join(seg.text for seg in kept[1])
+            assert f" {want[key.value][1]} " in text, (index, text)
+        assert "vm005" in table._stale  # far down after the sort: its cells wait
+        table.remove_row("vm005")  # removed by hand while they wait: the table is read without it
+        assert str(table.get_row_at(0)[0]) == "vm199" and table.row_count == 199
