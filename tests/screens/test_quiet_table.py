@@ -238,17 +238,24 @@ async def test_a_theme_change_recolours_the_kept_rows():
         assert lines(quiet) == lines(plain)
 
 
+def _fill(tables, n: int, row) -> None:
+    """The columns and `n` rows (`row(i)`: its cells, keyed r0, r1…) in each table."""
+    for t in tables:
+        for c in COLS:
+            t.add_column(c, key=c)
+        for i in range(n):
+            t.add_row(*row(i), key=f"r{i}")
+
+
 async def test_a_table_narrower_than_its_columns_scrolled_sideways():
     """A row's line is cropped at the scroll offset and cut at the table's width exactly as DataTable
     does (the kept cells joined are longer than the table), and padded when the table is wider."""
     app = Pair()
     async with app.run_test(size=(70, 20)) as pilot:
         plain, quiet = app.tables()
+        _fill((plain, quiet), 12, lambda i: (f"vm-{i}-long-name", Text("1%" * 5, justify="right"), "1G",
+                                             Text("host 漢字")))
         for t in (plain, quiet):
-            for c in COLS:
-                t.add_column(c, key=c)
-            for i in range(12):
-                t.add_row(f"vm-{i}-long-name", Text("1%" * 5, justify="right"), "1G", Text("host 漢字"), key=f"r{i}")
             t.move_cursor(row=2)
         app.set_focus(None)
         await pilot.pause()
@@ -273,11 +280,7 @@ async def test_a_changed_setting_redraws_the_kept_lines():
     app = Pair()
     async with app.run_test(size=(70, 20)) as pilot:
         plain, quiet = app.tables()
-        for t in (plain, quiet):
-            for c in COLS:
-                t.add_column(c, key=c)
-            for i in range(6):
-                t.add_row(f"vm-{i}", Text(f"{i}%", justify="right"), "1G", Text("host"), key=f"r{i}")
+        _fill((plain, quiet), 6, lambda i: (f"vm-{i}", Text(f"{i}%", justify="right"), "1G", Text("host")))
         app.set_focus(None)
         await pilot.pause()
         assert lines(quiet) == lines(plain)
