@@ -219,30 +219,19 @@ class KeyedTable(QuietTable):
                     self._give_stale(row_key.value or "", cells, repaint=False)
         return super()._render_line(y, x1, x2, base_style)
 
-    # DataTable's readers of the cells: the rows out of sight get their changed cells first
+    # DataTable's readers of the cells (its *_at ones call these): the rows out of sight get their
+    # changed cells first
     def get_row(self, row_key):
         self._give_all_stale()
         return super().get_row(row_key)
-
-    def get_row_at(self, row_index: int):
-        self._give_all_stale()
-        return super().get_row_at(row_index)
 
     def get_cell(self, row_key, column_key):
         self._give_all_stale()
         return super().get_cell(row_key, column_key)
 
-    def get_cell_at(self, coordinate):
-        self._give_all_stale()
-        return super().get_cell_at(coordinate)
-
     def get_column(self, column_key):
         self._give_all_stale()
         return super().get_column(column_key)
-
-    def get_column_at(self, column_index: int):
-        self._give_all_stale()
-        return super().get_column_at(column_index)
 
     def sort(self, *columns, key=None, reverse: bool = False):
         self._give_all_stale()
