@@ -50,6 +50,7 @@ BAR_S = 5.0  # seconds of polls one sparkline bar averages: a sparkline moves on
 FIRST_LOOK_WAIT_S = 0.25  # how long the first frame waits for the host's first, sysfs-only snapshot
 GC_RESUME_S = 0.2  # after the first frame, when the garbage collector paused at launch resumes
 GC_YOUNG_THRESHOLD = 10_000  # allocations between collections of the youngest generation, from then on
+POLL_JOIN_S = 5.0  # how long a closing console waits for the poll under way (its thread is a daemon)
 FIRST_POLL_LATEST_S = 1.0  # the first poll starts with the first frame, or after this long without one
 
 # (action name, parameters) -> the screens (modes) the registry says the action works on
@@ -151,6 +152,7 @@ class NodeConsoleApp(App):
         self.selected_gpu: str | None = None  # as the GPUs screen last said (GpuSelected)
         self.selected_vm: str | None = None  # as the VMs screen last said (VmSelected)
         self._timer: asyncio.TimerHandle | None = None  # the next poll, while one is due
+        self.poller = Poller(self._poll)  # the polls' thread (started by the first poll)
         self._ui_context: contextvars.Context | None = None  # the app's context, for callbacks from threads
         self._first_poll: Timer | None = None  # armed until the first frame starts the polls
         self._first_view_sent = False  # the first screen was given the first look's view (_init_mode)
@@ -243,6 +245,7 @@ class NodeConsoleApp(App):
         """The app is closing: no poll is started any more (the next one's timer is the event loop's,
         which would outlive the app)."""
         self.paused = True
+        self.poller.stop()
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
@@ -251,10 +254,10 @@ class NodeConsoleApp(App):
         self._timer = None
         self._first_poll = None  # the polls have started (that timer, when it fires, does nothing)
         if not self.paused:
-            self._poll()
+            self.poller.request()
 
-    @work(thread=True, exclusive=True, group="poll", exit_on_error=False)
     def _poll(self) -> None:
+        """One poll, on the poller's thread: collect, then hand the snapshot to the UI thread."""
         try:
             collector = self.collector
             first, self._first = self._first, None
@@ -281,10 +284,13 @@ class NodeConsoleApp(App):
         except Exception as exc:
             self._from_thread(self._poll_failed, exc)
             return
-        self._from_thread(self._apply, snap)
+        try:
+            self._from_thread(self._apply, snap)
+        except Exception as exc:  # a view that cannot be drawn: said, and the next poll comes anyway
+            self._from_thread(self._poll_failed, exc, "showing the host failed")
 
-    def _poll_failed(self, exc: Exception) -> None:
-        self.note = f"collection failed: {exc}"
+    def _poll_failed(self, exc: Exception, what: str = "collection failed") -> None:
+        self.note = f"{what}: {exc}"
         self._rearm()
 
     def _show_partial(self, snap: HostSnapshot) -> None:
@@ -572,7 +578,7 @@ class NodeConsoleApp(App):
 
     def poll_now_if_idle(self) -> None:
         """Poll at once after a change, unless a poll is running (its end re-arms the timer)."""
-        if any(w.group == "poll" and w.is_running for w in self.workers):
+        if self.poller.busy:
             return
         if self._timer is not None:
             self._timer.cancel()
@@ -625,6 +631,61 @@ def _screen(module: str, name: str) -> Screen:
     import importlib
 
     return getattr(importlib.import_module(f"nodeconsole.screens.{module}"), name)()
+
+
+class Poller:
+    """The console's polls: one at a time, on one thread kept while the app runs. The UI thread asks
+    (`request`) and goes on; the thread collects and hands the snapshot back through the event loop.
+    A request while a poll runs makes one more poll after it, never two at once. (A Textual thread
+    worker each poll cost the UI thread ~0.8 ms a poll: the worker, its task, the executor's future
+    and three state-change messages, a tenth of the console's CPU at 1 Hz on the demo host.)"""
+
+    def __init__(self, poll: Callable[[], None]) -> None:
+        self._poll = poll
+        self._wanted = threading.Event()
+        self._running = False
+        self._stopped = False
+        self._thread: threading.Thread | None = None
+        self.error: Exception | None = None  # the last exception a poll let through (kept for a debugger)
+
+    @property
+    def busy(self) -> bool:
+        """A poll is running or asked for."""
+        return self._running or self._wanted.is_set()
+
+    def request(self) -> None:
+        if self._stopped:
+            return
+        self._wanted.set()
+        if self._thread is None:
+            # a daemon: a poll stuck in a library call never holds the process open (run_app waits
+            # for a poll under way, a while)
+            self._thread = threading.Thread(target=self._run, name="nodeconsole-poll", daemon=True)
+            self._thread.start()
+
+    def _run(self) -> None:
+        while True:
+            self._wanted.wait()
+            if self._stopped:
+                return
+            self._running = True  # before the request is taken: busy throughout
+            self._wanted.clear()
+            try:
+                self._poll()
+            except Exception as exc:  # the app's poll says its own failures; a slip past it must not end the polls
+                self.error = exc
+            finally:
+                self._running = False
+
+    def stop(self) -> None:
+        """No poll starts any more; the thread ends once the one under way has."""
+        self._stopped = True
+        self._wanted.set()
+
+    def join(self, timeout: float) -> None:
+        thread = self._thread
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(timeout)
 
 
 class _Bars:
@@ -691,6 +752,7 @@ def run_app(seams: Seams | Callable[[], Seams], interval: float = 1.0, theme: st
         app.run()
     finally:
         resume_gc()
+        app.poller.join(POLL_JOIN_S)  # a poll under way when the console closed ends first
     return 0
 
 

@@ -12,6 +12,7 @@ from nodeconsole.screens.app import NodeConsoleApp
 from nodeconsole.screens.compositor import FrontCompositor
 
 from .conftest import FIXED_IDS
+from .helpers import wait_until
 
 
 def _written(update) -> list[list[tuple[str, object]]]:
@@ -70,6 +71,7 @@ async def test_partial_updates_equal_textuals(size, demo_seams, monkeypatch):
                     "escape", "slash", "t", "r", "a", "i", "n", "escape", "enter", "escape"]:
             await pilot.press(key)
             await pilot.pause(0.15)  # a poll or two between keys: figures change under the cursor
-        await app.workers.wait_for_complete()
+        app.paused = True
+        assert await wait_until(pilot, lambda: not app.poller.busy)
     assert Checking.updates > 20
     assert Checking.narrowed > 10  # the polls' updates rendered only what changed

@@ -70,7 +70,8 @@ async def test_the_first_frame_written_lists_the_gpus_and_the_first_poll_follows
             if app.polls >= 3:
                 break
         assert app.polls >= 3
-        await app.workers.wait_for_complete()
+        app.paused = True  # no poll after the one under way: the terminal and a fresh render then agree
+        assert await wait_until(pilot, lambda: not app.poller.busy)
         await pilot.pause()
         first = term.frames[0]
         assert first["gpu_rows"] == 8 and not first["polling"], term.frames[:3]

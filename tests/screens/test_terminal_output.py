@@ -15,6 +15,7 @@ from textual.strip import Strip
 
 from nodeconsole.screens.app import NodeConsoleApp, _ShadowedUpdate
 from nodeconsole.screens.terminal import ScreenShadow
+from tests.screens.helpers import wait_until
 
 from .conftest import FIXED_IDS
 
@@ -188,6 +189,7 @@ async def test_console_output_equals_a_fresh_render(state_ro):
         async def settle_and_compare(where: str) -> None:
             await pilot.pause(0.05)
             await app.workers.wait_for_complete()
+            assert await wait_until(pilot, lambda: not app.poller.busy)
             await pilot.pause()
             assert app.term is not None
             fresh = app.fresh()
