@@ -45,12 +45,13 @@ def _resolve(path: str, dirs: dict[str, str], links: set[str]) -> str:
     if parent is None:
         parent = dirs[head] = _resolve(head, dirs, links)
     real = os.path.join(parent, name)
-    if not os.path.islink(real):
+    try:  # one call says both whether it is a link and where it leads (an lstat first was two)
+        target = os.readlink(real)
+    except OSError:  # not a link (EINVAL), or absent: realpath keeps the component as it is
         return real
     if real in links:  # a loop
         raise _FullWalk
     links.add(real)
-    target = os.readlink(real)
     parts = target.split("/")
     ups = 0
     while ups < len(parts) and parts[ups] == "..":
@@ -83,11 +84,17 @@ class Root:
         if getattr(self._pass, "dirs", None) is not None:  # nested: the outer pass keeps its memory
             yield
             return
-        self._pass.dirs = {}
+        self._pass.dirs = self._seed()
         try:
             yield
         finally:
             self._pass.dirs = None
+
+    def _seed(self) -> dict[str, str]:
+        """A resolution memory that knows the root itself: the directories above it are not walked
+        (four lstats for /tmp/x/state/root each time, on paths whose containment the root's own real
+        path decides anyway)."""
+        return {self._base[:-1]: self._real, self._real: self._real}
 
     def __repr__(self) -> str:
         return f"Root({str(self.path)!r})"
@@ -107,10 +114,7 @@ class Root:
         if self._whole:
             return path
         dirs = getattr(self._pass, "dirs", None)
-        if dirs is None:
-            real = os.path.realpath(path)
-            return real if self.inside(real) else None
-        real = _resolve_cached(path, dirs)
+        real = _resolve_cached(path, self._seed() if dirs is None else dirs)
         return real if self.inside(real) else None
 
     def resolve_parent(self, rel: str) -> str | None:

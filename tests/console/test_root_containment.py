@@ -3,6 +3,7 @@ and take regular files only; the demo's writes (simulated kernel, files actions 
 root; a partial tree is read for what it holds."""
 from __future__ import annotations
 
+import contextlib
 import errno
 import json
 import os
@@ -169,3 +170,29 @@ def test_one_pass_resolves_every_path_as_realpath_does(tree: FakeSys, outside: P
         assert root.read("sys/out/shadow") is None
         assert root.read("sys/bus/pci/devices/0000:17:00.0/vendor") == "0x10de"
         assert root.read("sys/loop_a/x") is None
+
+
+def test_resolving_walks_nothing_above_the_root(tree: FakeSys, outside: Path, monkeypatch) -> None:
+    """The root's own real path stands for the directories above it: a read below a root reached
+    through a link looks at nothing outside the root, in a pass or not (a link out is still refused)."""
+    linked = tree.root.parent / "via-link"
+    linked.symlink_to(tree.root)
+    root = Root(linked)
+    (tree.root / "sys/out").symlink_to(outside.parent)
+    walked: list[str] = []
+
+    def watched(call):
+        def look(path, *a, **k):
+            walked.append(os.fspath(path))
+            return call(path, *a, **k)
+
+        return look
+
+    monkeypatch.setattr(os, "lstat", watched(os.lstat))
+    monkeypatch.setattr(os, "readlink", watched(os.readlink))
+    for passing in (False, True):
+        with root.one_pass() if passing else contextlib.nullcontext():
+            walked.clear()
+            assert root.read("sys/bus/pci/devices/0000:17:00.0/vendor") == "0x10de"
+            assert walked and all(p.startswith(str(tree.root) + "/") for p in walked), "\n".join(walked)
+            assert root.read("sys/out/shadow") is None
