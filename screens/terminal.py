@@ -38,6 +38,9 @@ class ScreenShadow:
         self.rows: list[list[Cell | None]] = []
         self._looks: dict[Style, str] = {}  # style → its rendering's escape codes (bounded below)
         self._style_of: dict[str, Style] = {}  # rendering → a style that renders so
+        # (text, look) → its cells: a repainted line is mostly the segments it had, and the same cell
+        # objects compare at once with the shadow's (bounded below)
+        self._runs: dict[tuple[str, str], list[Cell]] = {}
 
     def reset(self, width: int | None = None, height: int | None = None) -> None:
         """Forget what the terminal shows (the next update is written whole)."""
@@ -61,6 +64,9 @@ class ScreenShadow:
         row: list[Cell | None] | None = None
         marks: list[int] = []
         look = self._look_of(console)
+        known = self._runs
+        if len(known) > 8192:
+            known.clear()
         for segment in update.__rich_console__(console, console.options):
             if segment.control:
                 for code in segment.control:
@@ -77,7 +83,9 @@ class ScreenShadow:
             if end <= width and text.isascii() and text.isprintable():
                 # the common case, one cell a character: compare the run at once, cell by cell only
                 # where it differs
-                cells = [(ch, style) for ch in text]
+                cells = known.get((text, style))
+                if cells is None:
+                    cells = known[(text, style)] = [(ch, style) for ch in text]
                 if row[x:end] != cells:
                     for i, cell in enumerate(cells, x):
                         if row[i] != cell:

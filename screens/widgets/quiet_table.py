@@ -24,6 +24,7 @@ from rich.segment import Segment
 from rich.style import Style
 from rich.text import Text
 from textual._segment_tools import line_crop
+from textual._styles_cache import StylesCache
 from textual.color import Color
 from textual.coordinate import Coordinate
 from textual.geometry import Region
@@ -140,16 +141,53 @@ class _RepaintAfter:
                 self.table._repaint_rows(sorted(rows))
 
 
+class _LeanStylesCache(StylesCache):
+    """Textual's per-widget line cache, for a table drawn without border, outline, padding, tint,
+    opacity, text opacity or hatch (every table of the console): a line is then the table's own line
+    as it is. Textual's way works out ~10 things a line (the border and outline edges, the inner and
+    outer styles, two closures, a copy of the line) to find it has nothing to add; the copy also made
+    every line new to the colour filter after it, which keeps its result on the line. A table styled
+    with any of those is drawn Textual's way."""
+
+    _lean = False
+    _inner: Style = _NULL
+
+    def render(self, styles, size, base_background, background, render_content_line, filters, border_title,
+               border_subtitle, content_size=None, padding=None, crop=None, opacity=1.0, **kw):
+        spacing = styles.padding if padding is None else padding
+        self._lean = lean = (
+            opacity == 1.0 and (content_size is None or content_size == size) and not any(spacing)
+            and not any(edge for edge, _ in styles.border) and not any(edge for edge, _ in styles.outline)
+            and not styles.tint.a and styles.text_opacity == 1.0
+            and not (styles.has_rule("hatch") and styles.hatch != "none"))
+        if lean:
+            self._inner = self.get_inner_outer(base_background, background)[0].rich_style
+        return super().render(styles, size, base_background, background, render_content_line, filters,
+                              border_title, border_subtitle, content_size, padding, crop, opacity, **kw)
+
+    def render_line(self, styles, y, size, content_size, padding, base_background, background,
+                    render_content_line, border_title, border_subtitle, opacity, ansi_theme, native_ansi) -> Strip:
+        if not self._lean:
+            return super().render_line(styles, y, size, content_size, padding, base_background, background,
+                                       render_content_line, border_title, border_subtitle, opacity, ansi_theme,
+                                       native_ansi)
+        if y < size.height:
+            return render_content_line(y).adjust_cell_length(size.width, self._inner)
+        return Strip.blank(size.width, self._inner)
+
+
 class QuietTable(DataTable):
     def __init__(self, *args, **kw) -> None:
-        super().__init__(*args, **kw)
-        self._cell_render_cache = _CellRenders()  # type: ignore[assignment]
+        # set first: DataTable's __init__ may clear the caches already (zebra_stripes=True does)
         # per row: (what its cells' rendering depends on, each cell's rendered line or None)
         self._row_cells: dict[RowKey, tuple[tuple, list]] = {}
         self._style_now: Style | None = None  # the widget's rich style, while render_lines runs
         self._columns_now: tuple[list, list[int]] | None = None  # (columns, widths), while render_lines runs
         self._row_lines: dict[RowKey, tuple[tuple, Strip]] = {}  # per row: (what its line depends on, line)
         self._repaint_later: set[int] | None = None  # rows to repaint when a repaint_after() block ends
+        super().__init__(*args, **kw)
+        self._styles_cache = _LeanStylesCache()
+        self._cell_render_cache = _CellRenders()  # type: ignore[assignment]
 
     def render_lines(self, crop: Region) -> list[Strip]:
         # the widget's style, and the columns with their widths, are worked out once for the lines of
