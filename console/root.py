@@ -10,6 +10,7 @@ never blocks), at most MAX_READ bytes (a larger file reads as absent).
 """
 from __future__ import annotations
 
+import errno
 import os
 import stat
 import threading
@@ -20,6 +21,9 @@ from pathlib import Path
 # Any sysfs attribute is one page at most; /proc/cpuinfo of a 1024-CPU host is about 1.5 MiB.
 MAX_READ = 4 << 20
 _OPEN_FLAGS = os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC
+
+
+_NOT_A_LINK = (errno.EINVAL, errno.ENOENT, errno.ENOTDIR)
 
 
 class _FullWalk(Exception):
@@ -47,8 +51,10 @@ def _resolve(path: str, dirs: dict[str, str], links: set[str]) -> str:
     real = os.path.join(parent, name)
     try:  # one call says both whether it is a link and where it leads (an lstat first was two)
         target = os.readlink(real)
-    except OSError:  # not a link (EINVAL), or absent: realpath keeps the component as it is
-        return real
+    except OSError as e:
+        if e.errno in _NOT_A_LINK:  # not a link, or absent: realpath keeps the component as it is
+            return real
+        raise  # a link that cannot be read (EACCES): realpath's way, which raises as it did
     if real in links:  # a loop
         raise _FullWalk
     links.add(real)
@@ -84,17 +90,11 @@ class Root:
         if getattr(self._pass, "dirs", None) is not None:  # nested: the outer pass keeps its memory
             yield
             return
-        self._pass.dirs = self._seed()
+        self._pass.dirs = {}
         try:
             yield
         finally:
             self._pass.dirs = None
-
-    def _seed(self) -> dict[str, str]:
-        """A resolution memory that knows the root itself: the directories above it are not walked
-        (four lstats for /tmp/x/state/root each time, on paths whose containment the root's own real
-        path decides anyway)."""
-        return {self._base[:-1]: self._real, self._real: self._real}
 
     def __repr__(self) -> str:
         return f"Root({str(self.path)!r})"
@@ -114,7 +114,10 @@ class Root:
         if self._whole:
             return path
         dirs = getattr(self._pass, "dirs", None)
-        real = _resolve_cached(path, self._seed() if dirs is None else dirs)
+        if dirs is None:
+            real = os.path.realpath(path)
+            return real if self.inside(real) else None
+        real = _resolve_cached(path, dirs)
         return real if self.inside(real) else None
 
     def resolve_parent(self, rel: str) -> str | None:

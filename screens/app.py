@@ -1,6 +1,6 @@
 """The Textual app (started by `nodeconsole` without a subcommand, through a lazy import in console/cli.py).
 
-Polling: a one-shot timer starts a thread worker that collects one snapshot; when it finishes, the
+Polling: a one-shot timer asks the poll thread (`Poller`) for one snapshot; when it is collected, the
 UI swaps the snapshot in, posts it to the visible screen (`SnapshotUpdated`) and re-arms the timer.
 Polls never overlap and the UI thread never touches the host. Screens post what is selected
 (`GpuSelected`, `VmSelected`); the actions act on that selection.
@@ -646,18 +646,19 @@ class Poller:
         self._running = False
         self._stopped = False
         self._thread: threading.Thread | None = None
-        self.error: Exception | None = None  # the last exception a poll let through (kept for a debugger)
+        self.error: BaseException | None = None  # the last exception a poll let through (kept for a debugger)
 
     @property
     def busy(self) -> bool:
         """A poll is running or asked for."""
-        return self._running or self._wanted.is_set()
+        # this order: _run sets _running before it clears _wanted, so a request is never missed
+        return self._wanted.is_set() or self._running
 
     def request(self) -> None:
         if self._stopped:
             return
         self._wanted.set()
-        if self._thread is None:
+        if self._thread is None or not self._thread.is_alive():
             # a daemon: a poll stuck in a library call never holds the process open (run_app waits
             # for a poll under way, a while)
             self._thread = threading.Thread(target=self._run, name="nodeconsole-poll", daemon=True)
@@ -672,8 +673,8 @@ class Poller:
             self._wanted.clear()
             try:
                 self._poll()
-            except Exception as exc:  # the app's poll says its own failures; a slip past it must not end the polls
-                self.error = exc
+            except BaseException as exc:  # the app's poll says its own failures; whatever
+                self.error = exc  # slips past it (a CancelledError from the loop) must not end the polls
             finally:
                 self._running = False
 

@@ -23,6 +23,7 @@ from rich.style import Style
 from textual.strip import Strip
 
 WIDE = ""  # the right half of a double-width character (the character itself sits in the cell before)
+RUN_CELLS = 20_000  # cells the shadow keeps for the runs it has seen (then it starts over)
 GAP = 6  # unchanged cells between two changed runs rewritten rather than moving the cursor over them
 
 # a cell: its character and how it looks on the terminal (the style's rendering, not the Style: two
@@ -41,6 +42,7 @@ class ScreenShadow:
         # (text, look) → its cells: a repainted line is mostly the segments it had, and the same cell
         # objects compare at once with the shadow's (bounded below)
         self._runs: dict[tuple[str, str], list[Cell]] = {}
+        self._run_cells = 0
 
     def reset(self, width: int | None = None, height: int | None = None) -> None:
         """Forget what the terminal shows (the next update is written whole)."""
@@ -65,8 +67,9 @@ class ScreenShadow:
         marks: list[int] = []
         look = self._look_of(console)
         known = self._runs
-        if len(known) > 8192:
+        if self._run_cells > RUN_CELLS:  # bounded by the cells kept (~100 bytes each), not the runs
             known.clear()
+            self._run_cells = 0
         for segment in update.__rich_console__(console, console.options):
             if segment.control:
                 for code in segment.control:
@@ -86,6 +89,7 @@ class ScreenShadow:
                 cells = known.get((text, style))
                 if cells is None:
                     cells = known[(text, style)] = [(ch, style) for ch in text]
+                    self._run_cells += len(cells)
                 if row[x:end] != cells:
                     for i, cell in enumerate(cells, x):
                         if row[i] != cell:

@@ -163,7 +163,8 @@ class _LeanStylesCache(StylesCache):
         if lean:
             self._inner = self.get_inner_outer(base_background, background)[0].rich_style
         return super().render(styles, size, base_background, background, render_content_line, filters,
-                              border_title, border_subtitle, content_size, padding, crop, opacity, **kw)
+                              border_title, border_subtitle, content_size=content_size, padding=padding,
+                              crop=crop, opacity=opacity, **kw)
 
     def render_line(self, styles, y, size, content_size, padding, base_background, background,
                     render_content_line, border_title, border_subtitle, opacity, ansi_theme, native_ansi) -> Strip:

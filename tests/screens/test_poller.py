@@ -77,6 +77,60 @@ def test_a_poll_that_raises_leaves_the_thread_serving():
     p.join(5)
 
 
+def test_busy_never_misses_a_request_about_to_run():
+    """`busy` reads the request before the running flag (the thread sets the flag before it takes the
+    request): read over and over with the threads switching every microsecond, it never says idle
+    while a requested poll has not yet run."""
+    import sys
+
+    done = 0
+
+    def poll() -> None:
+        nonlocal done
+        time.sleep(0.001)
+        done += 1
+
+    p = Poller(poll)
+    old = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    missed = 0
+    try:
+        for _ in range(300):
+            assert _until(lambda: not p.busy)
+            before = done
+            p.request()
+            while done == before:
+                if not p.busy and done == before:
+                    missed += 1
+                    break
+    finally:
+        sys.setswitchinterval(old)
+        p.stop()
+        p.join(5)
+    assert missed == 0
+
+
+def test_a_thread_ended_by_a_base_exception_is_started_again():
+    class Stop(BaseException):
+        pass
+
+    calls = []
+
+    def poll() -> None:
+        calls.append(threading.current_thread())
+        if len(calls) == 1:
+            raise Stop()
+
+    p = Poller(poll)
+    p.request()
+    assert _until(lambda: len(calls) == 1 and not p.busy)
+    assert isinstance(p.error, Stop)
+    p.request()
+    assert _until(lambda: len(calls) == 2 and not p.busy)
+    p.stop()
+    p.join(5)
+
+
 async def test_a_view_that_fails_to_draw_is_said_and_the_polls_go_on(demo_seams, monkeypatch):
     app = NodeConsoleApp(replace(demo_seams, pci_ids=FIXED_IDS), interval=0.1)
     original = NodeConsoleApp._apply

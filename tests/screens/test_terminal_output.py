@@ -13,6 +13,7 @@ from textual._compositor import ChopsUpdate, CompositorUpdate, LayoutUpdate
 from textual.geometry import Region
 from textual.strip import Strip
 
+from nodeconsole.screens import terminal as terminal_module
 from nodeconsole.screens.app import NodeConsoleApp, _ShadowedUpdate
 from nodeconsole.screens.terminal import ScreenShadow
 from tests.screens.helpers import wait_until
@@ -109,6 +110,28 @@ def test_random_updates_leave_what_unoptimized_output_leaves():
         our_bytes += len(diff)
         assert cells(ours) == cells(plain), f"step {step}"
     assert our_bytes < plain_bytes
+
+
+def test_the_kept_runs_stay_bounded_and_output_stays_right(monkeypatch):
+    """The shadow keeps the cells of the runs it has seen, up to a bound on the cells kept; past it
+    it starts over, and what it writes is still what Textual's output leaves."""
+    monkeypatch.setattr(terminal_module, "RUN_CELLS", 500)
+    rng = random.Random(11)
+    width, height = 40, 8
+    con = console(width, height)
+    plain, plain_stream = terminal(width, height)
+    ours, our_stream = terminal(width, height)
+    shadow = ScreenShadow()
+    most = 0
+    for step in range(200):
+        update = chops_update(rng, width, height)
+        plain_stream.feed(update.render_segments(con))
+        our_stream.feed(shadow.render(update, con, (width, height)))
+        kept = sum(map(len, shadow._runs.values()))
+        assert kept == shadow._run_cells
+        most = max(most, kept)
+        assert cells(ours) == cells(plain), f"step {step}"
+    assert 500 < most <= 500 + width * height  # one update's runs at most past the bound
 
 
 def test_one_changed_cell_is_one_cell_on_the_wire():
