@@ -11,3 +11,16 @@ async def wait_until(pilot, cond, tries: int = 100) -> bool:
         if cond() and pilot.app.screen.is_mounted:
             return True
     return False
+
+
+def until(cond, timeout: float = 5.0, step: float = 0.005) -> bool:
+    """Outside the event loop: wait (sleeping `step` seconds at a time) until `cond()` holds; False
+    if it has not after `timeout` seconds."""
+    import time
+
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if cond():
+            return True
+        time.sleep(step)
+    return cond()

@@ -13,19 +13,12 @@ from textual import events
 
 from nodeconsole.screens.driver import QuietLinuxDriver
 
+from .helpers import until as _until
+
 
 class _Recording(QuietLinuxDriver):
     def process_message(self, message) -> None:  # the app is not running: keep what would be sent
         self.got.append(message)
-
-
-def _wait(pred, timeout: float = 3.0) -> bool:
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        if pred():
-            return True
-        time.sleep(0.01)
-    return pred()
 
 
 def _switches(thread: threading.Thread) -> int:
@@ -52,14 +45,14 @@ def test_input_thread_sleeps_until_input_and_stops_at_once():
             thread = threading.Thread(target=driver.run_input_thread, daemon=True)
             thread.start()
             os.write(master, b"a")
-            assert _wait(lambda: _keys(driver) == ["a"])
+            assert _until(lambda: _keys(driver) == ["a"])
             before = _switches(thread)
             time.sleep(0.6)  # Textual's own input thread wakes 6 times in this while
             assert _switches(thread) - before <= 1, "the input thread woke with no input"
             os.write(master, b"\x1b")  # a lone Escape: delivered when the parser gives up waiting
-            assert _wait(lambda: _keys(driver) == ["a", "escape"])
+            assert _until(lambda: _keys(driver) == ["a", "escape"])
             os.write(master, b"\x1b[A")  # a whole sequence is one key
-            assert _wait(lambda: _keys(driver) == ["a", "escape", "up"])
+            assert _until(lambda: _keys(driver) == ["a", "escape", "up"])
             asked = time.monotonic()
             driver.exit_event.set()
             thread.join(3)

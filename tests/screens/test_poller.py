@@ -9,16 +9,8 @@ from dataclasses import replace
 from nodeconsole.screens.app import NodeConsoleApp, Poller
 
 from .conftest import FIXED_IDS
+from .helpers import until as _until
 from .helpers import wait_until
-
-
-def _until(cond, timeout: float = 5.0) -> bool:
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        if cond():
-            return True
-        time.sleep(0.005)
-    return cond()
 
 
 def test_one_poll_at_a_time_and_requests_during_a_poll_make_one_more():
