@@ -1,6 +1,8 @@
 """`capture --redact`: host names, VM names, UUIDs, MAC addresses and GPU serial numbers replaced by stable
 pseudonyms, the same in every file of the archive, in file names and in link targets, so a replay still
 ties VMs to GPUs (an mdev's UUID is the same pseudonym in sysfs, the domain XML and the NVML state).
+Who made each change (the audit log's user names and the SSH address they came from) is replaced too,
+in those fields only (a user named like a word of the host's files must not rename the files).
 
 Names become host-N and vm-N (numbered in sorted order); UUIDs and MACs are derived from a keyed hash
 (HMAC-SHA256 with a key made for this capture and kept nowhere), so they cannot be reversed by trying
@@ -79,3 +81,44 @@ class Redactor:
     def data(self, data: bytes) -> bytes:
         """A file's content (binary safe: bytes that are not UTF-8 pass through unchanged)."""
         return self.text(data.decode("utf-8", "surrogateescape")).encode("utf-8", "surrogateescape")
+
+
+_WHO_NAMES = ("user", "sudo_user")
+
+
+def redact_audit(data: bytes) -> bytes:
+    """The audit log with each record's user names (`who.user`, `who.sudo_user`) replaced by user-N and
+    its SSH client address (`who.ssh_client`) by client-N, numbered in sorted order; root, a role
+    rather than a person, stays. A line that is not a JSON record is left as it is."""
+    lines = data.split(b"\n")
+    records: list[dict | None] = []
+    users: set[str] = set()
+    clients: set[str] = set()
+    for line in lines:
+        try:
+            obj = json.loads(line.decode("utf-8")) if line.strip() else None
+        except (UnicodeDecodeError, ValueError):
+            obj = None
+        who = obj.get("who") if isinstance(obj, dict) else None
+        if not isinstance(who, dict):
+            records.append(None)
+            continue
+        records.append(obj)
+        users.update(v for k in _WHO_NAMES if isinstance(v := who.get(k), str) and v and v != "root")
+        if isinstance(who.get("ssh_client"), str) and who["ssh_client"]:
+            clients.add(who["ssh_client"])
+    pseudo = {u: f"user-{i + 1}" for i, u in enumerate(sorted(users))}
+    address = {c: f"client-{i + 1}" for i, c in enumerate(sorted(clients))}
+    out = []
+    for line, obj in zip(lines, records):
+        if obj is None:
+            out.append(line)
+            continue
+        who = dict(obj["who"])
+        for k in _WHO_NAMES:
+            if who.get(k) in pseudo:
+                who[k] = pseudo[who[k]]
+        if who.get("ssh_client") in address:
+            who["ssh_client"] = address[who["ssh_client"]]
+        out.append(json.dumps({**obj, "who": who}, sort_keys=True, separators=(",", ":")).encode())
+    return b"\n".join(out)

@@ -154,7 +154,7 @@ def take_capture(seams: Seams, *, changes: Sequence[Mapping[str, Any]] = (), aud
     }
     entries[MANIFEST] = Entry(FILE, _json(manifest))
     if redact:
-        progress("redacting names, UUIDs and MAC addresses")
+        progress("redacting names, UUIDs, MAC addresses and who made the changes")
         entries = _redacted(entries, hostnames + [manifest["hostname"]], vm_names)
         manifest = json.loads(entries[MANIFEST].data)
     progress("writing the archive")
@@ -275,13 +275,16 @@ def _libvirt(uri: str, entries: dict[str, Entry], sources: dict[str, Any],
 
 
 def _redacted(entries: dict[str, Entry], hostnames: list[str], vm_names: list[str]) -> dict[str, Entry]:
-    from nodeconsole.console.capture.redact import Redactor
+    from nodeconsole.console.capture.redact import Redactor, redact_audit
 
     serials: list[str] = []
     nvml = entries.get(NVML_STATE)
     if nvml is not None:
         serials = [str(g["serial"]) for g in json.loads(nvml.data).get("gpus", []) if g.get("serial")]
     red = Redactor(hostnames, vm_names, serials)
+    audit = entries.get(AUDIT)
+    if audit is not None and audit.kind == FILE:
+        entries = {**entries, AUDIT: Entry(FILE, redact_audit(audit.data))}
     out: dict[str, Entry] = {}
     for path, entry in entries.items():
         new = red.text(path)

@@ -41,6 +41,9 @@ KMSG = [
 ]
 
 
+WHO = {"user": "jdoe-ops", "sudo_user": "asmith", "ssh_client": "192.0.2.77"}  # who made the demo's change
+
+
 def cli(*argv: str) -> tuple[int, str, str]:
     out, err = io.StringIO(), io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
@@ -86,9 +89,11 @@ def demo(scratch):
         host.libvirt_xml.write_text(xml[:i] + f"\n      <interface type='ethernet'><mac address='{MAC}'/>"
                                     "</interface>" + xml[i:])
         (state / "audit.jsonl").write_text(json.dumps({
-            "id": "20250101-000000-abcd", "who": {"user": "admin", "uid": 0}, "when": "2025-01-01T00:00:00+00:00",
+            "id": "20250101-000000-abcd", "when": "2025-01-01T00:00:00+00:00",
             "action": "pin", "title": "Pin train-c", "host": "gpu-node-01", "request": {"vm": "train-c"},
-            "steps": [], "undo": [], "result": "applied", "finished": "2025-01-01T00:00:01+00:00"}) + "\n")
+            "steps": [], "undo": [], "result": "applied", "finished": "2025-01-01T00:00:01+00:00",
+            "who": {"user": WHO["user"], "uid": 1007, "tty": "/dev/pts/3", "ssh_client": WHO["ssh_client"],
+                    "sudo_user": WHO["sudo_user"]}}) + "\n")
         rc, snap_json, _ = cli("snapshot", "--demo", "--json")
         assert rc == 0
         rc, doctor_json, _ = cli("doctor", "--demo", "--json")
@@ -267,6 +272,36 @@ def test_redact_leaves_no_name_uuid_or_mac_and_the_replay_still_ties_vms_to_gpus
     assert sorted(h["gpu"] or "" for v in snap["vms"] for h in v["hostdevs"]) == \
         sorted(h["gpu"] or "" for v in orig["vms"] for h in v["hostdevs"])
     assert json.loads(members(redacted)[MANIFEST][2])["redacted"] is True
+
+
+def test_redact_replaces_who_made_the_changes_and_the_log_still_reads(demo):
+    """The audit log's user names and SSH address become pseudonyms (root stays), in those fields
+    only; the replayed log still lists the change, made by user-N from client-N."""
+    redacted = demo["base"] / "redacted-who.tar.gz"
+    rc, _, err = cli("capture", "--demo", "--redact", "-o", str(redacted))
+    assert rc == 0, err
+    assert all(v in _all_text(demo["archive"]) for v in WHO.values())
+    text = _all_text(redacted)
+    for secret in WHO.values():
+        assert secret not in text, secret
+    record = json.loads(members(redacted)["audit.jsonl"][2])
+    assert record["who"] == {"user": "user-2", "uid": 1007, "tty": "/dev/pts/3", "ssh_client": "client-1",
+                             "sudo_user": "user-1"}  # numbered in sorted order: asmith, then jdoe-ops
+    assert record["action"] == "pin" and record["result"] == "applied"
+    rc, out, err = cli("log", "--replay", str(redacted), "--json")
+    assert rc == 0, err
+    listed = [json.loads(line) for line in out.splitlines() if line.strip()]
+    assert [(r["action"], r["who"]["user"]) for r in listed] == [("pin", "user-2")]
+
+
+def test_redact_audit_keeps_root_and_lines_that_are_not_records():
+    from nodeconsole.console.capture.redact import redact_audit
+
+    log = (b'{"id":"a","who":{"user":"root","sudo_user":"bob","ssh_client":"2001:db8::5"}}\n'
+           b'not json\n{"id":"b","who":{"user":"bob"}}\n')
+    out = redact_audit(log).split(b"\n")
+    assert json.loads(out[0])["who"] == {"user": "root", "sudo_user": "user-1", "ssh_client": "client-1"}
+    assert out[1] == b"not json" and json.loads(out[2])["who"] == {"user": "user-1"} and out[3] == b""
 
 
 def test_redactor_is_consistent_and_keeps_case():
