@@ -211,6 +211,11 @@ class Collector:
             self._nvml = NvmlSource(self.seams.nvml_lib)
         return self._nvml.read()
 
+    @property
+    def libvirt_version(self) -> str:
+        """libvirt's version on the source's connection ("" before the first poll reached libvirt)."""
+        return self._libvirt.version if self._libvirt is not None else ""
+
     def _read_libvirt(self) -> LibvirtData:
         if self.seams.libvirt_uri is None:
             raise SourceError("no libvirt URI for a captured tree (use --libvirt URI)")

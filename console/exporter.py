@@ -75,7 +75,8 @@ class Sampler:
                 report = run_doctor(snap, self.collector.seams.root)
             except Exception:  # the checks guard themselves; an unexpected failure costs only them
                 report = None
-        sample = Sample(snap, self._count_xids(self.collector.gpu_events), report, time.monotonic() - t0)
+        sample = Sample(snap, self._count_xids(self.collector.gpu_events), report, time.monotonic() - t0,
+                        self.collector.libvirt_version)
         self.latest = sample
         return sample
 

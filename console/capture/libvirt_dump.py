@@ -34,14 +34,12 @@ class LibvirtDump:
     versions: dict[str, str] = field(default_factory=dict)
 
 
-def _version(n: int) -> str:
-    return f"{n // 1000000}.{n // 1000 % 1000}.{n % 1000}"
-
-
 def dump_libvirt(uri: str) -> LibvirtDump:
     """Read everything from `uri` (read-only connection). libvirt errors propagate (the capture
     records the reason)."""
     import libvirt
+
+    from nodeconsole.console.sources.libvirt_src import format_version
 
     libvirt.registerErrorHandler(lambda *_args: None, None)
     conn = libvirt.openReadOnly(uri)
@@ -51,12 +49,12 @@ def dump_libvirt(uri: str) -> LibvirtDump:
             dump.hostname = conn.getHostname()
         except libvirt.libvirtError:
             pass
-        dump.versions["libvirt"] = _version(conn.getLibVersion())
+        dump.versions["libvirt"] = format_version(conn.getLibVersion())
         try:
             kind, version = conn.getType(), conn.getVersion()
-            dump.versions["hypervisor"] = f"{kind} {_version(version)}"
+            dump.versions["hypervisor"] = f"{kind} {format_version(version)}"
             if kind.upper() == "QEMU":
-                dump.versions["qemu"] = _version(version)
+                dump.versions["qemu"] = format_version(version)
         except libvirt.libvirtError:
             pass
         for dom in conn.listAllDomains():

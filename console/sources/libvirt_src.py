@@ -55,6 +55,11 @@ _CONNECTION_ERRORS = {_ERR_INTERNAL, _ERR_NO_CONNECT, _ERR_INVALID_CONN, _ERR_SY
 _STATS = 1 | 2 | 4 | 8
 
 
+def format_version(n: int) -> str:
+    """libvirt's version number (major * 1,000,000 + minor * 1,000 + release) as `major.minor.release`."""
+    return f"{n // 1000000}.{n // 1000 % 1000}.{n % 1000}"
+
+
 def cpu_percent(prev: tuple[int, float] | None, cur: tuple[int, float]) -> float | None:
     """Percent of one host CPU between two (cpu_time_ns, monotonic_seconds) samples; None when there is
     no usable earlier sample (first poll, or the CPU time went backwards because the VM restarted)."""
@@ -108,6 +113,7 @@ class LibvirtSource:
         self._domains: dict[str, _Domain] = {}  # by UUID; only the domains of the last poll
         self._listing: _Listing | None = None  # the list+info() reading's last listing on this connection
         self._lock = threading.Lock()  # poll() runs in a worker thread; invalidate() comes from actions
+        self.version = ""  # libvirt's version on the open connection ("" before one, or unknown)
 
     # -- public -----------------------------------------------------------------------------------
 
@@ -162,6 +168,10 @@ class LibvirtSource:
             except libvirt.libvirtError as e:
                 raise SourceError(f"cannot connect to {self.uri}: {_message(e)}{_hint(e)}") from None
             self._bulk_stats = None
+            try:  # the library's (a remote connection: the daemon's) version, once a connection
+                self.version = format_version(self._conn.getLibVersion())
+            except libvirt.libvirtError:
+                self.version = ""
         return self._conn
 
     def _drop(self) -> None:

@@ -88,6 +88,11 @@ def test_demo_families(demo_metrics):
     assert one(m, "nodeconsole_problems", severity="warning").value > 0
     host = one(m, "nodeconsole_host_info")
     assert host.labels["hostname"] == "gpu-node-01" and host.labels["driver"]
+    import libvirt  # the test driver runs in this process: its version is the library's
+
+    from nodeconsole.console.sources.libvirt_src import format_version
+
+    assert host.labels["libvirt"] == format_version(libvirt.getVersion()) and host.labels["libvirt"].count(".") == 2
     # every doctor check: exactly one status is 1
     checks = {s.labels["check"] for s in m["nodeconsole_doctor_check"]}
     assert "iommu" in checks
