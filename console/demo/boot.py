@@ -5,14 +5,13 @@ The model: a preset describes the host as its boot configuration brings it up (i
 the preset's vGPU devices and MIG layout, its VMs autostart). A boot takes that host and changes what
 the disk now says: the kernel command line from /etc/default/grub (the IOMMU, hugepages), the modules
 of /etc/modules-load.d and the initramfs list, nouveau blacklists, `options vfio-pci ids=` and
-softdeps, sysctl.d, nvidia-persistenced, driverctl's saved overrides, every GPU's pending MIG mode, and
-the SR-IOV udev rules (`nic vfs --persist`: a PF whose driver binds gets the rule's VFs, probed or not).
+softdeps, sysctl.d, nvidia-persistenced, driverctl's saved overrides, and every GPU's pending MIG mode.
 Whatever was changed at run time (drivers bound by hand, mdevs, live hugepages and sysctl writes) is
 gone, because the tree is generated afresh."""
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 
 from nodeconsole.console.demo.gen_etc import split_cmdline
 from nodeconsole.console.demo.gen_kernel import VFIO_STACK, is_intel, module_name
@@ -81,7 +80,6 @@ class BootConfig:
     persistenced: bool
     driverctl: dict[str, str]  # device → driver
     mig_pending: dict[str, bool]  # GPU address → MIG mode after the reset a boot is
-    sriov_rules: dict[str, tuple[int, bool]] = field(default_factory=dict)  # PF → (VFs, autoprobe) by udev
 
 
 def _lines(text: str | None, comments: str = "#") -> list[list[str]]:
@@ -140,33 +138,7 @@ def read_boot_config(root: Root, nvml_state: dict | None = None) -> BootConfig:
     mig = {parse_pci_address(g["address"]): bool(g.get("mig", {}).get("pending", g.get("mig", {}).get("current")))
            for g in (nvml_state or {}).get("gpus", []) if g.get("mig")}
     return BootConfig(words, tuple(modules), frozenset(blacklist), frozenset(ids), softdep, unsafe, sysctl,
-                      root.exists(facts.PERSISTENCED_WANTS), driverctl, mig, _sriov_rules(root))
-
-
-SRIOV_RULES = "etc/udev/rules.d"
-_KERNEL = re.compile(r'(?:^|,)\s*KERNEL=="([^"]+)"')
-_ASSIGN = re.compile(r'(?:^|,)\s*ATTR\{(sriov_numvfs|sriov_drivers_autoprobe)\}="(\d+)"')
-
-
-def _sriov_rules(root: Root) -> dict[str, tuple[int, bool]]:
-    """The udev rules that set a PF's VFs when its driver binds (ACTION=="bind", KERNEL== the PF,
-    ATTR{sriov_numvfs}=N, optionally ATTR{sriov_drivers_autoprobe}=0|1), from every rules file."""
-    out: dict[str, tuple[int, bool]] = {}
-    for name in sorted(root.listdir(SRIOV_RULES)):
-        if not name.endswith(".rules"):
-            continue
-        for line in (root.read(f"{SRIOV_RULES}/{name}") or "").splitlines():
-            line = line.split("#", 1)[0]
-            kernel = _KERNEL.search(line)
-            attrs = dict(_ASSIGN.findall(line))
-            if 'ACTION=="bind"' not in line or kernel is None or "sriov_numvfs" not in attrs:
-                continue
-            try:
-                pf = parse_pci_address(kernel.group(1))
-            except ValueError:
-                continue
-            out[pf] = (int(attrs["sriov_numvfs"]), attrs.get("sriov_drivers_autoprobe", "1") != "0")
-    return out
+                      root.exists(facts.PERSISTENCED_WANTS), driverctl, mig)
 
 
 def _pci_id(text: str) -> tuple[int, int] | None:
@@ -296,8 +268,6 @@ def _boot_dev(dev: PciDev, hb: HostBridge, bus: int, drivers: _Drivers, boot: Bo
     gpu, sriov = dev.gpu, dev.sriov
     if gpu is not None:
         gpu = _boot_gpu(gpu, boot.mig_pending.get(addr), driver == "nvidia")
-    if sriov is not None and addr in boot.sriov_rules and driver is not None:
-        sriov = _ruled_vfs(sriov, *boot.sriov_rules[addr])
     if sriov is not None:
         sriov = _boot_vfs(sriov, addr, drivers, dev.vendor, driver, bool(gpu and gpu.mig_instances))
     children = tuple(_boot_dev(c, hb, dev.secondary_bus, drivers, boot) for c in dev.children) \
@@ -312,14 +282,6 @@ def _boot_gpu(gpu: GpuSpec, pending: bool | None, on_nvidia: bool) -> GpuSpec:
                    mdevs=gpu.mdevs if on_nvidia else ())
 
 
-def _ruled_vfs(sriov: SriovSpec, count: int, autoprobe: bool) -> SriovSpec:
-    """The VFs a udev rule gives the PF when its driver binds: `count` (at most sriov_totalvfs) new ones,
-    bound to the VF driver when probed, bare when not."""
-    kind = sriov.vf_driver or next((vf.default_driver or vf.driver for vf in sriov.vfs), None)
-    vf = VfSpec(kind if autoprobe else None, default_driver=kind)
-    return replace(sriov, vfs=(vf,) * min(count, sriov.totalvfs), autoprobe=autoprobe)
-
-
 def _boot_vfs(sriov: SriovSpec, pf: str, drivers: _Drivers, vendor: int, pf_driver: str | None,
               mig_ok: bool) -> SriovSpec:
     vfs = []
@@ -327,9 +289,6 @@ def _boot_vfs(sriov: SriovSpec, pf: str, drivers: _Drivers, vendor: int, pf_driv
         if vf.vgpu_types and pf_driver != "nvidia":
             return replace(sriov, vfs=())  # SR-IOV vGPU VFs exist only under the nvidia driver
         addr = vf_address(pf, sriov, i)
-        if not sriov.autoprobe:  # nothing probes the VFs: no driver, whatever would pick one
-            vfs.append(replace(vf, driver=None, driver_override=None))
-            continue
         driver, override = drivers.pick(addr, vendor, sriov.vf_device, vf.driver, vf.driver_override,
                                         vf.default_driver or vf.driver)
         if vf.vgpu_gi_id is not None and not mig_ok:

@@ -263,7 +263,7 @@ def _write_sriov(w: TreeWriter, d: str, sriov: SriovSpec, f: Func) -> None:
     w.attr(f"{d}/sriov_offset", sriov.offset)
     w.attr(f"{d}/sriov_stride", sriov.stride)
     w.attr(f"{d}/sriov_vf_device", f"{sriov.vf_device:x}")
-    w.attr(f"{d}/sriov_drivers_autoprobe", int(sriov.autoprobe))
+    w.attr(f"{d}/sriov_drivers_autoprobe", 1)
     for i, va in enumerate(f.vfs):
         w.link(f"{d}/virtfn{i}", f"{d.rsplit('/', 1)[0]}/{va}")
 

@@ -133,7 +133,6 @@ class SriovSpec:
     offset: int = 1  # routing-id offset of VF 0 from the PF, then `stride` apart (ARI numbering)
     stride: int = 1
     vf_driver: str | None = None  # what a VF created later binds to; None: the first VF's default
-    autoprobe: bool = True  # sriov_drivers_autoprobe: whether new VFs are probed by their driver
 
 
 @dataclass(frozen=True)

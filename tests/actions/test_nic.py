@@ -127,35 +127,6 @@ def test_nic_vfs_create_then_remove_round_trips(demo, capsys):
     assert _tree(demo) == before
 
 
-def test_a_reboot_brings_back_the_vfs_the_udev_rule_persists(tmp_path, monkeypatch, capsys):
-    """`nic vfs --persist` writes a udev rule; the demo's reboot applies it as the host's udev would
-    when the PF's driver binds: the rule's VFs, bare (autoprobe off); a PF without a rule gets its
-    preset's VFs; with the rule removed the PF boots as the preset has it again."""
-    from nodeconsole.console.demo.state import ensure_demo
-
-    d = tmp_path / "demo"
-    ensure_demo(d)
-    monkeypatch.setenv("NODECONSOLE_STATE_DIR", str(d))
-    fresh = _snap()
-    before = {pf: [v.address for v in fresh.nic(pf).vfs] for pf in (PF0, PF1, PF2)}
-    assert before[PF1] == []
-    rc, out, _ = _cli(capsys, "nic", "vfs", PF1, "3", "--persist", "--apply", "--yes")
-    assert rc == 0, out
-    rc, out, _ = _cli(capsys, "demo", "reboot")
-    assert rc == 0, out
-    snap = _snap()
-    nic = snap.nic(PF1)
-    assert [v.address for v in nic.vfs] == ["0000:3c:00.1", "0000:3c:00.2", "0000:3c:00.3"]
-    assert nic.sriov_drivers_autoprobe is False
-    assert all(snap.pci(v.address).driver is None for v in nic.vfs)
-    assert {pf: [v.address for v in snap.nic(pf).vfs] for pf in (PF0, PF2)} == {pf: before[pf] for pf in (PF0, PF2)}
-    rc, out, _ = _cli(capsys, "nic", "vfs", PF1, "0", "--persist", "--apply", "--yes")
-    assert rc == 0, out
-    rc, out, _ = _cli(capsys, "demo", "reboot")
-    assert rc == 0, out
-    assert _snap().nic(PF1).vfs == () and _snap().nic(PF1).sriov_drivers_autoprobe is True
-
-
 def test_undoing_vfs_a_vm_took_since_is_refused(demo, capsys):
     before = _tree(demo)
     ids = []
