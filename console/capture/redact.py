@@ -19,6 +19,7 @@ import os
 import re
 import uuid as uuidlib
 from collections.abc import Iterable
+from typing import Any
 from xml.sax.saxutils import escape
 
 _UUID = re.compile(r"(?<![0-9A-Za-z])[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}"
@@ -87,9 +88,12 @@ _WHO_NAMES = ("user", "sudo_user")
 
 
 def redact_audit(data: bytes) -> bytes:
-    """The audit log with each record's user names (`who.user`, `who.sudo_user`) replaced by user-N and
-    its SSH client address (`who.ssh_client`) by client-N, numbered in sorted order; root, a role
-    rather than a person, stays. A line that is not a JSON record is left as it is."""
+    """The audit log with who made each change replaced: user names (`who.user`, `who.sudo_user`) by
+    user-N and the SSH client address (`who.ssh_client`) by client-N, numbered in sorted order, in
+    those fields and wherever else the records spell them as a whole word (a path below /home/NAME, a
+    message); a user's uid is dropped (it names the account as well as the name does) but root's, a
+    role rather than a person, which stays. A line that is not a whole JSON record (a record torn by a
+    crash) becomes an empty line: it may hold the same names, and the log's reader skips it."""
     lines = data.split(b"\n")
     records: list[dict | None] = []
     users: set[str] = set()
@@ -97,28 +101,39 @@ def redact_audit(data: bytes) -> bytes:
     for line in lines:
         try:
             obj = json.loads(line.decode("utf-8")) if line.strip() else None
-        except (UnicodeDecodeError, ValueError):
+        except (UnicodeDecodeError, ValueError, RecursionError):
             obj = None
+        records.append(obj if isinstance(obj, dict) else None)
         who = obj.get("who") if isinstance(obj, dict) else None
         if not isinstance(who, dict):
-            records.append(None)
             continue
-        records.append(obj)
         users.update(v for k in _WHO_NAMES if isinstance(v := who.get(k), str) and v and v != "root")
         if isinstance(who.get("ssh_client"), str) and who["ssh_client"]:
             clients.add(who["ssh_client"])
     pseudo = {u: f"user-{i + 1}" for i, u in enumerate(sorted(users))}
-    address = {c: f"client-{i + 1}" for i, c in enumerate(sorted(clients))}
+    pseudo.update({c: f"client-{i + 1}" for i, c in enumerate(sorted(clients))})
+    words = re.compile(f"(?<![{_NAME_CHARS}])(?:" + "|".join(re.escape(w) for w in sorted(pseudo, key=len, reverse=True))
+                       + f")(?![{_NAME_CHARS}])") if pseudo else None
+
+    def scrub(v: Any) -> Any:  # the values only: a user named like a key must not rename the key
+        if isinstance(v, str):
+            return v if words is None else words.sub(lambda m: pseudo[m.group(0)], v)
+        if isinstance(v, list):
+            return [scrub(x) for x in v]
+        if isinstance(v, dict):
+            return {k: scrub(x) for k, x in v.items()}
+        return v
+
     out = []
     for line, obj in zip(lines, records):
         if obj is None:
-            out.append(line)
+            out.append(b"" if line.strip() else line)
             continue
-        who = dict(obj["who"])
-        for k in _WHO_NAMES:
-            if who.get(k) in pseudo:
-                who[k] = pseudo[who[k]]
-        if who.get("ssh_client") in address:
-            who["ssh_client"] = address[who["ssh_client"]]
-        out.append(json.dumps({**obj, "who": who}, sort_keys=True, separators=(",", ":")).encode())
+        who = obj.get("who")
+        if isinstance(who, dict):
+            obj = {**obj, "who": {k: v for k, v in who.items() if k != "uid" or v == 0}}
+        try:
+            out.append(json.dumps(scrub(obj), sort_keys=True, separators=(",", ":")).encode())
+        except RecursionError:  # nested deeper than the reader takes: it skips such a line anyway
+            out.append(b"")
     return b"\n".join(out)

@@ -146,12 +146,14 @@ class LibvirtSource:
             alive = False
         if not alive:
             self._drop()
+            self.version = ""  # unknown until a connection is open again (it may be another daemon)
             raise SourceError(f"libvirt connection to {self.uri} lost: the connection is closed")
         try:
             vms = self._read_all(conn)
         except libvirt.libvirtError as e:
             if self._is_connection_error(e, conn):
                 self._drop()
+                self.version = ""
                 raise SourceError(f"libvirt connection to {self.uri} lost: {_message(e)}") from None
             raise SourceError(f"libvirt read of {self.uri} failed: {_message(e)}") from None
         vms.sort(key=_by_name)

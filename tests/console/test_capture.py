@@ -285,8 +285,8 @@ def test_redact_replaces_who_made_the_changes_and_the_log_still_reads(demo):
     for secret in WHO.values():
         assert secret not in text, secret
     record = json.loads(members(redacted)["audit.jsonl"][2])
-    assert record["who"] == {"user": "user-2", "uid": 1007, "tty": "/dev/pts/3", "ssh_client": "client-1",
-                             "sudo_user": "user-1"}  # numbered in sorted order: asmith, then jdoe-ops
+    assert record["who"] == {"user": "user-2", "tty": "/dev/pts/3", "ssh_client": "client-1",
+                             "sudo_user": "user-1"}  # numbered in sorted order: asmith, then jdoe-ops; no uid
     assert record["action"] == "pin" and record["result"] == "applied"
     rc, out, err = cli("log", "--replay", str(redacted), "--json")
     assert rc == 0, err
@@ -294,14 +294,25 @@ def test_redact_replaces_who_made_the_changes_and_the_log_still_reads(demo):
     assert [(r["action"], r["who"]["user"]) for r in listed] == [("pin", "user-2")]
 
 
-def test_redact_audit_keeps_root_and_lines_that_are_not_records():
+def test_redact_audit_keeps_root_and_empties_lines_that_are_not_whole_records():
+    """Root and its uid stay; another user's uid goes; the names are replaced wherever a record's values
+    spell them (not in its keys: a user may be named like one); a torn record, a line that is not JSON
+    and one nested past what the reader takes become empty lines (they may hold the same names)."""
     from nodeconsole.console.capture.redact import redact_audit
 
-    log = (b'{"id":"a","who":{"user":"root","sudo_user":"bob","ssh_client":"2001:db8::5"}}\n'
-           b'not json\n{"id":"b","who":{"user":"bob"}}\n')
+    log = (b'{"id":"a","who":{"user":"root","uid":0,"sudo_user":"bob","ssh_client":"2001:db8::5"}}\n'
+           b'not json\n'
+           b'{"id":"b","who":{"user":"steps","uid":1001},"steps":[{"path":"/home/steps/x","from":"2001:db8::5"}]}\n'
+           b'{"id":"c","who":{"user":"bob","ssh_client":"2001:db8::5"},"title":"Giv\n'
+           + b"[" * 100000 + b"]" * 100000 + b"\n")
     out = redact_audit(log).split(b"\n")
-    assert json.loads(out[0])["who"] == {"user": "root", "sudo_user": "user-1", "ssh_client": "client-1"}
-    assert out[1] == b"not json" and json.loads(out[2])["who"] == {"user": "user-1"} and out[3] == b""
+    assert json.loads(out[0])["who"] == {"user": "root", "uid": 0, "sudo_user": "user-1", "ssh_client": "client-1"}
+    assert out[1] == b""
+    second = json.loads(out[2])
+    assert second["who"] == {"user": "user-2"}
+    assert second["steps"] == [{"path": "/home/user-2/x", "from": "client-1"}]  # the key "steps" kept
+    assert out[3] == b"" and out[4] == b"" and out[5] == b""
+    assert b"bob" not in redact_audit(log) and b"2001:db8::5" not in redact_audit(log)
 
 
 def test_redactor_is_consistent_and_keeps_case():

@@ -241,11 +241,16 @@ def test_a_domain_record_is_kept_while_nothing_but_its_cpu_moves(uri, monkeypatc
 
 def test_closed_connection_raises_then_recovers(uri):
     src = LibvirtSource(uri)
+    assert src.version == ""
     src.poll()
+    known = src.version
+    assert known.count(".") == 2 and known[0].isdigit()  # libvirt's version, read with the connection
     src._conn.close()  # the connection dies between polls
     with pytest.raises(SourceError, match=r"libvirt connection to test://.* lost"):
         src.poll()
+    assert src.version == ""  # unknown while no connection is open
     vms = src.poll().vms  # re-opened
+    assert src.version == known
     assert {vm.name for vm in vms} == set(EXPECTED)
     assert all(vm.cpu_percent is None for vm in vms)  # no CPU-time delta across the outage
 
