@@ -282,7 +282,6 @@ class KeyedTable(QuietTable):
 
     def _forget(self, key: str) -> None:
         del self._rows[key]
-        self._stale.pop(key, None)
         for i, width in enumerate(self._lens.pop(key, ())):
             if width == self._natural[i] and width > self._labels[i]:
                 self._shrunk.add(i)
