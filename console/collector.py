@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, TypeVar
 
+from nodeconsole.console.health import HealthBook
 from nodeconsole.console.model import (
     SCHEMA,
     Gpu,
@@ -124,6 +125,7 @@ class Collector:
         self._watch: EventWatch | None = None
         self._watch_lock = threading.Lock()
         self.gpu_events: tuple[KernelEvent, ...] = ()
+        self._health = HealthBook()
 
     def invalidate(self) -> None:
         """Forget cached static facts (after an action changed the host). Called from an action's
@@ -317,14 +319,19 @@ class Collector:
 
     def _with_events(self, snap: HostSnapshot) -> HostSnapshot:
         """The kernel log's new events read (cheap: from where the last poll stopped), tied to this
-        snapshot's VMs; a fatal Xid or an uncorrectable AER error adds a problem."""
-        self.watch.note_sources(dict(vars(snap.sources)))  # its four fields (asdict copies deeply)
-        self.watch.poll(self.seams.root, self.seams.is_this_machine)
-        self.gpu_events = self.watch.tied(snap)
-        from nodeconsole.console.event_watch import event_problems
+        snapshot's VMs and put on their GPUs, with each GPU's health verdict (console/health.py); an
+        unhealthy GPU adds a problem."""
+        from nodeconsole.console.event_watch import event_problems, events_by_gpu
 
-        extra = event_problems(self.gpu_events)
-        return replace(snap, problems=(*extra, *snap.problems)) if extra else snap
+        self.watch.note_sources(dict(vars(snap.sources)))  # its four fields (asdict copies deeply)
+        now = self.seams.clock()
+        self.watch.poll(self.seams.root, self.seams.is_this_machine, now)
+        self.gpu_events = self.watch.tied(snap)
+        gpus = self._health.judge_all(snap.gpus, events_by_gpu(self.gpu_events, snap), self.watch.btime, now)
+        extra = event_problems(gpus, snap)
+        if gpus == snap.gpus and all(a is b for a, b in zip(gpus, snap.gpus)) and not extra:
+            return snap
+        return replace(snap, gpus=gpus, problems=(*extra, *snap.problems))
 
     def _node_cpu(self, load: Load, sysfs: SysfsData, virt: LibvirtData | None) -> Load:
         """CPU use per NUMA node (the demo's CPU load first made of its VMs' load)."""

@@ -12,13 +12,16 @@ from __future__ import annotations
 
 import errno
 import os
+import shlex
 import stat
 import time
 from collections import deque
 from dataclasses import dataclass
 
+from nodeconsole.console.event_time import boot_time, on_wall_clock
 from nodeconsole.console.events import AER, XID, KernelEvent, tie_to_vms
-from nodeconsole.console.model import HostSnapshot, Problem
+from nodeconsole.console.health import in_window
+from nodeconsole.console.model import Gpu, HostSnapshot, Problem
 from nodeconsole.console.root import Root
 from nodeconsole.console.sources.kernel_log import KMSG, KernelLog, LogDenied, host_sources
 from nodeconsole.console.xid import AER_FATAL, AER_NONFATAL, FALLEN_OFF_BUS, FATAL, lookup
@@ -56,18 +59,54 @@ def describe(ev: KernelEvent) -> str:
     return f"{'uncorrectable' if ev.severity != 'corrected' else 'corrected'} AER error ({ev.severity})"
 
 
-def event_problems(events: list[KernelEvent] | tuple[KernelEvent, ...]) -> list[Problem]:
-    """One problem per GPU with an alarming event (its newest), naming the VM holding it and the action."""
-    newest: dict[str, KernelEvent] = {}
+def events_by_gpu(events: tuple[KernelEvent, ...], snap: HostSnapshot) -> dict[str, tuple[KernelEvent, ...]]:
+    """Each GPU's events (oldest first): those naming it, and AER errors a port above it reported without
+    naming the device."""
+    from nodeconsole.console.events import below
+
+    out: dict[str, list[KernelEvent]] = {}
+    bridges = {d.address for d in snap.pci_devices if d.is_bridge}
     for ev in events:
-        if is_alarm(ev):
-            newest[ev.gpu] = ev
+        if ev.kind == AER and ev.gpu in bridges:
+            for g in below(snap, ev.gpu):
+                out.setdefault(g, []).append(ev)
+        else:
+            out.setdefault(ev.gpu, []).append(ev)
+    return {k: tuple(v) for k, v in out.items()}
+
+
+def event_problems(gpus: tuple[Gpu, ...], snap: HostSnapshot) -> list[Problem]:
+    """One problem per unhealthy GPU with an alarming event in its window: what (the newest such event),
+    when, the VM holding it and the advice — for a GPU a VM holds, about the guest and the VM (the host
+    cannot reset a GPU a running VM holds)."""
     out = []
-    for gpu, ev in newest.items():
+    for g in gpus:
+        if not g.health.unhealthy:
+            continue
+        alarms = [ev for ev in in_window(g.events, g.health.since) if is_alarm(ev)]
+        if not alarms:
+            continue
+        ev = alarms[-1]
+        when = f" at {ev.when}" if ev.when != "-" else ""
+        running = [v.name for v in snap.vms if v.name in ev.vms and v.state in ("running", "paused")]
         who = f"VM {ev.vm}" if ev.vm else "no VM"
-        when = f" at {ev.time}" if ev.time else ""
-        out.append(Problem("error", gpu, f"{describe(ev)} on GPU {gpu} ({who}){when}", ev.action))
+        out.append(Problem("error", g.address, f"{describe(ev)} on GPU {g.index} {g.address} ({who}){when}",
+                           vm_advice(g, running, ev.action) if running else ev.action))
     return out
+
+
+def vm_advice(g: Gpu, running: list[str], action: str) -> str:
+    """What to do about an event on a GPU running VMs hold: the host cannot reset it while they run."""
+    names = ", ".join(running)
+    first = shlex.quote(running[0])
+    if g.owner.kind in ("mig", "vgpu"):
+        many = len(running) > 1
+        return (f"VM{'s' if many else ''} {names} use{'' if many else 's'} this GPU: the work on it failed; shut "
+                f"{'them' if many else 'it'} down (`virsh shutdown {first}`) or move {'them' if many else 'it'}, "
+                f"then: {action} (it stops every VM on the GPU)")
+    return (f"VM {names}'s guest drives this GPU: look inside the guest (`nvidia-smi`, its kernel log); to recover, "
+            f"shut the VM down (`virsh shutdown {first}`) — the host cannot reset a GPU a running VM holds — "
+            f"then: {action}")
 
 
 class _FileCursor:
@@ -86,6 +125,7 @@ class EventWatch:
         self._files: dict[str, _FileCursor] = {}
         self._kmsg: int | None = None
         self.error = ""  # why the log cannot be read (no root), else ""
+        self.btime: float | None = None  # the host's boot time, as read with the last new events
         self.sources: deque[SourceChange] = deque(maxlen=SOURCE_KEEP)
         self._last_sources: dict[str, str] = {}
 
@@ -98,8 +138,9 @@ class EventWatch:
             os.close(self._kmsg)
             self._kmsg = None
 
-    def poll(self, root: Root, live: bool) -> list[KernelEvent]:
-        """Read what the log gained since the last poll; returns the new events (log order)."""
+    def poll(self, root: Root, live: bool, now: float | None = None) -> list[KernelEvent]:
+        """Read what the log gained since the last poll; returns the new events (log order), their times
+        on the wall clock with the host's boot time (read again whenever there are new events)."""
         new: list[KernelEvent] = []
         try:
             for rel in host_sources(root, live):
@@ -109,6 +150,9 @@ class EventWatch:
             self.error = f"reading {e.filename} needs root"
         except OSError as e:
             self.error = f"reading the kernel log failed: {e.strerror or e}"
+        if new:
+            self.btime = boot_time(root)
+            new = on_wall_clock(new, self.btime, time.time() if now is None else now)
         self._events.extend(new)
         return new
 

@@ -12,48 +12,18 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, replace
-from typing import Any
+from dataclasses import replace
 
+from nodeconsole.console.gpu_events import AER, BOOT, DATE, JSON_KEYS, SYSLOG, XID, KernelEvent
 from nodeconsole.console.model import HostSnapshot
 
-XID, AER = "xid", "aer"
-# How an event's time compares: seconds since boot (dmesg `[ 12.3]`, kmsg), a date with a year
-# (dmesg -T, ISO stamps), a syslog date without a year (journalctl -k, kern.log).
-BOOT, DATE, SYSLOG = "boot", "date", "syslog"
+__all__ = ["AER", "BOOT", "DATE", "JSON_KEYS", "SYSLOG", "XID", "KernelEvent", "holders", "parse_duration",
+           "tie_to_vms", "within"]
+
 # A syslog stamp later than the log's newest is from the year before. Stamps without a year are counted
 # in a leap year (console/sources/kernel_log.py): a whole leap year back keeps Dec 31 before Jan 1 (at
 # most a day off, never after the newest).
 _YEAR = 366 * 86400
-
-# The keys of `events --json`, an interface: add keys, never rename them.
-JSON_KEYS = ("time", "gpu", "xid", "pid", "process", "text", "severity", "action", "vm", "kind", "port", "vms")
-
-
-@dataclass(frozen=True)
-class KernelEvent:
-    kind: str  # XID or AER
-    time: str | None  # as the log writes it (kmsg's microseconds as seconds, like dmesg); None: none
-    gpu: str  # PCI address, DDDD:BB:DD.F, lower case (function 0 when the log omits it)
-    xid: int | None  # None for AER
-    pid: int | None  # None when the log does not say (or says <unknown>)
-    process: str | None
-    text: str  # the message: the Xid's own text, the whole AER line(s)
-    severity: str  # console/xid.py's severities; AER: corrected / nonfatal / fatal
-    action: str
-    port: str | None = None  # AER: the port that reported the error
-    vms: tuple[str, ...] = ()  # the VMs holding the GPU (several share a MIG or vGPU GPU)
-    clock: str | None = None  # BOOT, DATE or SYSLOG; None without a time
-    stamp: float | None = None  # the time in seconds, comparable with stamps of the same clock
-
-    @property
-    def vm(self) -> str | None:
-        return ", ".join(self.vms) if self.vms else None
-
-    def to_dict(self) -> dict[str, Any]:
-        d = {k: getattr(self, k) for k in JSON_KEYS}
-        d["vms"] = list(self.vms)
-        return d
 
 
 # -- which VM holds a GPU --
@@ -82,7 +52,7 @@ def holders(snap: HostSnapshot) -> dict[str, set[str]]:
     return held
 
 
-def _below(snap: HostSnapshot, port: str) -> list[str]:
+def below(snap: HostSnapshot, port: str) -> list[str]:
     """The GPUs whose upstream ports include `port`."""
     by_addr = {d.address: d for d in snap.pci_devices}
     found = []
@@ -107,7 +77,7 @@ def tie_to_vms(events: Iterable[KernelEvent], snap: HostSnapshot) -> list[Kernel
     for ev in events:
         vms = held.get(ev.gpu, set())
         if not vms and ev.kind == AER and ev.gpu in bridges:
-            vms = set().union(*(held.get(g, set()) for g in _below(snap, ev.gpu)))
+            vms = set().union(*(held.get(g, set()) for g in below(snap, ev.gpu)))
         out.append(replace(ev, vms=tuple(sorted(vms))) if vms else ev)
     return out
 

@@ -15,6 +15,8 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from nodeconsole.console.gpu_events import Health, KernelEvent
+
 SCHEMA = 1
 NA = "N/A"
 
@@ -321,6 +323,10 @@ class Gpu(GpuMetrics):
     processes: tuple[GpuProcess, ...] = ()
     iommu_group: int | None = None
     nvml_error: str = ""  # e.g. "GPU is lost" for one GPU while others read fine
+    # its kernel-log events (Xid, AER; oldest first, the newest few) and the verdict on its health
+    # (console/health.py): every consumer reads this verdict
+    events: tuple[KernelEvent, ...] = ()
+    health: Health = field(default_factory=Health)
 
     @property
     def smi(self) -> str:

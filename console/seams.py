@@ -6,6 +6,7 @@ import-linter contract in pyproject.toml holds every other production module to 
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -51,6 +52,9 @@ class Seams:
     # Sources this host cannot be read through, with the reason the collector reports (a replay: the
     # sources its capture could not read, e.g. libvirtd was down). Source name → reason.
     unavailable: dict[str, str] = field(default_factory=dict)
+    # "Now" on the host being read (seconds since the epoch): this machine's clock; a replay's is stopped at
+    # its capture (`events --since`, the health window and event times count back from it).
+    clock: Callable[[], float] = time.time
 
     def __post_init__(self) -> None:
         if self.writes is None and self.demo_dir is not None:
@@ -195,4 +199,17 @@ def replay_host(path: str | os.PathLike[str]) -> Seams:
     # The test driver's CPU time follows the wall clock: a VM's CPU use is not measured in a replay.
     return Seams(root=root, libvirt_uri=f"test://{node}" if node is not None else None, nvml_lib=lib,
                  use_real_nvml=False, state_dir=opened.audit_dir, vm_load=lambda *_args: None,
-                 writes=ReplayWrites(opened.programs), unavailable=unavailable, replay=opened.replay)
+                 writes=ReplayWrites(opened.programs), unavailable=unavailable, replay=opened.replay,
+                 clock=_stopped_at(opened.replay.captured_at))
+
+
+def _stopped_at(captured_at: str) -> Callable[[], float]:
+    """A clock stopped at a capture's time (ISO 8601, UTC); this machine's when the capture does not say."""
+    import datetime as dt
+
+    try:
+        when = dt.datetime.fromisoformat(captured_at)
+    except ValueError:
+        return time.time
+    at = (when if when.tzinfo else when.replace(tzinfo=dt.UTC)).timestamp()
+    return lambda: at

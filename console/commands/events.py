@@ -10,9 +10,11 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import time
 from collections.abc import Sequence
 
 from nodeconsole.console.cli import UsageError, seams_from_args, subcommand
+from nodeconsole.console.event_time import boot_time, on_wall_clock, parse_boot_time, since
 from nodeconsole.console.events import XID, KernelEvent, parse_duration, tie_to_vms, within
 from nodeconsole.console.hosttext import LINE_MAX, show
 from nodeconsole.console.sources.kernel_log import SIM_KMSG, KernelLog, LogDenied, host_sources, read_host
@@ -33,10 +35,22 @@ def configure(p: argparse.ArgumentParser) -> None:
                    help="read this log instead of the host's: dmesg, dmesg -T, journalctl -k or /dev/kmsg records "
                         "(mixed is fine; - reads stdin)")
     p.add_argument("--since", metavar="DURATION", type=duration,
-                   help="only events in the DURATION before the log's newest entry (30s, 10m, 2h, 1d)")
+                   help="only events in the DURATION before now (a replay: before its capture) — 30s, 10m, 2h, 1d; "
+                        "events with only an uptime are judged against the log's newest entry")
+    p.add_argument("--boot-time", metavar="RFC3339", type=boot_time_arg,
+                   help="with --kernel-log: when the log's host booted (2026-12-01T08:00:00Z), so that its "
+                        "seconds-since-boot stamps get wall-clock times")
     p.add_argument("--json", action="store_true",
-                   help="print a list of {time,gpu,xid,pid,process,text,severity,action,vm,kind,port,vms}")
+                   help="print a list of {time (RFC 3339 UTC), gpu, xid, pid, process, text, severity, action, vm, "
+                        "kind, port, vms, uptime_s, logged (the log's own stamp)}")
     p.set_defaults(func=run)
+
+
+def boot_time_arg(text: str) -> float:
+    try:
+        return parse_boot_time(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
 
 
 def _note(text: str) -> None:
@@ -75,6 +89,11 @@ def run(args: argparse.Namespace) -> int:
     except OSError as e:  # a read that fails half way (EIO, a vanished mount): one line, not a traceback
         _note(f"error: reading the kernel log failed: {e.strerror or e}")
         return EXIT_DENIED
+    if args.boot_time is not None and args.kernel_log is None:
+        raise UsageError("--boot-time is for --kernel-log FILE (a host's own log is dated with its own boot time)")
+    now = seams.clock() if seams is not None else time.time()
+    btime = args.boot_time if args.kernel_log is not None else (boot_time(seams.root) if seams else None)
+    events = on_wall_clock(events, btime, now)
     if seams is not None and events:
         from nodeconsole.console.collector import Collector
 
@@ -84,7 +103,9 @@ def run(args: argparse.Namespace) -> int:
         finally:
             collector.close()
     if args.since is not None:
-        events, untimed = within(events, args.since, log.newest)
+        dated, undated = since(events, args.since, now)
+        kept, untimed = within(undated, args.since, log.newest)
+        events = sorted(dated + kept, key=events.index)
         if untimed:
             _note(f"{untimed} event(s) have no time in the log: kept, --since cannot judge them")
     if args.json:
@@ -96,7 +117,7 @@ def run(args: argparse.Namespace) -> int:
 
 def plain(events: Sequence[KernelEvent]) -> list[str]:
     """One line per event, in log order (newest last): time, GPU, what, severity, VM, text, action."""
-    width = max((len(show(ev.time or "-", 40)) for ev in events), default=1)
+    width = max((len(show(ev.when, 40)) for ev in events), default=1)
     lines = []
     for ev in events:
         what = f"Xid {ev.xid}" if ev.kind == XID else "AER"
@@ -104,6 +125,6 @@ def plain(events: Sequence[KernelEvent]) -> list[str]:
         if ev.pid is not None or ev.process:
             who = f" (pid {ev.pid if ev.pid is not None else '?'}{' ' + show(ev.process) if ev.process else ''})"
         vm = show(ev.vm, 64) if ev.vm else "-"
-        lines.append(f"{show(ev.time or '-', 40):{width}}  {ev.gpu}  {what:8} {ev.severity:9}  vm {vm}  "
+        lines.append(f"{show(ev.when, 40):{width}}  {ev.gpu}  {what:8} {ev.severity:9}  vm {vm}  "
                      f"{show(ev.text, LINE_MAX)}{who}  → {ev.action}")
     return lines

@@ -11,6 +11,7 @@ gone, because the tree is generated afresh."""
 from __future__ import annotations
 
 import re
+import time
 from dataclasses import dataclass, replace
 
 from nodeconsole.console.demo.gen_etc import split_cmdline
@@ -257,7 +258,7 @@ def boot_spec(base: HostSpec, boot: BootConfig, boot_count: int) -> HostSpec:
                    allow_unsafe_interrupts=boot.allow_unsafe_interrupts or _flag(
                        words, "vfio_iommu_type1.allow_unsafe_interrupts") in ("1", "Y", "y"),
                    numa_balancing=int(numa) if numa in ("0", "1", "2", "3") else 1,
-                   persistence_mode=boot.persistenced, boot_count=boot_count)
+                   persistence_mode=boot.persistenced, boot_count=boot_count, boot_time=int(time.time()))
     return _drop_missing_mdevs(spec)
 
 

@@ -206,7 +206,8 @@ def write_proc(w: TreeWriter, spec: HostSpec, lay: CpuLayout) -> None:
     w.raw("proc/cpuinfo", "".join(blocks))
     # per-CPU time (jiffies) and load average of the online CPUs: a generated host's load is read from
     # its own tree, never from the machine running the console
-    w.raw("proc/stat", "".join(f"cpu{cid} 0 0 0 0 0 0 0 0 0 0\n" for cid, *_ in lay.cpus if cid in online))
+    w.raw("proc/stat", "".join(f"cpu{cid} 0 0 0 0 0 0 0 0 0 0\n" for cid, *_ in lay.cpus if cid in online)
+          + f"btime {spec.boot_time}\n")
     w.raw("proc/loadavg", "0.00 0.00 0.00 1/1 1\n")
     nodes = sorted(lay.node_cpus)
     total = spec.memory_per_node_mib * 1024 * len(nodes)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import re
+import time
 from pathlib import Path
 
 from nodeconsole.console.xid import FALLEN_OFF_BUS, lookup
@@ -11,7 +12,7 @@ from nodeconsole.console.xid import FALLEN_OFF_BUS, lookup
 KMSG = ".sim/kmsg"
 AER_CLASSES = {"fatal": "Uncorrected (Fatal)", "nonfatal": "Uncorrected (Non-Fatal)", "corrected": "Corrected"}
 _ADDR = re.compile(r"[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]")
-_START_USEC = 86_400_000_000  # the demo host has been up a day when its first event is injected
+_START_USEC = 86_400_000_000  # a tree without a boot time: up a day when its first event is injected
 
 
 def _device(root: Path, gpu: str) -> Path:
@@ -26,23 +27,37 @@ def _driver(dev: Path) -> str:
     return os.path.basename(os.readlink(link)) if link.is_symlink() else "pcieport"
 
 
-def _next(path: Path) -> tuple[int, int]:
-    """The next record's sequence number and time (microseconds since boot), after the file's last."""
+def _boot_time(root: Path) -> int | None:
+    try:
+        text = (root / "proc/stat").read_text()
+    except OSError:
+        return None
+    for line in text.splitlines():
+        if line.startswith("btime ") and line[6:].strip().isdigit():
+            return int(line[6:].strip())
+    return None
+
+
+def _next(path: Path, root: Path) -> tuple[int, int]:
+    """The next record's sequence number and time (microseconds since boot): now on the host's clock (its
+    proc/stat boot time), and never before the file's last record."""
     try:
         lines = path.read_bytes().splitlines()
     except FileNotFoundError:
         lines = []
+    btime = _boot_time(root)
+    usec = int((time.time() - btime) * 1e6) if btime is not None else _START_USEC
     for line in reversed(lines):
         head = line.split(b";", 1)[0].split(b",")
         if len(head) >= 3 and head[1].isdigit() and head[2].isdigit():
-            return int(head[1]) + 1, int(head[2]) + 1_000_000
-    return 1, _START_USEC
+            return int(head[1]) + 1, max(usec, int(head[2]) + 1)
+    return 1, usec
 
 
 def _append(root: Path, messages: list[tuple[int, str]]) -> list[str]:
     path = root / KMSG
     path.parent.mkdir(exist_ok=True)
-    seq, usec = _next(path)
+    seq, usec = _next(path, root)
     records = [f"{prio},{seq + i},{usec + i * 120},-;{msg}" for i, (prio, msg) in enumerate(messages)]
     fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
     with os.fdopen(fd, "a", encoding="utf-8") as f:

@@ -228,6 +228,9 @@ class HostSpec:
     numa_balancing: int = 0  # /proc/sys/kernel/numa_balancing
     persistence_mode: bool = True  # every GPU's NVML persistence mode
     boot_count: int = 0  # which boot this is: the boot_id is derived from it
+    # when this boot began (proc/stat btime, seconds since the epoch): a fixed day for a generated host (its
+    # tree stays the same from one generation to the next), the moment of `demo reboot` after one
+    boot_time: int = 1_764_547_200  # 2025-12-01T00:00:00Z
     # -- the boot configuration below /etc (what the next `demo reboot` reads) --
     # /etc/default/grub's GRUB_CMDLINE_LINUX_DEFAULT is the command line's words after BOOT_IMAGE/root/ro
     vfio_at_boot: bool = True  # /etc/modules-load.d/vfio.conf and /etc/initramfs-tools/modules

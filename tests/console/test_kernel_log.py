@@ -357,13 +357,29 @@ def test_cli_json_keys_and_since(tmp_path, capsys):
     data = json.loads(out)
     assert [tuple(d) for d in data] == [JSON_KEYS] * 5
     assert {"time", "gpu", "xid", "pid", "process", "text", "severity", "action", "vm"} <= set(JSON_KEYS)
-    assert data[0] == {"time": "1843.308145", "gpu": "0000:3b:00.0", "xid": 79, "pid": 1234, "process": "python3",
+    # seconds since boot with no boot time given: no wall-clock time, the uptime and the log's own stamp
+    assert data[0] == {"time": None, "gpu": "0000:3b:00.0", "xid": 79, "pid": 1234, "process": "python3",
                        "text": "GPU has fallen off the bus.", "severity": "fatal", "action": FALLEN[1], "vm": None,
-                       "kind": "xid", "port": None, "vms": []}
+                       "kind": "xid", "port": None, "vms": [], "uptime_s": 1843.308145, "logged": "1843.308145"}
+    # a dated stamp without a zone is the host's local time (TZ=UTC in the tests), in RFC 3339 UTC
+    assert [d["time"] for d in data if d["logged"] == "Sun Feb 23 16:24:18 2025"] == ["2025-02-23T16:24:18.000Z"]
     rc, out, err = _run(capsys, "events", "--kernel-log", str(f), "--json", "--since", "1m")
-    # boot clock: 1843.4 is the newest, 5.678901 is long before; syslog and dated: one each, kept
-    assert rc == 0 and [d["time"] for d in json.loads(out)] == [
-        "1843.308145", "Oct 02 10:41:07", "1843.400000", "Sun Feb 23 16:24:18 2025"]
+    # --since counts back from now: the dated lines (2025, last year's October) are older; the boot clock's
+    # lines have no wall-clock time and are judged against the log's newest uptime (1843.4): 5.678901 goes
+    assert rc == 0 and [d["logged"] for d in json.loads(out)] == ["1843.308145", "1843.400000"]
+
+
+def test_cli_boot_time_dates_uptime_stamps(tmp_path, capsys):
+    f = tmp_path / "dmesg.txt"
+    f.write_text(MIXED)
+    rc, out, err = _run(capsys, "events", "--kernel-log", str(f), "--json", "--boot-time", "2026-12-01T08:00:00+01:00")
+    assert rc == 0, err
+    first = json.loads(out)[0]
+    assert first["time"] == "2026-12-01T07:30:43.308Z" and first["uptime_s"] == 1843.308145
+    rc, _, err = _run(capsys, "events", "--kernel-log", str(f), "--boot-time", "2026-12-01 08:00")
+    assert rc == 2 and "no time zone" in err and err.count("\n") == 1
+    rc, _, err = _run(capsys, "events", "--demo", "--boot-time", "2026-12-01T08:00:00Z")
+    assert rc == 2 and "--boot-time is for --kernel-log" in err
 
 
 @pytest.mark.parametrize("argv,message", [
@@ -396,7 +412,10 @@ def test_tree_reads_kern_log_then_sim_kmsg(tmp_path, capsys):
     (root / ".sim/kmsg").write_text(XID_LINES[7][0] + "\n6,9,9000000,-;kvm: vcpu0 unhandled rdmsr\n")
     rc, out, err = _run(capsys, "events", "--root", str(root), "--json")
     assert rc == 0, err
-    assert [(d["time"], d["xid"]) for d in json.loads(out)] == [("Oct  2 10:41:09", 94), ("5.678901", 149)]
+    data = json.loads(out)
+    assert [(d["logged"], d["xid"]) for d in data] == [("Oct  2 10:41:09", 94), ("5.678901", 149)]
+    # the tree has no boot time (proc/stat btime): the kmsg record keeps its uptime alone
+    assert data[1]["time"] is None and data[1]["uptime_s"] == 5.678901 and data[0]["time"].endswith("-10-02T10:41:09.000Z")
 
 
 def test_tree_log_leading_out_of_the_root_is_not_read(tmp_path, capsys):
@@ -503,7 +522,7 @@ def test_demo_events_name_the_vm_holding_the_gpu(demo, tmp_path, capsys):
     rc, out, _ = _run(capsys, "events", "--demo", "--kernel-log", str(f))
     lines = out.splitlines()
     assert rc == 0 and len(lines) == 7
-    assert lines[0].split() [:6] == ["5000.100000", "0000:19:00.0", "Xid", "79", "fatal", "vm"]
+    assert lines[0].split() [:6] == ["[5000.100000]", "0000:19:00.0", "Xid", "79", "fatal", "vm"]
     assert "vm train-a  GPU has fallen off the bus. (pid 3131 python3)  → reboot node" in lines[0]
 
 
@@ -529,5 +548,7 @@ def test_demo_host_log_from_sim_kmsg(demo, capsys):
         sim.unlink()
     assert rc == 0 and err == ""
     (d,) = json.loads(out)
-    assert (d["time"], d["gpu"], d["xid"], d["pid"], d["vm"], d["action"]) == (
+    assert (d["logged"], d["gpu"], d["xid"], d["pid"], d["vm"], d["action"]) == (
         "5000.100000", "0000:9b:00.0", 48, 0, "train-b", "reset GPU")
+    # the demo host's boot time (its proc/stat btime, 2025-12-01T00:00:00Z) dates the kmsg record
+    assert d["time"] == "2025-12-01T01:23:20.100Z" and d["uptime_s"] == 5000.1

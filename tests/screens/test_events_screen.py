@@ -42,8 +42,13 @@ async def test_injected_events_reach_every_view(demo_seams, capsys):
     assert mig_vms and collector.gpu_events[1].vms == ("train-a",)
     problems = {p.subject: p for p in snap.problems}
     assert "Xid 79" in problems[MIG_GPU].message and mig_vms[0] in problems[MIG_GPU].message
-    assert problems[MIG_GPU].fix.startswith("reboot node")
-    assert "train-a" in problems[VFIO_GPU].message and problems[VFIO_GPU].fix.startswith("reset GPU")
+    # MIG slices of running VMs: the advice speaks of the VMs before the host's action
+    assert problems[MIG_GPU].fix.startswith("VM mig-infer-a uses this GPU")  # mig-infer-b is shut off
+    assert "then: reboot node" in problems[MIG_GPU].fix
+    # a whole GPU a running VM holds: the guest and the VM first (the host cannot reset it while the VM runs)
+    assert "train-a" in problems[VFIO_GPU].message
+    assert problems[VFIO_GPU].fix.startswith("VM train-a's guest drives this GPU")
+    assert "virsh shutdown train-a" in problems[VFIO_GPU].fix and "then: reset GPU" in problems[VFIO_GPU].fix
     assert snap.problems[0].severity == "error"
     details = gpu_details(snap, snap.gpu(VFIO_GPU), collector.gpu_events)
     assert "Last events (1" in details and "AER fatal  VM train-a" in details
