@@ -44,6 +44,7 @@ class Passthrough:
     persist: bool = False
     with_nic: bool = False  # also the free NIC VF closest to the GPU (actions/nic.py)
     allow_far_nic: bool = False  # that VF may be across the sockets (SYS)
+    allow_unhealthy: bool = False  # go ahead on an unhealthy GPU (actions/health_gate.py), recorded
 
 
 @dataclass(frozen=True)
@@ -93,6 +94,7 @@ class MigLayout:
     gpu: str
     layout: str | None = None
     off: bool = False
+    allow_unhealthy: bool = False  # go ahead on an unhealthy GPU (actions/health_gate.py), recorded
 
 
 @dataclass(frozen=True)
@@ -112,6 +114,7 @@ class VgpuCreate:
     type: str
     vm: str | None = None
     uuid: str | None = None
+    allow_unhealthy: bool = False  # go ahead on an unhealthy GPU (actions/health_gate.py), recorded
 
 
 @dataclass(frozen=True)
@@ -174,7 +177,14 @@ class ActionSession:
             check_request(request.ids, request.role)  # bad ids are refused before the host is read
         snap = host.snapshot()
         _check_names(request, snap)
-        return _builder(request)(host, snap)
+        plan = _builder(request)(host, snap)
+        # work put on a GPU (not MIG turned off: that takes work away) waits for a healthy GPU
+        if isinstance(request, Passthrough | VgpuCreate) or (isinstance(request, MigLayout) and not request.off):
+            from nodeconsole.actions.health_gate import gate
+            from nodeconsole.actions.passthrough import resolve_gpu
+
+            plan = gate(plan, snap, resolve_gpu(snap, request.gpu), request.allow_unhealthy, host.snapshot)
+        return plan
 
     def _plan_undo(self, request: Undo | Redo) -> Plan:
         from nodeconsole.actions.undo import plan_undo

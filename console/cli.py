@@ -8,7 +8,7 @@ import argparse
 import contextlib
 import sys
 from collections.abc import Callable, Iterator, Sequence
-from typing import TYPE_CHECKING, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from nodeconsole.console import __version__
 from nodeconsole.console.argtypes import seconds
@@ -24,6 +24,13 @@ class UsageError(Exception):
 
 
 class _Parser(argparse.ArgumentParser):
+    """One line on a bad argument; no abbreviations (`--allow` must never be taken for one of the
+    `--allow-…` flags)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("allow_abbrev", False)
+        super().__init__(*args, **kwargs)
+
     def error(self, message: str) -> NoReturn:  # one line, not argparse's usage block
         raise UsageError(message)
 

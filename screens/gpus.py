@@ -51,7 +51,8 @@ def gpu_panel(snap: HostSnapshot, address: str | None):
     # host text (names, drivers, VMs, processes) is plain Text with visible escapes, each value capped at
     # LINE_MAX (the panel has the screen's width: NVLink errors, owners and MIG UUIDs in full)
     parts: list = [Text(f"GPU {g.index} (nvidia-smi {g.smi}) {g.address}  {show(g.name, LINE_MAX)}  owner "
-                        f"{show(owner_text(g), LINE_MAX)}", style="bold")]
+                        f"{show(owner_text(g), LINE_MAX)}", style="bold"), health_text(g)]
+    parts += event_lines(g)
     if g.nvml_index is None:
         parts.append(Text(f"NVML does not see it (driver {show(g.driver or 'none', LINE_MAX)}): identity and link from sysfs"))
     if g.mig.mode in ("enabled",) or g.mig.pending_mode == "enabled":
@@ -84,6 +85,32 @@ def gpu_panel(snap: HostSnapshot, address: str | None):
     return Group(*parts)
 
 
+HEALTH_STYLE = {"healthy": "green", "degraded": "yellow", "unhealthy": "bold red"}
+PANEL_EVENTS = 5  # the newest events the panel lists (Enter shows more)
+
+
+def health_text(g) -> Text:
+    """The GPU's health verdict (console/health.py) and its reasons."""
+    t = Text("health ")
+    t.append(g.health.state, style=HEALTH_STYLE.get(g.health.state, ""))
+    if g.health.reasons:
+        t.append(": " + show("; ".join(g.health.reasons), LINE_MAX))
+    return t
+
+
+def event_lines(g) -> list[Text]:
+    """The GPU's newest events, newest first, each with its local time, the VM and the first action."""
+    mine = g.events[-PANEL_EVENTS:]
+    if not mine:
+        return []
+    out = [Text(f"events ({len(g.events)}, newest first):")]
+    for ev in reversed(mine):
+        what = f"Xid {ev.xid}" if ev.xid is not None else "AER"
+        out.append(Text(f"  {ev.when}  {what} {ev.severity}  VM {show(ev.vm or '-', LINE_MAX)}  "
+                        f"{show(ev.text, LINE_MAX)}  → {ev.action}"))
+    return out
+
+
 class GpusScreen(SnapshotScreen):
     TITLE = "GPUs"
     SELECTION_TABLE = "gpu-table"
@@ -113,4 +140,4 @@ class GpusScreen(SnapshotScreen):
         if snap is None:
             return None
         g = snap.gpu(key)
-        return (f"GPU {g.index} {key}", gpu_details(snap, g, getattr(self.app.collector, "gpu_events", ()))) if g else None
+        return (f"GPU {g.index} {key}", gpu_details(snap, g)) if g else None

@@ -370,8 +370,7 @@ class OverviewScreen(SnapshotScreen):
         if snap is None:
             return None
         if table.id == "gpus" and snap.gpu(key):
-            events = getattr(self.app.collector, "gpu_events", ())
-            return f"GPU {snap.gpu(key).index} {key}", gpu_details(snap, snap.gpu(key), events)
+            return f"GPU {snap.gpu(key).index} {key}", gpu_details(snap, snap.gpu(key))
         if table.id == "vms" and snap.vm(key):
             return f"VM {key}", vm_details(snap, snap.vm(key))
         return None

@@ -73,21 +73,9 @@ def busy_reasons(g: Gpu, t: Thresholds = DEFAULT_THRESHOLDS) -> tuple[str, ...]:
 
 
 def health_reasons(g: Gpu) -> tuple[str, ...]:
-    """What makes the GPU unfit to measure: NVML errors, uncorrected memory errors, row remapping
-    pending or failed, a PCIe link trained below its width."""
-    out = []
-    if g.nvml_error:
-        out.append(f"NVML error: {g.nvml_error}")
-    ecc = _num(g.ecc_volatile_uncorrected)
-    if ecc:
-        out.append(f"{ecc:.0f} uncorrected ECC error{'s' if ecc != 1 else ''}")
-    if _num(g.remapped_rows_pending):
-        out.append("row remapping pending")
-    if _num(g.remapped_rows_failure):
-        out.append("row remapping failed")
-    if g.link.downtrained:
-        out.append(f"PCIe link x{g.link.current_width} of x{g.link.max_width}")
-    return tuple(out)
+    """Why the GPU is unfit to measure: the reasons of its health verdict (console/health.py), the one
+    every consumer reads; () when healthy."""
+    return g.health.reasons if g.health.state != "healthy" else ()
 
 
 @dataclass(frozen=True)
@@ -96,18 +84,20 @@ class GpuCondition:
     gpu: Gpu
     unusable: str  # why the host cannot use it ("" when it can)
     busy: tuple[str, ...]
-    unhealthy: tuple[str, ...]
+    unhealthy: tuple[str, ...]  # the verdict's reasons when it is unhealthy
+    degraded: tuple[str, ...] = ()  # … when it is degraded: picked only when no healthy GPU is left
 
     @property
     def ok(self) -> bool:
-        return not (self.unusable or self.busy or self.unhealthy)
+        return not (self.unusable or self.busy or self.unhealthy or self.degraded)
 
     @property
     def state(self) -> str:
         """One word for lists: "idle", "busy", "unhealthy", "busy, unhealthy" or "unusable"."""
         if self.unusable:
             return "unusable"
-        return ", ".join(w for w, on in (("busy", self.busy), ("unhealthy", self.unhealthy)) if on) or "idle"
+        return ", ".join(w for w, on in (("busy", self.busy), ("unhealthy", self.unhealthy),
+                                         ("degraded", self.degraded)) if on) or "idle"
 
     def describe(self) -> str:
         """The reasons in one line, e.g. "busy: 2 processes (python3, torchrun), utilization 88 %"."""
@@ -118,18 +108,23 @@ class GpuCondition:
             parts.append(f"busy: {', '.join(self.busy)}")
         if self.unhealthy:
             parts.append(f"unhealthy: {', '.join(self.unhealthy)}")
+        if self.degraded:
+            parts.append(f"degraded: {', '.join(self.degraded)}")
         return "; ".join(parts) or "idle, healthy"
 
     def to_dict(self) -> dict[str, object]:
         g = self.gpu
         return {"index": g.index, "address": g.address, "state": self.state, "unusable": self.unusable or None,
-                "busy": list(self.busy), "unhealthy": list(self.unhealthy)}
+                "busy": list(self.busy), "unhealthy": list(self.unhealthy),
+                "degraded": list(self.degraded)}
 
 
 def condition(g: Gpu, t: Thresholds = DEFAULT_THRESHOLDS) -> GpuCondition:
     unusable = unusable_reason(g)
     # A GPU the host cannot drive has no host-side load to read; its link health still counts.
-    return GpuCondition(g, unusable, () if unusable else busy_reasons(g, t), health_reasons(g))
+    bad = g.health.reasons if g.health.unhealthy else ()
+    weak = g.health.reasons if g.health.state == "degraded" else ()
+    return GpuCondition(g, unusable, () if unusable else busy_reasons(g, t), bad, weak)
 
 
 def conditions(snap: HostSnapshot, t: Thresholds = DEFAULT_THRESHOLDS) -> tuple[GpuCondition, ...]:
@@ -149,9 +144,13 @@ class Pick:
 
 
 def auto_pick(snap: HostSnapshot, t: Thresholds = DEFAULT_THRESHOLDS) -> Pick:
-    """Every idle, healthy GPU the host drives; the rest skipped."""
+    """Every idle, healthy GPU the host drives; the rest skipped. Degraded idle GPUs only when no healthy
+    one is left (the check then says so)."""
     conds = conditions(snap, t)
-    return Pick(tuple(c.gpu for c in conds if c.ok), True, tuple(c for c in conds if not c.ok))
+    picked = [c for c in conds if c.ok]
+    if not picked:
+        picked = [c for c in conds if c.degraded and not (c.unusable or c.busy or c.unhealthy)]
+    return Pick(tuple(c.gpu for c in picked), True, tuple(c for c in conds if c not in picked))
 
 
 def skip_findings(pick: Pick) -> list[Finding]:
@@ -168,7 +167,13 @@ def skip_findings(pick: Pick) -> list[Finding]:
         elif c.busy:
             why = ("a check beside running work measures the contention, not the links, and slows that work"
                    + ("; the GPU is unhealthy too" if c.unhealthy else ""))
-            fix = f"test it anyway with --gpus {g.index} (g on the NCCL screen), or when its work is done"
+            fix = f"test it anyway with --gpus {g.index} (P on the NCCL screen), or when its work is done"
+        elif c.unhealthy:
+            why = "its health verdict is unhealthy: the check would fail, or measure the fault"
+            fix = f"recover it first (see the Overview's problems); --gpus {g.index} --allow-unhealthy tests it anyway"
+        elif c.degraded:
+            why = "a degraded GPU skews the check (a narrow link, slowed clocks): healthy GPUs are measured instead"
+            fix = f"--gpus {g.index} tests it anyway"
         else:
             why = "a faulty GPU or a downtrained link fails or skews the check"
             fix = f"fix it first (see the Overview's problems); --gpus {g.index} tests it anyway"
@@ -183,9 +188,11 @@ def skip_findings(pick: Pick) -> list[Finding]:
     return out
 
 
-def selection_findings(gpus: Sequence[Gpu], t: Thresholds = DEFAULT_THRESHOLDS) -> list[Finding]:
-    """Warnings about busy or unhealthy GPUs among the selected ones (a GPU the host cannot drive shows
-    no load here, but its link and memory errors still count)."""
+def selection_findings(gpus: Sequence[Gpu], t: Thresholds = DEFAULT_THRESHOLDS,
+                       allow_unhealthy: bool = False) -> list[Finding]:
+    """Findings about the selected GPUs: an unhealthy one refuses the check (an error) unless
+    `allow_unhealthy`; busy or degraded ones are warnings (a GPU the host cannot drive shows no load
+    here, but its verdict still counts)."""
     out = []
     for g in gpus:
         c = condition(g, t)
@@ -197,9 +204,16 @@ def selection_findings(gpus: Sequence[Gpu], t: Thresholds = DEFAULT_THRESHOLDS) 
                 subject=g.address))
         if c.unhealthy:
             out.append(Finding(
-                "warning", "nccl.gpu_unhealthy", f"GPU {g.index} ({g.address}) is unhealthy: "
-                f"{', '.join(c.unhealthy)}",
-                "memory errors can fail or corrupt the run and a downtrained link caps its bandwidth, so the "
-                "result says more about this GPU than about the setup",
-                "fix it first (the Overview lists the problem and its fix), or leave it out", subject=g.address))
+                "warning" if allow_unhealthy else "error", "nccl.gpu_unhealthy",
+                f"GPU {g.index} ({g.address}) is unhealthy: {'; '.join(c.unhealthy)}",
+                "the run would fail or measure the fault, not the setup"
+                + (" (going ahead: --allow-unhealthy)" if allow_unhealthy else ""),
+                "recover it first (the Overview lists the problem and its fix), leave it out, or add "
+                "--allow-unhealthy", subject=g.address))
+        elif c.degraded:
+            out.append(Finding(
+                "warning", "nccl.gpu_degraded", f"GPU {g.index} ({g.address}) is degraded: {'; '.join(c.degraded)}",
+                "a narrow link or slowed clocks cap the bandwidth: the result says more about this GPU than "
+                "about the setup", "fix it first (the Overview lists the problem), or leave it out",
+                subject=g.address))
     return out

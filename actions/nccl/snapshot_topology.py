@@ -210,6 +210,7 @@ class LocalPlan:
     automatic: bool = False  # the GPUs were picked, not named: `skipped` says what was left out
     skipped: tuple[GpuCondition, ...] = ()
     thresholds: Thresholds = DEFAULT_THRESHOLDS
+    allow_unhealthy: bool = False  # named GPUs with an unhealthy verdict are taken (a warning, not a refusal)
 
     @property
     def pick(self) -> Pick:
@@ -238,7 +239,8 @@ class LocalPlan:
 
 
 def local_plan(snap: HostSnapshot, gpus: Sequence[Gpu] | None = None, root: Root | None = None,
-               nvlink: bool | None = None, thresholds: Thresholds = DEFAULT_THRESHOLDS) -> LocalPlan:
+               nvlink: bool | None = None, thresholds: Thresholds = DEFAULT_THRESHOLDS,
+               allow_unhealthy: bool = False) -> LocalPlan:
     """The topology of a one-node run on `gpus` (default: the automatic pick of the host's idle, healthy
     GPUs, see pick.py). `nvlink` None: taken from the snapshot's NVLinks (every pair joined, see
     nvlink_connected); still unknown when NVML did not report them, which counts as no NVLink."""
@@ -252,7 +254,8 @@ def local_plan(snap: HostSnapshot, gpus: Sequence[Gpu] | None = None, root: Root
     topo = Topology(gpu_models=tuple(g.name for g in chosen), gpus_per_node=max(len(chosen), 1), nodes=1,
                     nvlink=bool(nvlink), p2p=p2p, nic_gbps=nic_speeds(snap, root), ib_present=ib_present(snap, root))
     return LocalPlan(chosen, topo, why, gpu_numa(chosen), node_socket(snap), nvlink_known=nvlink is not None,
-                     automatic=pick.automatic, skipped=pick.skipped, thresholds=thresholds)
+                     automatic=pick.automatic, skipped=pick.skipped, thresholds=thresholds,
+                     allow_unhealthy=allow_unhealthy)
 
 
 def snapshot_preflight(snap: HostSnapshot, root: Root, env: Mapping[str, str], plan: LocalPlan,
@@ -270,14 +273,15 @@ def snapshot_preflight(snap: HostSnapshot, root: Root, env: Mapping[str, str], p
         report.findings.append(Finding("error", "nccl.no_gpu", "no idle, healthy GPU the host can use for "
                                        "the check", "the GPUs the host drives are busy or unhealthy (see "
                                        "the skipped GPUs); the others are in VMs, on vfio-pci, or serve "
-                                       "MIG/vGPU", "name GPUs with --gpus to test them anyway (with a "
-                                       "warning), or run the check inside a VM (--vm)", subject="gpus"))
+                                       "MIG/vGPU", "name GPUs with --gpus to test them anyway (busy ones "
+                                       "with a warning, unhealthy ones with --allow-unhealthy), or run the "
+                                       "check inside a VM (--vm)", subject="gpus"))
     elif not plan.gpus:
         report.findings.append(Finding("error", "nccl.no_gpu", "no GPU the host can use for the check",
                                        "every GPU is in a VM, on vfio-pci, or serves MIG/vGPU",
                                        "free a GPU for the host, or run the check inside a VM (--vm)",
                                        subject="gpus"))
-    own = usability(plan.gpus) + selection_findings(plan.gpus, plan.thresholds) + skip_findings(plan.pick)
+    own = usability(plan.gpus) + selection_findings(plan.gpus, plan.thresholds, plan.allow_unhealthy) + skip_findings(plan.pick)
     report.findings = by_severity(own + report.findings)
     return report
 

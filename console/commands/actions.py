@@ -12,7 +12,7 @@ import sys
 
 from nodeconsole.console.argtypes import count
 from nodeconsole.console.cli import subcommand
-from nodeconsole.console.commands.change import change_args, run_request, session_for
+from nodeconsole.console.commands.change import allow_unhealthy_arg, change_args, run_request, session_for
 from nodeconsole.console.hosttext import visible
 
 
@@ -26,6 +26,7 @@ def configure_passthrough(p: argparse.ArgumentParser) -> None:
                    help="with --vm: also give the VM the free NIC VF closest to the GPU (PIX, PXB, PHB, then NODE)")
     p.add_argument("--allow-far-nic", action="store_true",
                    help="with --with-nic: take a VF across the sockets (SYS) when none is nearer")
+    allow_unhealthy_arg(p)
     change_args(p)
     p.set_defaults(func=run_passthrough)
 
@@ -56,7 +57,7 @@ def run_passthrough(args: argparse.Namespace) -> int:
     from nodeconsole.actions.session import Passthrough
 
     return run_request(args, Passthrough(args.gpu, vm=args.vm, persist=args.persist, with_nic=args.with_nic,
-                                         allow_far_nic=args.allow_far_nic))
+                                         allow_far_nic=args.allow_far_nic, allow_unhealthy=args.allow_unhealthy))
 
 
 def run_release(args: argparse.Namespace) -> int:

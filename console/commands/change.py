@@ -27,6 +27,12 @@ def change_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--yes", "-y", action="store_true", help="do not ask for confirmation (for scripts)")
 
 
+def allow_unhealthy_arg(p: argparse.ArgumentParser) -> None:
+    """--allow-unhealthy, for the changes that put work on a GPU (actions/health_gate.py)."""
+    p.add_argument("--allow-unhealthy", action="store_true",
+                   help="go ahead on a GPU whose health verdict is unhealthy (the audit record says so)")
+
+
 def session_for(args: argparse.Namespace) -> ActionSession:
     """The action session on the host that --demo/--root/--libvirt name."""
     from nodeconsole.actions.session import ActionSession

@@ -15,7 +15,7 @@ import argparse
 from typing import TYPE_CHECKING
 
 from nodeconsole.console.cli import UsageError, subcommand
-from nodeconsole.console.commands.change import change_args, run_request, session_for
+from nodeconsole.console.commands.change import allow_unhealthy_arg, change_args, run_request, session_for
 
 if TYPE_CHECKING:  # the actions are imported when a command runs
     from nodeconsole.actions.runner import ActionHost
@@ -29,6 +29,7 @@ def configure_mig(p: argparse.ArgumentParser) -> None:
                    help="instances by profile name: 3g.40gb,2g.20gb,1g.10gb*2; NAME@START pins a placement; "
                         "`none` keeps MIG on with no instance")
     p.add_argument("--off", action="store_true", help="destroy every instance and turn MIG mode off")
+    allow_unhealthy_arg(p)
     change_args(p)
     p.set_defaults(func=run_mig)
 
@@ -46,7 +47,9 @@ def run_mig(args: argparse.Namespace) -> int:
         if args.apply:
             raise UsageError("--apply needs a LAYOUT or --off")
         return _show(session.host, target)
-    return run_request(args, MigLayout(target, args.layout, args.off), session)
+    if args.allow_unhealthy and args.off:
+        raise UsageError("--allow-unhealthy goes with a LAYOUT: turning MIG off is never refused for health")
+    return run_request(args, MigLayout(target, args.layout, args.off, allow_unhealthy=args.allow_unhealthy), session)
 
 
 def _show(host: ActionHost, target: str) -> int:

@@ -58,6 +58,8 @@ def configure(p: argparse.ArgumentParser) -> None:
                                                    "UUIDs or nvidia-smi's smi:N), taken as given (default: the "
                                                    "idle, healthy GPUs the host drives; the others are skipped)")
     sc.add_argument("--run", action="store_true", help="run all_reduce_perf (or the PyTorch benchmark)")
+    sc.add_argument("--allow-unhealthy", action="store_true",
+                    help="take named GPUs whose health verdict is unhealthy (refused otherwise)")
     sc.add_argument("--binary", metavar="PATH", help="all_reduce_perf to run (default: $NODECONSOLE_ALL_REDUCE_PERF, "
                                                      "else from PATH, else the PyTorch benchmark)")
     sc.add_argument("--timeout", type=seconds, default=600.0, metavar="S", help="stop the run after S seconds (600)")
@@ -303,7 +305,7 @@ def run_check(args: argparse.Namespace) -> int:
         gpus = None if indices is None else select_gpus(snap, indices)
     except ValueError as e:
         raise UsageError(f"--gpus: {e}") from None
-    plan = local_plan(snap, gpus, seams.root, nvlink=args.nvlink)
+    plan = local_plan(snap, gpus, seams.root, nvlink=args.nvlink, allow_unhealthy=args.allow_unhealthy)
     env = dict(os.environ)
     report = snapshot_preflight(snap, seams.root, env, plan)
     try:
@@ -321,7 +323,8 @@ def run_check(args: argparse.Namespace) -> int:
         return 1 if any(f.severity == "error" for f in report.findings) else 0
 
     blocking = [f for f in report.findings if f.code in ("nccl.no_gpu", "nccl.gpu_not_host", "nccl.gpu_mig",
-                                                         "nccl.gpu_vgpu")]
+                                                         "nccl.gpu_vgpu")
+                or (f.code == "nccl.gpu_unhealthy" and f.severity == "error")]
     if blocking:
         raise UsageError(f"--run: {blocking[0].message}; {blocking[0].fix}")
     if cmd is None:
@@ -436,7 +439,7 @@ def _vm_check(args: argparse.Namespace, snap: HostSnapshot, seams: Seams, sweep:
     except ValueError as e:
         raise UsageError(f"--vm: {e}") from None
     # The host-side view of the VM's GPUs (link, memory errors); inside the guest nothing is checked.
-    findings = selection_findings(plan.gpus)
+    findings = selection_findings(plan.gpus, allow_unhealthy=args.allow_unhealthy)
     topo = dataclasses.replace(local_plan(snap, plan.gpus, seams.root, nvlink=args.nvlink).topology,
                                gpus_per_node=plan.ngpus)
     out: dict[str, object] = {**plan.to_dict(), "preflight": [_finding_dict(f) for f in findings]}

@@ -15,7 +15,7 @@ import json
 from typing import Any
 
 from nodeconsole.console.cli import UsageError, host_args, subcommand
-from nodeconsole.console.commands.change import change_args, run_request, session_for
+from nodeconsole.console.commands.change import allow_unhealthy_arg, change_args, run_request, session_for
 
 
 @subcommand("vgpu", "list, create and remove vGPUs (mdev or SR-IOV VF), attached to a VM's config")
@@ -31,6 +31,7 @@ def configure_vgpu(p: argparse.ArgumentParser) -> None:
     mk.add_argument("type", metavar="TYPE", help="nvidia-N (mdev), an SR-IOV type id, or the type's name")
     mk.add_argument("--vm", metavar="VM", help="add the vGPU to VM's config")
     mk.add_argument("--uuid", metavar="UUID", help="the mdev's UUID (default: a new one)")
+    allow_unhealthy_arg(mk)
     change_args(mk)
     mk.set_defaults(func=run_create)
     rm = sub.add_parser("remove", parents=[host_args()], help="remove a vGPU and take it out of VM configs")
@@ -80,7 +81,8 @@ def run_list(args: argparse.Namespace) -> int:
 def run_create(args: argparse.Namespace) -> int:
     from nodeconsole.actions.session import VgpuCreate
 
-    return run_request(args, VgpuCreate(args.gpu, args.type, vm=args.vm, uuid=args.uuid))
+    return run_request(args, VgpuCreate(args.gpu, args.type, vm=args.vm, uuid=args.uuid,
+                                        allow_unhealthy=args.allow_unhealthy))
 
 
 def run_remove(args: argparse.Namespace) -> int:

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from nodeconsole.console.doctor import facts
 from nodeconsole.console.doctor.checks_common import Context, Verdict, names, skipped
 from nodeconsole.console.doctor.model import CheckResult, Fix
+from nodeconsole.console.health import LINK_NARROW, LINK_SLOW, link_state
 from nodeconsole.console.iommu import slot_of
 from nodeconsole.console.model import Gpu, PciDevice
 
@@ -146,13 +147,6 @@ def _redirected_pairs(ports: dict[str, Port]) -> list[str]:
     return out
 
 
-def _speed(text: str) -> float | None:
-    try:
-        return float(text.split()[0])
-    except (ValueError, IndexError):
-        return None
-
-
 def check_pcie_link(ctx: Context) -> CheckResult:
     v = Verdict("pcie-link")
     gpus = ctx.snap.gpus
@@ -166,10 +160,10 @@ def check_pcie_link(ctx: Context) -> CheckResult:
             continue
         v.read(f"sys/bus/pci/devices/{g.address}/current_link_width",
                f"x{link.current_width} of x{link.max_width}, {link.current_speed or '?'} of {link.max_speed or '?'}")
-        if link.current_width < link.max_width:
+        state = link_state(link)  # the one link rule, the GPU health verdict's too (console/health.py)
+        if state == LINK_NARROW:
             narrow.append(f"{ctx.label(g)} at x{link.current_width} of x{link.max_width}")
-        cur, top = _speed(link.current_speed), _speed(link.max_speed)
-        if cur is not None and top is not None and cur < top:
+        elif state == LINK_SLOW:
             slow.append(f"GPU {g.index} at {link.current_speed} of {link.max_speed}")
     if narrow:
         v.warns.append(f"link trained below its width: {names(narrow, 4)}")

@@ -15,10 +15,14 @@ from nodeconsole.screens.widgets.text import metric
 LAST_EVENTS = 5
 
 
-def gpu_details(snap: HostSnapshot, g: Gpu, events: Sequence[KernelEvent] = ()) -> str:
-    """`events`: the host's GPU events (the collector's, oldest first); this GPU's last few are shown."""
+def gpu_details(snap: HostSnapshot, g: Gpu, events: Sequence[KernelEvent] | None = None) -> str:
+    """`events`: GPU events, oldest first (default: the GPU's own, from the snapshot); this GPU's last few
+    are shown, with its health verdict."""
+    if events is None:
+        events = g.events
     lines = [
         f"{g.name}  uuid {g.uuid or '-'}  nvidia-smi index {g.smi}",
+        f"health {g.health.summary}",
         f"address {g.address}  NUMA node {metric(g.numa_node)}  IOMMU group {metric(g.iommu_group)}",
         f"driver {g.driver or 'none'}  owner {g.owner.kind}  VMs {', '.join(g.owner.vms) or '-'}",
         f"PCIe link x{metric(g.link.current_width)} of x{metric(g.link.max_width)}, "
@@ -55,7 +59,7 @@ def gpu_details(snap: HostSnapshot, g: Gpu, events: Sequence[KernelEvent] = ()) 
     lines.append(f"Last events ({len(mine)}, newest first):" if mine else "Last events: none in the kernel log")
     for ev in reversed(mine):
         what = f"Xid {ev.xid}" if ev.xid is not None else "AER"
-        lines.append(f"  {ev.time or '-'}  {what} {ev.severity}  VM {ev.vm or '-'}  {show(ev.text, 160)}  "
+        lines.append(f"  {ev.when}  {what} {ev.severity}  VM {ev.vm or '-'}  {show(ev.text, 160)}  "
                      f"→ {ev.action}")
     return "\n".join(lines)
 

@@ -28,6 +28,7 @@ from nodeconsole.actions.nccl.pick import Thresholds, auto_pick, condition, sele
 from nodeconsole.actions.nccl.snapshot_topology import local_plan, snapshot_preflight
 from nodeconsole.console.cli import main
 from nodeconsole.console.collector import Collector
+from nodeconsole.console.health import judge
 from nodeconsole.console.model import GpuProcess, HostSnapshot, PciLink
 from nodeconsole.console.seams import demo_host
 from tests.actions.test_nccl_cli import synthetic_output
@@ -63,7 +64,9 @@ def test_default_pick_skips_busy_unhealthy_and_guest_gpus_saying_why(demo) -> No
     # the processes and the memory they hold (the demo's: 30208 + 41984 and 12288 MiB)
     assert why[0].busy == ("2 processes (python3, torchrun) using 72192 MiB",) and not why[0].unhealthy
     assert why[7].busy == ("1 process (ollama) using 12288 MiB",)
-    assert why[7].unhealthy == ("row remapping pending", "PCIe link x8 of x16")
+    # GPU 7's verdict (console/health.py) is degraded: lifetime ECC, a pending remap, a narrow link
+    assert snap.gpus[7].health.state == "degraded" and not why[7].unhealthy
+    assert why[7].degraded == snap.gpus[7].health.reasons and "PCIe link x8 of x16" in why[7].degraded
     assert why[1].unusable == "on vfio-pci (VM train-a)" and why[5].unusable == "on vfio-pci (VM train-b)"
     assert why[2].unusable.startswith("MIG enabled") and why[3].unusable.startswith("serves vGPUs")
     assert why[6].unusable == "bound to no driver"
@@ -75,7 +78,7 @@ def test_default_pick_skips_busy_unhealthy_and_guest_gpus_saying_why(demo) -> No
     by_subject = {f.subject: f for f in skipped}
     g0, g7 = snap.gpus[0], snap.gpus[7]
     assert by_subject[g0.address].message.startswith(f"GPU 0 ({g0.address}) skipped: busy: 2 processes")
-    assert "unhealthy: row remapping pending, PCIe link x8 of x16" in by_subject[g7.address].message
+    assert "degraded: " in by_subject[g7.address].message and "PCIe link x8 of x16" in by_subject[g7.address].message
     assert "--vm train-a" in by_subject[snap.gpus[1].address].fix
     assert [f.code for f in report.findings if f.severity == "warning"][:1] == ["nccl.one_gpu"]
     assert not [f for f in report.findings if f.code in ("nccl.gpu_busy", "nccl.gpu_unhealthy")]
@@ -101,15 +104,22 @@ def test_busy_and_unhealthy_rules(demo) -> None:
                                          memory_total_mib=80000)).ok  # at the thresholds: not busy
     assert condition(dataclasses.replace(idle, utilization_gpu="N/A")).ok  # unsupported is not busy
     assert condition(dataclasses.replace(idle, utilization_gpu=40), Thresholds(utilization_pct=50)).ok
+    def judged(**changes):  # the GPU as the collector hands it on: with its verdict
+        g = dataclasses.replace(idle, **changes)
+        return dataclasses.replace(g, health=judge(g, ()))
+
     sick = {
-        "NVML error: GPU is lost": dataclasses.replace(idle, nvml_error="GPU is lost"),
-        "2 uncorrected ECC errors": dataclasses.replace(idle, ecc_volatile_uncorrected=2),
-        "row remapping failed": dataclasses.replace(idle, remapped_rows_failure=1),
-        "PCIe link x4 of x16": dataclasses.replace(idle, link=PciLink("16.0 GT/s PCIe", 4, "32.0 GT/s PCIe", 16)),
+        "NVML: GPU is lost": judged(nvml_error="GPU is lost"),
+        "2 uncorrectable ECC errors since the driver loaded": judged(ecc_volatile_uncorrected=2),
+        "row remapping failed": judged(remapped_rows_failure=1),
     }
     for reason, g in sick.items():
         c = condition(g)
         assert c.unhealthy == (reason,) and c.state == "unhealthy" and not c.busy
+    # the pick reads the verdict, not the metrics: an unjudged copy is as healthy as its verdict says
+    assert condition(dataclasses.replace(idle, remapped_rows_failure=1)).ok
+    narrow = condition(judged(link=PciLink("16.0 GT/s PCIe", 4, "32.0 GT/s PCIe", 16)))
+    assert narrow.degraded == ("PCIe link x4 of x16",) and narrow.state == "degraded" and not narrow.ok
     # a pick over a snapshot where the idle GPU turned unhealthy: nothing left, said as such
     gone = dataclasses.replace(snap, gpus=tuple(sick["row remapping failed"] if g.index == 4 else g
                                                 for g in snap.gpus))
@@ -122,9 +132,16 @@ def test_named_gpus_are_taken_as_given_with_warnings(demo) -> None:
     found = selection_findings([snap.gpus[0], snap.gpus[4], snap.gpus[7]])
     assert [(f.code, f.subject) for f in found] == [
         ("nccl.gpu_busy", snap.gpus[0].address), ("nccl.gpu_busy", snap.gpus[7].address),
-        ("nccl.gpu_unhealthy", snap.gpus[7].address)]
+        ("nccl.gpu_degraded", snap.gpus[7].address)]
     assert all(f.severity == "warning" for f in found)
-    assert found[2].message == f"GPU 7 ({snap.gpus[7].address}) is unhealthy: row remapping pending, PCIe link x8 of x16"
+    assert found[2].message == f"GPU 7 ({snap.gpus[7].address}) is degraded: {'; '.join(snap.gpus[7].health.reasons)}"
+    # an unhealthy GPU named is refused (an error), unless --allow-unhealthy
+    g4 = snap.gpus[4]
+    sick = dataclasses.replace(g4, health=judge(dataclasses.replace(g4, remapped_rows_failure=1), ()))
+    (f,) = selection_findings([sick])
+    assert (f.code, f.severity) == ("nccl.gpu_unhealthy", "error") and "row remapping failed" in f.message
+    (f,) = selection_findings([sick], allow_unhealthy=True)
+    assert (f.code, f.severity) == ("nccl.gpu_unhealthy", "warning")
 
 
 def test_cli_default_pick_and_named_gpus(clean_env: Path, demo, capsys) -> None:
@@ -134,7 +151,7 @@ def test_cli_default_pick_and_named_gpus(clean_env: Path, demo, capsys) -> None:
     assert [g["index"] for g in data["gpus"]] == [4] and data["automatic"] is True
     assert {s["index"]: s["state"] for s in data["skipped"]} == {0: "busy", 1: "unusable", 2: "unusable",
                                                                  3: "unusable", 5: "unusable", 6: "unusable",
-                                                                 7: "busy, unhealthy"}
+                                                                 7: "busy, degraded"}
     assert len([f for f in data["preflight"] if f["code"] == "nccl.gpu_skipped"]) == 7
     rc, out, _ = _cli(capsys, "nccl", "check", "--demo")
     assert out.startswith(f"GPUs: 4 {snap.gpus[4].address} ") and "(picked: idle and healthy" in out
@@ -146,10 +163,10 @@ def test_cli_default_pick_and_named_gpus(clean_env: Path, demo, capsys) -> None:
     assert [g["index"] for g in data["gpus"]] == [0, 7] and data["automatic"] is False and data["skipped"] == []
     warned = [(f["code"], f["subject"]) for f in data["preflight"] if f["severity"] == "warning"]
     assert ("nccl.gpu_busy", snap.gpus[0].address) in warned and ("nccl.gpu_busy", snap.gpus[7].address) in warned
-    assert ("nccl.gpu_unhealthy", snap.gpus[7].address) in warned
+    assert ("nccl.gpu_degraded", snap.gpus[7].address) in warned
     rc, out, _ = _cli(capsys, "nccl", "check", "--demo", "--gpus", "0,7")
     assert "▲ [warning] GPU 0" in out and "is busy: 2 processes (python3, torchrun)" in out
-    assert f"▲ [warning] GPU 7 ({snap.gpus[7].address}) is unhealthy: row remapping pending, PCIe link x8 of x16" in out
+    assert f"▲ [warning] GPU 7 ({snap.gpus[7].address}) is degraded: " in out and "PCIe link x8 of x16" in out
 
 
 # -- the check inside a VM ---------------------------------------------------------------------------------

@@ -5,6 +5,7 @@ from textual.widgets import Static
 
 from nodeconsole.screens.app import NodeConsoleApp
 from nodeconsole.screens.widgets.keyed_table import KeyedTable
+from tests.screens.helpers import wait_until
 
 SIZE = (80, 24)
 
@@ -266,3 +267,32 @@ async def test_theme_switch(demo_seams):
         assert app.theme == "nodeconsole-contrast"
         await pilot.pause()
         assert "-dark-mode" in app.classes and app.screen.styles.background.hex.lower() == "#000000"
+
+
+async def test_gpus_panel_shows_the_health_verdict_and_the_event_in_local_time(demo_seams, monkeypatch):
+    from nodeconsole.console.cli import main
+    from nodeconsole.console.gpu_events import local_text
+
+    monkeypatch.setenv("TZ", "Asia/Kolkata")  # local time is not UTC here: the panel must show local time
+    import time as _time
+
+    _time.tzset()
+    try:
+        before = _time.time()
+        assert main(["demo", "inject", "aer", "0000:9a:00.0", "fatal"]) == 0
+        app = NodeConsoleApp(demo_seams, interval=0.5)
+        async with app.run_test(size=SIZE) as pilot:
+            await _started(app, pilot)
+            await pilot.press("4")
+            await pilot.pause(0.1)
+            table = app.screen.query_one("#gpu-table", KeyedTable)
+            table.move_cursor(row=next(i for i, r in enumerate(_cells(table)) if r[2] == "0000:9a:00.0"))
+            assert await wait_until(pilot, lambda: "unhealthy" in _text(app.screen.query_one("#gpu-panel", Static)))
+            panel = _text(app.screen.query_one("#gpu-panel", Static)).replace("\n", " ")
+            assert "health unhealthy: uncorrectable AER error (fatal)" in panel
+            assert "AER fatal  VM train-c" in panel
+            # the event's local time (+05:30), to the second of the injection or just after
+            assert any(local_text(before + d) in panel for d in range(0, 4)), panel
+    finally:
+        monkeypatch.setenv("TZ", "UTC")
+        _time.tzset()
