@@ -146,7 +146,7 @@ def _members(tf: tarfile.TarFile) -> Iterator[tarfile.TarInfo]:
     """Every member, forgotten once read (tarfile would keep them all), counted again (belt and braces)."""
     count = 0
     while (m := tf.next()) is not None:
-        tf.members.clear()
+        tf.members.clear()  # type: ignore[attr-defined]
         count += 1
         if count > limits.MAX_MEMBERS:
             raise ArchiveError(f"more than {limits.MAX_MEMBERS} members")

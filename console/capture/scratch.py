@@ -72,7 +72,7 @@ def discard_all() -> None:
 def remove_stale(parent: str) -> list[str]:
     """Remove the directories of ours in `parent` left by runs that died (their lock is free); the ones
     removed."""
-    removed = []
+    removed: list[str] = []
     try:
         entries = list(os.scandir(parent))
     except OSError:

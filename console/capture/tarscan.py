@@ -47,7 +47,7 @@ class Unpacked:
         self.file: IO[bytes] = open(path, "rb")
         magic = self.file.read(6)
         self.file.seek(0)
-        self.stream: IO[bytes]
+        self.stream: IO[bytes] | gzip.GzipFile | lzma.LZMAFile | bz2.BZ2File
         if magic.startswith(b"\x1f\x8b"):
             self.stream = gzip.GzipFile(fileobj=self.file, mode="rb")
         elif magic.startswith(b"\xfd7zXZ\x00"):
