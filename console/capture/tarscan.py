@@ -5,7 +5,8 @@ a gzip bomb counts against limits.MAX_TOTAL_BYTES. `prescan` walks the headers a
 number fields, same checksums, the same rule for which members carry data, pax `size` overrides) and
 refuses, before reading their data: a GNU long name/link record or pax header over MAX_HEADER_FIELD,
 a chain of extension headers, a pax header that is not well-formed records or holds a long run of digits
-(tarfile's pax regexes are quadratic on those on interpreters without the CVE-2024-6232 fix), sparse and
+(tarfile's pax regexes are quadratic on those on interpreters without the CVE-2024-6232 fix; with runs
+of at most MAX_PAX_DIGITS and MAX_PAX_TOTAL bytes of pax headers in all, their cost is small), sparse and
 unknown member types, more than MAX_MEMBERS members, a member over MAX_MEMBER_BYTES, and more than
 MAX_TOTAL_BYTES in all. No regex runs over unbounded data here.
 """
@@ -30,6 +31,7 @@ EXTENSIONS = {b"L": "long name", b"K": "long link name", b"x": "pax"}
 # and are refused by name when extracted.
 MEMBER_TYPES = frozenset({b"0", b"\0", b"7", b"1", b"2", b"3", b"4", b"5", b"6"})
 _DATA_TYPES = frozenset({b"0", b"\0", b"7"})
+_HIGH = bytes(range(128, 256))
 
 
 class ArchiveError(Exception):
@@ -97,6 +99,7 @@ class Unpacked:
 class Scan:
     members: int = 0
     unpacked: int = 0  # bytes up to the end of the archive
+    pax: int = 0  # bytes of pax headers
 
 
 def _padded(size: int) -> int:
@@ -117,10 +120,10 @@ def _number(field: bytes, offset: int) -> int:
 
 
 def _check_sum(block: bytes, offset: int) -> None:
+    """tarfile's check: the sum of the header's bytes (the checksum field as spaces), unsigned or signed."""
     body = block[:148] + b" " * 8 + block[156:]
-    unsigned = sum(body)
-    signed = unsigned - 256 * sum(1 for b in body if b > 127)
-    if _number(block[148:156], offset) not in (unsigned, signed):
+    unsigned, stored = sum(body), _number(block[148:156], offset)
+    if stored != unsigned and stored != unsigned - 256 * (512 - len(body.translate(None, _HIGH))):
         raise unreadable(f"a bad header checksum at byte {offset}")
 
 
@@ -184,6 +187,9 @@ def prescan(src: Unpacked) -> Scan:
             if len(data) < _padded(size):
                 raise unreadable("truncated")
             if kind == b"x":
+                scan.pax += len(data)
+                if scan.pax > limits.MAX_PAX_TOTAL:
+                    raise ArchiveError(f"more than {limits.MAX_PAX_TOTAL >> 10} KiB of pax headers")
                 size_override = pax_size(data, size, offset)
             elif kind == b"L":
                 long_name = data[:size]

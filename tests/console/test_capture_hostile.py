@@ -172,6 +172,15 @@ def test_a_pax_header_within_the_size_limit_but_of_digits_is_refused(tmp_path):
     refused(replay(tmp_path, data), "run of more than")
 
 
+def test_pax_headers_together_are_bounded(tmp_path, monkeypatch):
+    monkeypatch.setattr(limits, "MAX_PAX_TOTAL", 4096)
+    ok = b"".join(pax(b"comment=" + b"a" * 100) + member(f"root/k{i}", kind=b"5") for i in range(3))
+    rc, _, err = replay(tmp_path, capture(ok))
+    assert rc == 0, err
+    many = b"".join(pax(b"comment=" + b"a" * 100) + member(f"root/k{i}", kind=b"5") for i in range(10))
+    refused(replay(tmp_path, capture(many)), "more than 4 KiB of pax headers")
+
+
 def test_pax_records_are_checked(tmp_path):
     data = capture(pax(b"size=5000000000"), member("root/big", b"1"))
     refused(replay(tmp_path, data), "too large (5000000000 bytes")
