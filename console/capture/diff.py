@@ -11,9 +11,7 @@ records count when B has them and A does not.
 """
 from __future__ import annotations
 
-import json
 import os
-import shutil
 import tempfile
 import xml.etree.ElementTree as ET
 from collections.abc import Iterable, Mapping
@@ -21,7 +19,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from nodeconsole.console.capture import AUDIT, DOCTOR, INACTIVE_DIR
+from nodeconsole.console.capture import AUDIT, DOCTOR, INACTIVE_DIR, limits
+from nodeconsole.console.capture.archive import ArchiveError
+from nodeconsole.console.capture.boundedjson import load_json
 from nodeconsole.console.cpulist import format_cpulist
 
 # topic → heading, in the order the text lists them
@@ -52,7 +52,7 @@ NVLINK_COUNTERS = ("replay", "recovery", "crc_flit", "crc_data")  # each link's 
 CONFIG_DIRS = ("etc", "boot")
 MAX_CONFIG_FILES = 5000
 MAX_FILE_TEXT = 256 << 10
-MAX_AUDIT_READ = 64 << 20
+MAX_AUDIT_READ = limits.MAX_MEMBER_BYTES  # what a replay opens
 
 
 class DiffError(Exception):
@@ -117,7 +117,6 @@ class Diff:
 
 def load_side(path: str | os.PathLike[str], label: str | None = None) -> Side:
     """Open the capture at `path` and read what the diff compares. DiffError when it is not a capture."""
-    from nodeconsole.console.capture.archive import ArchiveError
     from nodeconsole.console.capture.replay import open_replay
     from nodeconsole.console.cli import UsageError
     from nodeconsole.console.collector import Collector
@@ -150,9 +149,9 @@ def load_side(path: str | os.PathLike[str], label: str | None = None) -> Side:
     doctor = top.read_bytes(DOCTOR)
     if doctor is not None:
         try:
-            value = json.loads(doctor)
+            value = load_json(doctor, DOCTOR)
             side.doctor = value if isinstance(value, dict) else None
-        except ValueError:
+        except ArchiveError:
             side.doctor = None
     return side
 
@@ -186,6 +185,7 @@ def capture_now(seams: Any) -> bytes:
 def live_side(seams: Any) -> Side:
     """The host behind `seams` now: captured in memory, read like a capture, and the extraction removed."""
     from nodeconsole.console.capture.replay import open_replay
+    from nodeconsole.console.capture.scratch import discard
 
     data = capture_now(seams)
     fd, tmp = tempfile.mkstemp(prefix="nodeconsole-diff-", suffix=".tar.gz")
@@ -194,7 +194,7 @@ def live_side(seams: Any) -> Side:
             f.write(data)
         side = load_side(tmp, label="live")
         # everything is read: drop the extraction (a later open of the same name extracts afresh)
-        shutil.rmtree(open_replay(tmp).dir, ignore_errors=True)
+        discard(open_replay(tmp).dir)
     finally:
         Path(tmp).unlink(missing_ok=True)
     return side

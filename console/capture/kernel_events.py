@@ -4,20 +4,30 @@ PCIe Bus Error) and the log's last line (its newest stamp, which `events --since
 Line distances matter to the parser (a continuation line follows its record directly; the pieces of one
 event are joined within WINDOW lines), so the lines dropped between two kept ones become blank lines,
 as many as there were but at most WINDOW + 1: the kept lines parse into the same events, with less.
+
+Bounded for a sick host (console/capture/limits.py): a log is read in chunks, a line longer than
+MAX_LOG_LINE is cut and marked "…[cut N bytes]" (a run of NUL bytes never becomes one huge line in
+memory), of a file larger than MAX_LOG_READ only the newest part is read, and of the lines kept only
+the newest MAX_LOG_KEPT bytes stay (the log is one member; a replay opens members below
+MAX_MEMBER_BYTES).
 """
 from __future__ import annotations
 
 import errno
+import itertools
 import os
 import stat
-from collections.abc import Iterator
+from collections import deque
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
+from nodeconsole.console.capture import limits
 from nodeconsole.console.root import Root
 from nodeconsole.console.sources.kernel_log import _MARK as EVENT_MARK  # the parser's own line filter
 from nodeconsole.console.sources.kernel_log import KERN_LOG, KMSG, WINDOW, KernelLog, host_sources
 
-MAX_LOG = 1 << 30  # read at most this much of one log
+CHUNK = 1 << 16
+CUT = "\u2026[cut {} bytes]".encode()
 
 
 @dataclass(frozen=True)
@@ -28,34 +38,68 @@ class KeptLog:
     events: int
 
 
+def cut_lines(chunks: Iterable[bytes]) -> Iterator[bytes]:
+    """The lines of a stream of chunks, each with its newline (the last one may lack it), a line longer
+    than MAX_LOG_LINE cut to it and marked; never more than one line's kept part in memory."""
+    limit = limits.MAX_LOG_LINE
+    head, cut = bytearray(), 0
+    for chunk in chunks:
+        pos = 0
+        while pos < len(chunk):
+            nl = chunk.find(b"\n", pos)
+            end = len(chunk) if nl < 0 else nl
+            keep = max(0, min(end - pos, limit - len(head)))
+            head += chunk[pos:pos + keep]
+            cut += end - pos - keep
+            if nl < 0:
+                break
+            yield _line(head, cut) + b"\n"
+            head, cut, pos = bytearray(), 0, nl + 1
+    if head or cut:
+        yield _line(head, cut)
+
+
+def _line(head: bytearray, cut: int) -> bytes:
+    return bytes(head) + CUT.replace(b"{}", str(cut).encode()) if cut else bytes(head)
+
+
 def keep_lines(lines: Iterator[bytes]) -> bytes:
-    """The event lines of a log (each with its newline) and its last line, gaps kept short."""
-    out: list[bytes] = []
+    """The event lines of a log (each with its newline) and its last line, gaps kept short; of those,
+    the newest MAX_LOG_KEPT bytes."""
+    out: deque[bytes] = deque()
+    size = 0
+
+    def add(piece: bytes) -> None:
+        nonlocal size
+        out.append(piece)
+        size += len(piece)
+        while size > limits.MAX_LOG_KEPT and out:
+            size -= len(out.popleft())
+
     last_kept = -1
     last: tuple[int, bytes] | None = None
-    n = -1
     for n, line in enumerate(lines):
         last = (n, line)
         if EVENT_MARK.search(line):
             if last_kept >= 0:
-                out.append(b"\n" * min(n - last_kept - 1, WINDOW + 1))
-            out.append(line.rstrip(b"\n") + b"\n")
+                add(b"\n" * min(n - last_kept - 1, WINDOW + 1))
+            add(line.rstrip(b"\n") + b"\n")
             last_kept = n
     if last is not None and last[0] != last_kept:
         if last_kept >= 0:
-            out.append(b"\n" * min(last[0] - last_kept - 1, WINDOW + 1))
-        out.append(last[1].rstrip(b"\n") + b"\n")
+            add(b"\n" * min(last[0] - last_kept - 1, WINDOW + 1))
+        add(last[1].rstrip(b"\n") + b"\n")
     return b"".join(out)
 
 
 def _file_lines(path: str) -> Iterator[bytes]:
+    """The lines of the newest MAX_LOG_READ bytes of the file at `path` (from its first whole line)."""
     with open(path, "rb") as f:
-        read = 0
-        for line in f:
-            read += len(line)
-            if read > MAX_LOG:
-                return
-            yield line
+        skip = max(0, os.fstat(f.fileno()).st_size - limits.MAX_LOG_READ)
+        if skip:
+            f.seek(skip - 1)  # the line holding byte skip-1 is partial (or that byte is its newline)
+        lines = cut_lines(iter(lambda: f.read(CHUNK), b""))
+        yield from itertools.islice(lines, 1 if skip else 0, None)
 
 
 def _kmsg_lines(path: str) -> Iterator[bytes]:
@@ -76,7 +120,7 @@ def _kmsg_lines(path: str) -> Iterator[bytes]:
                 raise
             if not record:
                 return
-            yield from (line + b"\n" for line in record.rstrip(b"\n").split(b"\n"))
+            yield from cut_lines([record.rstrip(b"\n") + b"\n"])
     finally:
         os.close(fd)
 

@@ -1,23 +1,23 @@
 """Opening a capture for replay: the archive checked and extracted into a private directory (mode 0700,
-memory-backed where the system offers it, removed when the process ends), and what the console says
+memory-backed where the system offers it, removed when the process ends, signals included: scratch.py),
+its libvirt node file checked to read nothing outside it (node_refs.py), and what the console says
 about it (`Replay`: whose host, captured when). The seams over the extracted capture are made in
 console/seams.py (replay_host), which chooses the simulated NVML library that serves the captured state.
 """
 from __future__ import annotations
 
-import atexit
-import json
 import os
-import shutil
-import tempfile
 import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from nodeconsole.console.capture import AUDIT, NODE_FILE, NVML_STATE, ROOT_DIR
-from nodeconsole.console.capture.archive import ArchiveError, extract, manifest_of, read_entries
+from nodeconsole.console.capture import AUDIT, NODE_FILE, NVML_STATE, ROOT_DIR, limits
+from nodeconsole.console.capture.archive import ArchiveError, extract_archive
+from nodeconsole.console.capture.boundedjson import load_json
+from nodeconsole.console.capture.node_refs import check_node_file
+from nodeconsole.console.capture.scratch import discard, private_dir
 
 READ_ONLY = "replay is read-only: a capture cannot be changed (plans are shown; changes need the live host)"
 # Programs plans look for on a host (a plan without driverctl binds differently; a doctor fix needs the
@@ -68,10 +68,8 @@ class ReplayDir:
         path = self.dir / NVML_STATE
         if not path.is_file():
             return None
-        try:
-            state = json.loads(path.read_text())
-        except ValueError as e:
-            raise ArchiveError(f"{NVML_STATE} is not JSON ({e})") from None
+        with open(path, "rb") as f:
+            state = load_json(f.read(limits.MAX_MEMBER_BYTES + 1), NVML_STATE)
         if not isinstance(state, dict) or not isinstance(state.get("gpus", []), list):
             raise ArchiveError(f"{NVML_STATE} is not an NVML state")
         return state
@@ -97,15 +95,6 @@ class ReplayDir:
         return (self.dir / AUDIT).is_file()
 
 
-def _scratch() -> str | None:
-    """Where to extract: memory-backed when the system has it ($XDG_RUNTIME_DIR, /dev/shm; a capture is
-    thousands of small files), else the temporary directory."""
-    for d in (os.environ.get("XDG_RUNTIME_DIR"), "/dev/shm"):
-        if d and os.path.isdir(d) and os.access(d, os.W_OK | os.X_OK):
-            return d
-    return None
-
-
 def open_replay(path: str | os.PathLike[str]) -> ReplayDir:
     """Check and extract the capture at `path` (once per process for the same file). ArchiveError
     says why it cannot be opened."""
@@ -118,21 +107,14 @@ def open_replay(path: str | os.PathLike[str]) -> ReplayDir:
     with _lock:
         if key in _opened and _opened[key].dir.is_dir():
             return _opened[key]
-        entries = read_entries(path)
-        manifest = manifest_of(entries)
-        if not any(name == ROOT_DIR or name.startswith(ROOT_DIR + "/") for name in entries):
-            raise ArchiveError(f"no {ROOT_DIR}/ tree in the capture")
-        dest = Path(tempfile.mkdtemp(prefix="nodeconsole-replay-", dir=_scratch()))
-        atexit.register(shutil.rmtree, dest, True)
+        dest = private_dir()
         try:
-            extract(entries, dest)
+            manifest = extract_archive(path, dest)
             (dest / ROOT_DIR).mkdir(exist_ok=True)
-        except ArchiveError:
-            shutil.rmtree(dest, ignore_errors=True)
+            check_node_file(dest)
+        except BaseException:
+            discard(dest)
             raise
-        except OSError as e:
-            shutil.rmtree(dest, ignore_errors=True)
-            raise ArchiveError(f"cannot extract ({e.strerror or e})") from None
         replay = Replay(path=path, hostname=str(manifest.get("hostname") or ""),
                         captured_at=str(manifest.get("captured_at") or ""),
                         origin=str(manifest.get("origin") or "live"), redacted=bool(manifest.get("redacted")))

@@ -15,10 +15,11 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from nodeconsole.console.capture import limits
 from nodeconsole.console.cli import UsageError, seams_from_args, subcommand
 from nodeconsole.console.hosttext import visible
 
-MAX_AUDIT = 64 << 20
+MAX_AUDIT = limits.MAX_MEMBER_BYTES  # the largest member a replay opens
 
 
 @subcommand("capture", "write one archive of what the console reads from this host (reopen it with --replay FILE)")
@@ -73,8 +74,13 @@ def run(args: argparse.Namespace) -> int:
     t0 = time.perf_counter()
     host = ActionHost.from_seams(seams)
     audit, records = _audit(host)
-    capture = take_capture(seams, changes=records, audit=audit, programs=_programs(host), redact=args.redact,
-                           progress=_note)
+    from nodeconsole.console.capture.archive import ArchiveError
+
+    try:
+        capture = take_capture(seams, changes=records, audit=audit, programs=_programs(host), redact=args.redact,
+                               progress=_note)
+    except ArchiveError as e:  # beyond what a replay opens (console/capture/limits.py)
+        raise UsageError(str(e)) from None
     if out is None:
         stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%d-%H%M%S")
         name = "".join(c if c.isalnum() or c in "-_." else "_" for c in capture.manifest.get("hostname") or "host")
