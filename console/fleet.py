@@ -9,15 +9,18 @@ strict plurality (a tie) has no majority and makes no drift.
 """
 from __future__ import annotations
 
-import json
-import socket
-import urllib.error
+import shlex
 import urllib.parse
-import urllib.request
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
+
+from nodeconsole.console.fleet_answer import AnswerError, FleetError
+from nodeconsole.console.fleet_http import http_fetch
+from nodeconsole.console.hosttext import visible
+
+__all__ = ["AnswerError", "FleetError", "check_url", "fleet_report", "http_fetch", "render_text", "ssh_host"]
 
 # instant queries; each answer is a vector of {metric: labels, value: [time, "number"]}
 QUERIES = {
@@ -39,10 +42,6 @@ DRIFT_FIELDS = ("driver", "kernel", "libvirt", "mig")
 Fetch = Callable[[str], Any]
 
 
-class FleetError(Exception):
-    """Prometheus could not be asked or did not answer: one line for the user."""
-
-
 def check_url(url: str) -> str:
     """The Prometheus base URL without a trailing slash; ValueError when it is not http(s)://HOST."""
     u = urllib.parse.urlsplit(url.strip())
@@ -53,44 +52,6 @@ def check_url(url: str) -> str:
     except ValueError:
         raise ValueError(f"--prometheus {url!r}: bad port") from None
     return url.strip().rstrip("/")
-
-
-def http_fetch(base: str, timeout: float = 10.0) -> Fetch:
-    """A function running one instant query against Prometheus at `base` and returning its result."""
-    def fetch(query: str) -> Any:
-        url = f"{base}/api/v1/query?" + urllib.parse.urlencode({"query": query})
-        try:
-            with urllib.request.urlopen(url, timeout=timeout) as resp:
-                body = resp.read(64 * 1024 * 1024)
-        except urllib.error.HTTPError as e:
-            detail = ""
-            try:
-                detail = json.loads(e.read(65536)).get("error", "")
-            except (ValueError, OSError, AttributeError):
-                pass
-            raise FleetError(f"Prometheus at {base} answered HTTP {e.code}"
-                             + (f": {detail}" if detail else "")) from None
-        except TimeoutError:
-            raise FleetError(f"Prometheus at {base} did not answer within {timeout:g} s") from None
-        except urllib.error.URLError as e:
-            reason = e.reason
-            if isinstance(reason, (TimeoutError, socket.timeout)):
-                raise FleetError(f"Prometheus at {base} did not answer within {timeout:g} s") from None
-            raise FleetError(f"cannot reach Prometheus at {base}: {getattr(reason, 'strerror', None) or reason}") from None
-        except OSError as e:
-            raise FleetError(f"cannot reach Prometheus at {base}: {e.strerror or e}") from None
-        try:
-            doc = json.loads(body)
-        except ValueError:
-            raise FleetError(f"{base} is not a Prometheus API (the answer is not JSON)") from None
-        if not isinstance(doc, dict) or doc.get("status") != "success":
-            err = doc.get("error", "no status") if isinstance(doc, dict) else "not an object"
-            raise FleetError(f"Prometheus query {query!r} failed: {err}")
-        data = doc.get("data") or {}
-        if data.get("resultType") != "vector" or not isinstance(data.get("result"), list):
-            raise FleetError(f"Prometheus query {query!r}: unexpected answer")
-        return data["result"]
-    return fetch
 
 
 @dataclass
@@ -114,9 +75,9 @@ class Host:
 
     @property
     def console(self) -> str:
-        u = urllib.parse.urlsplit("//" + self.instance)
-        host = u.hostname or self.instance
-        return f"ssh -t {host} nodeconsole"
+        """The command opening the host's console; "" when the instance names no usable ssh host."""
+        host = ssh_host(self.instance)
+        return f"ssh -t {shlex.quote(host)} nodeconsole" if host else ""
 
     def value(self, name: str) -> str:
         return self.mig_layout if name == "mig" else str(getattr(self, name))
@@ -131,6 +92,23 @@ class Host:
                 "mig_layout": dict(sorted(self.mig.items())),
                 "sources_down": sorted(self.sources_down),
                 "drift": self.drift, "console": self.console}
+
+
+def ssh_host(instance: str) -> str:
+    """The host part of an `instance` label of any shape (`name:port`, `[v6]:port`, a bare IPv6
+    address, `gpu[01]:9842`, no port); "" when it is empty, holds a space or control character, or would
+    be read by ssh as an option (`-oProxyCommand=…`)."""
+    if instance.startswith("[") and "]" in instance:  # [v6] or [v6]:port
+        host, rest = instance[1:].split("]", 1)
+        if rest and not (rest[0] == ":" and rest[1:].isdigit()):
+            host = instance
+    elif instance.count(":") == 1 and instance.rsplit(":", 1)[1].isdigit():
+        host = instance.rsplit(":", 1)[0]
+    else:
+        host = instance
+    if not host or host.startswith("-") or any(c.isspace() or not c.isprintable() for c in host):
+        return ""
+    return host
 
 
 def _num(s: dict[str, Any]) -> float:
@@ -230,7 +208,7 @@ def fleet_report(fetch: Fetch) -> dict[str, Any]:
 
 
 def render_text(report: dict[str, Any]) -> list[str]:
-    """The report as plain lines (host text is data: no markup)."""
+    """The report as plain lines (host text is data: no markup, control characters shown as escapes)."""
     hosts = report["hosts"]
     if not hosts:
         return ["no host exports nodeconsole metrics to this Prometheus"]
@@ -251,5 +229,5 @@ def render_text(report: dict[str, Any]) -> list[str]:
             lines.append(f"  sources down: {', '.join(h['sources_down'])}")
         for d in h["drift"]:
             lines.append(f"  drift: {d['field']} {d['value']} (majority {d['majority']})")
-        lines.append(f"  console: {h['console']}")
-    return lines
+        lines.append(f"  console: {h['console'] or 'none (the instance names no ssh host)'}")
+    return [visible(line) for line in lines]  # label values are data: a newline in one is shown, not printed

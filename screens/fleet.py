@@ -18,6 +18,7 @@ from textual.binding import Binding
 from textual.containers import VerticalScroll
 from textual.widgets import DataTable, Footer, Static
 
+from nodeconsole.console.hosttext import visible
 from nodeconsole.screens.base import more_text
 from nodeconsole.screens.widgets.hinted_scroll import put_hint
 from nodeconsole.screens.widgets.keyed_table import KeyedTable
@@ -30,9 +31,9 @@ Report = dict[str, Any]
 
 
 def host_rows(report: Report):
-    for h in report["hosts"]:
+    for h in report["hosts"]:  # str cells are shown through the host-text boundary by KeyedTable
         owners = " ".join(f"{k}:{v}" for k, v in h["gpus_by_owner"].items()) or "-"
-        drift = ", ".join(d["field"] for d in h["drift"]) or "-"
+        drift = visible(", ".join(d["field"] for d in h["drift"]) or "-")
         yield h["instance"], (h["instance"], h["hostname"] or "?", owners, str(len(h["unhealthy_gpus"]) or "-"),
                               ", ".join(h["misaligned_vms"]) or "-", ", ".join(h["failing_checks"]) or "-",
                               Text(drift, style="bold yellow" if h["drift"] else ""))
@@ -51,8 +52,8 @@ def host_panel(report: Report, instance: str | None) -> str:
         lines.append(f"drift: {d['field']} {d['value']} (majority {d['majority']})")
     if h["sources_down"]:
         lines.append(f"sources down: {', '.join(h['sources_down'])}")
-    lines.append(f"open its console: {h['console']}")
-    return "\n".join(lines)
+    lines.append(f"open its console: {h['console'] or 'none (the instance names no ssh host)'}")
+    return "\n".join(visible(line) for line in lines)  # a newline in a label is shown, not a new line
 
 
 class FleetApp(App):
@@ -140,6 +141,7 @@ def run_fleet(url: str, interval: float = 15.0, theme: str | None = None, timeou
         resolve(theme)
     except (FleetError, ValueError) as e:
         raise UsageError(str(e).replace("--prometheus", "--fleet")) from None
-    fetch = http_fetch(base, timeout=timeout)
-    FleetApp(lambda: fleet_report(fetch), base, interval=max(interval, 5.0), theme=theme).run()
+    # a new fetch per report: `timeout` is the deadline of each whole report
+    FleetApp(lambda: fleet_report(http_fetch(base, timeout=timeout)), base, interval=max(interval, 5.0),
+             theme=theme).run()
     return 0

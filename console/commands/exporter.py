@@ -55,11 +55,11 @@ def run(args: argparse.Namespace) -> int:
             sampler.take()
             write_to_textfile(args.textfile, registry)  # a temp file renamed over PATH
             return 0
-        from prometheus_client import start_http_server
+        from nodeconsole.console.metrics_http import serve_metrics
 
         assert listen is not None
         try:
-            server, _thread = start_http_server(listen[1], addr=listen[0], registry=registry)
+            server, _thread = serve_metrics(listen[0], listen[1], registry)
         except OSError as e:
             raise UsageError(f"--listen {args.listen}: {e.strerror or e}") from None
         sampler.start()
@@ -72,6 +72,7 @@ def run(args: argparse.Namespace) -> int:
             pass
         sampler.stop()
         server.shutdown()
+        server.server_close()
         return 0
     finally:
         collector.close()

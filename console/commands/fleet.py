@@ -13,7 +13,7 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--prometheus", metavar="URL", required=True,
                    help="Prometheus server scraping the nodeconsole exporters (e.g. http://prom:9090)")
     p.add_argument("--timeout", type=seconds, default=10.0, metavar="S",
-                   help="seconds to wait for each query (default 10)")
+                   help="seconds the whole report may take, every query included (default 10)")
     p.add_argument("--json", action="store_true", help="print the report as JSON")
     p.set_defaults(func=run)
 
@@ -21,7 +21,8 @@ def configure(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     import sys
 
-    from nodeconsole.console.fleet import FleetError, check_url, fleet_report, http_fetch, render_text
+    from nodeconsole.console.fleet import AnswerError, FleetError, check_url, fleet_report, http_fetch, render_text
+    from nodeconsole.console.hosttext import visible
 
     try:
         base = check_url(args.prometheus)
@@ -29,9 +30,9 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(str(e)) from None
     try:
         report = fleet_report(http_fetch(base, timeout=args.timeout))
-    except FleetError as e:
-        print(f"nodeconsole fleet: {e}", file=sys.stderr)
-        return 1
+    except FleetError as e:  # unreachable, too slow: 1; an answer that is not a Prometheus answer: 2
+        print(f"nodeconsole fleet: {visible(e)}", file=sys.stderr)
+        return 2 if isinstance(e, AnswerError) else 1
     if args.json:
         print(json.dumps(report, indent=2))
     else:

@@ -150,9 +150,9 @@ def test_failing_and_slow_source(_shared):
 
 def _scrape(registry) -> tuple[str, float]:
     """One scrape over a real HTTP server on an ephemeral port: the text and how long the request took."""
-    from prometheus_client import start_http_server
+    from nodeconsole.console.metrics_http import serve_metrics
 
-    server, _thread = start_http_server(0, addr="127.0.0.1", registry=registry)
+    server, _thread = serve_metrics("127.0.0.1", 0, registry)
     try:
         t0 = time.monotonic()
         with urllib.request.urlopen(f"http://127.0.0.1:{server.server_port}/metrics", timeout=5) as r:

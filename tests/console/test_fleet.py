@@ -53,10 +53,9 @@ def make_host(d: Path, monkeypatch: pytest.MonkeyPatch, *, driver: str | None = 
 
 @pytest.fixture(scope="module")
 def prometheus(tmp_path_factory):
-    from prometheus_client import start_http_server
-
     from nodeconsole.console.collector import Collector
     from nodeconsole.console.exporter import Sampler, registry_for
+    from nodeconsole.console.metrics_http import serve_metrics
     from nodeconsole.console.seams import demo_host
 
     binary = prometheus_binary()
@@ -75,7 +74,7 @@ def prometheus(tmp_path_factory):
             collectors.append(collector)
             sampler = Sampler(collector, interval=3600)
             sampler.take()
-            server, _t = start_http_server(0, addr="127.0.0.1", registry=registry_for(lambda s=sampler: s.latest))
+            server, _t = serve_metrics("127.0.0.1", 0, registry_for(lambda s=sampler: s.latest))
             servers.append(server)
             instances[name] = f"127.0.0.1:{server.server_port}"
         config = base / "prometheus.yml"

@@ -53,3 +53,41 @@ async def test_fleet_rows_drift_and_the_console_command():
         assert await wait_until(pilot, lambda: app.error != "")
         assert "Prometheus did not answer" in str(app.query_one("#fleet-summary", Static).content)
         assert table.row_count == 3
+
+
+async def test_hostile_labels_are_shown_as_data_and_a_malformed_answer_as_the_reason():
+    """Instances with brackets, a newline and an ssh option, through the real report builder: the rows
+    and the panel show them as visible text, the ssh line is quoted or withheld; a malformed answer
+    after that keeps the rows and shows the reason (no crash)."""
+    from nodeconsole.console.fleet import AnswerError, fleet_report
+
+    instances = ["-oproxycommand=touch pwned;x:9842", "evil\nnode:9842", "gpu[01]:9842"]
+    info = [{"metric": {"instance": i, "hostname": "h\x1b]0;t\x07"}, "value": [0, "1"]} for i in instances]
+    calls = {"n": 0}
+
+    def report():
+        calls["n"] += 1
+        if calls["n"] > 1:
+            raise AnswerError("the answer to 'nodeconsole_host_info', series 0: no label set (metric)")
+        return fleet_report(lambda q: info if q == "nodeconsole_host_info" else [])
+
+    app = FleetApp(report, "http://prom:9090", interval=3600)
+    async with app.run_test(size=(140, 30)) as pilot:
+        assert await wait_until(pilot, lambda: app.reads == 1)
+        table = app.query_one("#fleet-hosts", KeyedTable)
+        cells = [table.get_row_at(i)[0].plain for i in range(table.row_count)]
+        assert "evil\\x0anode:9842" in cells and "gpu[01]:9842" in cells
+        assert table.get_row_at(0)[1].plain == "h\\x1b]0;t\\x07"
+        panels = []
+        for _ in instances:
+            panels.append(str(app.query_one("#fleet-panel", Static).content))
+            await pilot.press("down")
+            await pilot.pause(0.1)
+        text = "\n".join(panels)
+        assert "open its console: ssh -t 'gpu[01]' nodeconsole" in text
+        assert "\x1b" not in text and "evil\\x0anode:9842 (h\\x1b]0;t\\x07)" in text
+        assert text.count("open its console: none") == 2 and "ssh -t -o" not in text
+        await pilot.press("r")
+        assert await wait_until(pilot, lambda: app.error != "")
+        assert "no label set" in str(app.query_one("#fleet-summary", Static).content)
+        assert table.row_count == 3
