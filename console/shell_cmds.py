@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from nodeconsole.console.shell_lex import REDIRECTS, Op, ShellSyntaxError, Word, tokens
+from nodeconsole.console.shell_lex import REDIRECTS, Op, ShellSyntaxError, Word, iter_tokens
 
 _OPENERS = {"if": "fi", "while": "done", "until": "done", "for": "done", "select": "done", "case": "esac",
             "{": "}", "[[": "]]"}
@@ -145,6 +145,8 @@ class _Parser:
             self.end_command()
             self.linked = True
         else:  # ; & newline ;; ;& ;;&
+            if t in (";;", ";&", ";;&") and (top is None or top.kind != "esac"):
+                raise ShellSyntaxError(f"unexpected {t!r} outside a case")
             self.end_command()
             if t == "&":
                 for c in self.andor:
@@ -161,7 +163,7 @@ def parse(text: str) -> tuple[list[Command], list[Word]]:
     command is left open at the end."""
     p = _Parser()
     words = []
-    for t in tokens(text):
+    for t in iter_tokens(text):
         if isinstance(t, Word):
             words.append(t)
             p.word(t)

@@ -14,14 +14,16 @@ one forward scan each.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 _PLAIN = re.compile(r"[^ \t\n\"'\\$`;&|()<>]+")
 _DQ_PLAIN = re.compile(r'[^"\\$`]+')
 _DQ_ESCAPES = re.compile(r"(?:\\[\s\S])+")
 _DQ_UNESCAPE = re.compile(r'\\(\n)|\\([$`"\\])')  # `\` newline: nothing; `\$`: `$`; other `\x` stay
+_DQ_ESCAPABLE = frozenset('$`"\\\n')
 _ESCAPES = re.compile(r"(?:\\[^\n])+")
-_UNESCAPE = re.compile(r"\\([\s\S])")
+_SQ_RUN = re.compile(r"(?:'[^']*')+")
 _BLANKS = re.compile(r"[ \t]+")
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _DIGITS = re.compile(r"[0-9]+")
@@ -246,8 +248,11 @@ def _dquote(text: str, i: int, parts: list[Part]) -> int:
             i = m.end()
             continue
         m = _DQ_ESCAPES.match(text, i)
-        if m:
-            _add_lit(parts, _DQ_UNESCAPE.sub(r"\2", m.group()), True)
+        if m:  # a run of `\x` pairs: when every x is one a backslash escapes, the x's (C speed)
+            run = m.group()
+            plain = run[1::2]
+            escapable = _DQ_ESCAPABLE.issuperset(plain)
+            _add_lit(parts, plain.replace("\n", "") if escapable else _DQ_UNESCAPE.sub(r"\2", run), True)
             i = m.end()
             continue
         c = text[i]
@@ -275,17 +280,17 @@ def _word(text: str, i: int, line: int) -> tuple[Word, int]:
             continue
         c = text[i]
         if c == "'":
-            j = text.find("'", i + 1)
-            if j < 0:
+            q = _SQ_RUN.match(text, i)
+            if q is None:
                 raise ShellSyntaxError(f"line {line}: unterminated single quote")
-            _add_lit(parts, text[i + 1:j], True)
-            i = j + 1
+            _add_lit(parts, q.group().replace("'", ""), True)  # 'a''b': the quotes out, nothing else
+            i = q.end()
         elif c == '"':
             i = _dquote(text, i + 1, parts)
         elif c == "\\":
             e = _ESCAPES.match(text, i)
             if e:
-                _add_lit(parts, _UNESCAPE.sub(r"\1", e.group()), True)
+                _add_lit(parts, e.group()[1::2], True)  # `\x` pairs: the x's
                 i = e.end()
             elif i + 1 >= n:
                 _add_lit(parts, "\\", False)
@@ -308,7 +313,11 @@ def _word(text: str, i: int, line: int) -> tuple[Word, int]:
 def tokens(text: str) -> list[Token]:
     """The words and operators of `text` (comments dropped). ShellSyntaxError for what cannot be
     followed: unterminated quotes or substitutions, here-documents."""
-    out: list[Token] = []
+    return list(iter_tokens(text))
+
+
+def iter_tokens(text: str) -> Iterator[Token]:
+    """tokens(), one at a time (a parser stops at the first error without lexing the rest)."""
     i, n, line = 0, len(text), 1
     at_start = True  # a `#` here starts a comment
     while i < n:
@@ -328,7 +337,7 @@ def tokens(text: str) -> list[Token]:
         if op is not None:
             if op in ("<<", "<<-"):
                 raise ShellSyntaxError(f"line {line}: a here-document")
-            out.append(Op(op, i, line))
+            yield Op(op, i, line)
             i += len(op)
             line += op == "\n"
             at_start = True
@@ -339,6 +348,5 @@ def tokens(text: str) -> list[Token]:
             continue
         word, end = _word(text, i, line)
         line += text.count("\n", i, end)
-        out.append(word)
+        yield word
         i, at_start = end, False
-    return out
