@@ -5,7 +5,9 @@ the audit record holds them and undo restores each file byte for byte (and runs 
 
 - `boot_cmdline` {"loader", "paths", "add", "remove", "regenerate", "cfg"}: the words the detected boot
   loader (console/doctor/bootloader.py) puts on the kernel command line get `add` and lose `remove`:
-  GRUB's GRUB_CMDLINE_LINUX_DEFAULT in /etc/default/grub then `update-grub`/`grub2-mkconfig -o CFG`,
+  GRUB's GRUB_CMDLINE_LINUX + GRUB_CMDLINE_LINUX_DEFAULT, where /etc/default/grub and its grub.d snippets
+  (`paths`, all of them, in the order they are sourced) last set each, through a shell-aware edit
+  (console/grub_config.py: refused when it cannot be made safely) then `update-grub`/`grub2-mkconfig -o CFG`,
   Proxmox's /etc/kernel/cmdline then `proxmox-boot-tool refresh`, systemd-boot's `options` lines of the
   running kernel's entries, or grubby's `--args`/`--remove-args` (the edit is the command). Its inverse
   has `restore` (the files' old bytes) instead of add/remove (for grubby also `undo_args`, the opposite
@@ -29,7 +31,9 @@ from nodeconsole.actions.host_steps import make_parents, missing_dirs, remove_di
 from nodeconsole.actions.plan import Op, Step, StepError, step_kind
 from nodeconsole.actions.runner import ActionHost
 from nodeconsole.console.doctor import bootloader as bl
+from nodeconsole.console.grub_config import GrubCmdline, edit_cmdline, grub_files
 from nodeconsole.console.root import Root
+from nodeconsole.console.shell_assign import ShellEditError, Source
 
 LOADERS = ("grub", "proxmox", "systemd-boot", "grubby")
 GRUB_CFGS = ("boot/grub/grub.cfg", "boot/grub2/grub.cfg")
@@ -192,9 +196,8 @@ def config_file_step(host: ActionHost, op: Op) -> Step | None:
 # -- boot_cmdline ---------------------------------------------------------------------------------------
 
 def loader_words(kind: str, text: str) -> list[str]:
-    """The command-line words one file of the boot loader's configuration holds."""
-    if kind == "grub":
-        return (bl.grub_value(text) or "").split()
+    """The command-line words one file of the boot loader's configuration holds (not GRUB: its words
+    come from several files, grub_config.GrubCmdline)."""
     if kind in ("systemd-boot", "grubby"):
         return (bl.entry_options(text) or "").split()
     return text.split()
@@ -206,8 +209,6 @@ def edited(kind: str, text: str, add: list[str], remove: list[str]) -> str:
     words = bl.edit_words(loader_words(kind, text), add, remove)
     if words == loader_words(kind, text):
         return text
-    if kind == "grub":
-        return bl.set_grub_value(text, " ".join(words))
     if kind in ("systemd-boot", "grubby"):
         return bl.set_entry_options(text, " ".join(words))
     end = text[len(text.rstrip("\r\n")):] or "\n"
@@ -234,7 +235,7 @@ def _loader(op: Op, paths: list[str], regenerate: list[str]) -> bl.BootLoader:
     kind = op.get("loader")
     if kind not in LOADERS:
         raise StepError(f"unknown boot loader {kind!r}")
-    if kind in ("grub", "proxmox") and len(paths) != 1:
+    if kind == "proxmox" and len(paths) != 1:
         raise StepError(f"malformed boot_cmdline operation: {kind} edits one file")
     config = None if kind == "grubby" else paths[0]
     return bl.BootLoader(kind, config, tuple(regenerate), entries=tuple(paths) if kind == "systemd-boot" else ())
@@ -250,7 +251,8 @@ def _grubby_argv(add: list[str], remove: list[str]) -> list[list[str]]:
 
 
 def _word_list(value: object) -> list[str]:
-    if not isinstance(value, list) or not all(isinstance(w, str) and w and w.split() == [w] for w in value):
+    if not isinstance(value, list) or not all(
+            isinstance(w, str) and w and w.split() == [w] and w.isascii() and w.isprintable() for w in value):
         raise StepError(f"malformed command-line words {value!r}")
     return list(value)
 
@@ -273,8 +275,11 @@ def boot_cmdline_step(host: ActionHost, op: Op) -> Step | None:
         if data is None:
             raise StepError(f"/{rel} is gone: plan again")
         old[rel] = data
-    texts = {rel: data.decode("utf-8", "replace") for rel, data in old.items()}
-    new = {rel: edited(loader.kind, text, add, remove) for rel, text in texts.items()}
+    texts = {rel: data.decode("latin-1") for rel, data in old.items()}  # one character per byte: exact
+    if loader.kind == "grub":
+        new = _grub_edit(root, paths, old, add, remove)
+    else:
+        new = {rel: edited(loader.kind, text, add, remove) for rel, text in texts.items()}
     if all(new[rel] == texts[rel] for rel in paths):
         return None
     keep = paths + [p for p in _grubby_extra(root) if loader.kind == "grubby" and p not in paths]
@@ -290,14 +295,14 @@ def boot_cmdline_step(host: ActionHost, op: Op) -> Step | None:
                 run_program(host, argv)
             return
         for rel in paths:
-            write_exact(root, rel, new[rel].encode("utf-8"))
+            if new[rel] != texts[rel]:
+                write_exact(root, rel, new[rel].encode("latin-1"))
         if regenerate:
             run_program(host, regenerate)
 
     def verify() -> str | None:
-        for rel in paths:
-            words = loader_words(loader.kind, (root.read_bytes(rel) or b"").decode("utf-8", "replace"))
-            if not _words_ok(words, add, remove):
+        for rel, words in _now_words(root, loader.kind, paths):
+            if words is None or not _words_ok(words, add, remove):
                 return f"/{rel} does not give the kernel {' '.join(add + ['-' + r for r in remove])}"
         if loader.kind == "grub" and cfg and not any(_words_ok(w, add, remove) for w in _grub_cfg_words(root, cfg)):
             return f"/{cfg} has no boot entry with the new command line ({' '.join(regenerate)} did not update it)"
@@ -309,6 +314,29 @@ def boot_cmdline_step(host: ActionHost, op: Op) -> Step | None:
                 inverse, apply, verify)
     step.needs_reboot = True
     return step
+
+
+def _grub_edit(root: Root, paths: list[str], old: dict[str, bytes], add: list[str],
+               remove: list[str]) -> dict[str, str]:
+    """GRUB's files after the edit (console/grub_config.py), as Latin-1 text; StepError when the files are
+    not the ones planned or the edit cannot be made safely."""
+    now = grub_files(root)
+    if paths != now:
+        raise StepError(f"GRUB's configuration files changed since the plan ({', '.join('/' + p for p in now)}): "
+                        "plan again")
+    try:
+        data = edit_cmdline([Source(f"/{rel}", old[rel]) for rel in paths], add, remove)
+    except ShellEditError as e:
+        raise StepError(f"{e}: set the kernel command line by hand") from None
+    return {rel: d.decode("latin-1") for rel, d in zip(paths, data)}
+
+
+def _now_words(root: Root, kind: str, paths: list[str]) -> list[tuple[str, list[str] | None]]:
+    """(file, the command-line words it gives now) for the verification: GRUB's files give one list."""
+    if kind == "grub":
+        sources = [Source(f"/{rel}", root.read_bytes(rel) or b"") for rel in paths]
+        return [(paths[0], GrubCmdline.read(sources).words)]
+    return [(rel, loader_words(kind, (root.read_bytes(rel) or b"").decode("latin-1"))) for rel in paths]
 
 
 def _opposite(kind: str, old: dict[str, str], new: dict[str, str]) -> dict[str, list[str]]:

@@ -25,8 +25,10 @@ from nodeconsole.console.doctor import bootloader as bl
 from nodeconsole.console.doctor import facts
 from nodeconsole.console.doctor.model import CHECK_IDS, ROLES
 from nodeconsole.console.doctor.run import ROLE_ONLY
+from nodeconsole.console.grub_config import edit_cmdline, grub_files, grub_sources
 from nodeconsole.console.model import HostSnapshot
 from nodeconsole.console.root import Root
+from nodeconsole.console.shell_assign import ShellEditError
 
 ACTION = "doctor fix"
 IOMMU_OFF_WORDS = ("intel_iommu=off", "amd_iommu=off", "iommu=off")
@@ -187,6 +189,13 @@ def _cmdline_op(ctx: _Ctx, parts: _Parts, plan: Plan) -> None:
     """Refuse the command-line part when the boot loader is unknown (set it by hand) or its tool is not
     installed."""
     what = " ".join([f"add {w}" for w in parts.add] + [f"remove {w}" for w in parts.remove])
+    if ctx.loader.kind == "grub":
+        why = _grub_unsafe(ctx, parts)
+        if why:
+            plan.checks.append(Check("the GRUB configuration can be edited safely", False, why,
+                                     f"set it by hand: {what} on the kernel command line, then update-grub "
+                                     f"and reboot"))
+            return
     if ctx.loader.known:
         tool = "grubby" if ctx.loader.kind == "grubby" else (ctx.loader.regenerate or ("",))[0]
         if tool and not ctx.host.commands.which(tool):
@@ -202,6 +211,18 @@ def _cmdline_op(ctx: _Ctx, parts: _Parts, plan: Plan) -> None:
                              f"set it by hand: {what} on the kernel command line of the boot loader, then reboot"))
 
 
+def _grub_unsafe(ctx: _Ctx, parts: _Parts) -> str:
+    """Why GRUB's files cannot take the edit safely ("" when they can)."""
+    sources = grub_sources(ctx.root)
+    if sources is None:
+        return f"/{bl.GRUB_DEFAULT} cannot be read"
+    try:
+        edit_cmdline(sources, parts.add, parts.remove)
+    except ShellEditError as e:
+        return str(e)
+    return ""
+
+
 def _boot_cmdline(ctx: _Ctx, parts: _Parts) -> Op:
     loader = ctx.loader
     if loader.kind == "grubby":
@@ -209,6 +230,8 @@ def _boot_cmdline(ctx: _Ctx, parts: _Parts) -> Op:
         paths = [f"{entry_dir}/{n}" for n in ctx.root.listdir(entry_dir) if n.endswith(".conf")]
     elif loader.kind == "systemd-boot":
         paths = list(loader.entries)
+    elif loader.kind == "grub":
+        paths = grub_files(ctx.root)
     else:
         paths = [loader.config or ""]
     cfg = next((f.lstrip("/") for f in loader.found if f.lstrip("/") in GRUB_CFGS), None)

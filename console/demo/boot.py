@@ -28,7 +28,7 @@ from nodeconsole.console.demo.spec import (
     walk,
 )
 from nodeconsole.console.doctor import facts
-from nodeconsole.console.doctor.bootloader import GRUB_DEFAULT, GRUB_VAR, grub_value
+from nodeconsole.console.doctor.bootloader import grub_cmdline
 from nodeconsole.console.pciaddr import parse_pci_address
 from nodeconsole.console.root import Root
 
@@ -98,9 +98,8 @@ def _conf_files(root: Root, d: str) -> list[str]:
 
 
 def read_boot_config(root: Root, nvml_state: dict | None = None) -> BootConfig:
-    grub = root.read(GRUB_DEFAULT) or ""
-    words = tuple(" ".join(x for x in (grub_value(grub, "GRUB_CMDLINE_LINUX"), grub_value(grub, GRUB_VAR)) if x)
-                  .split())
+    grub = grub_cmdline(root)  # as the shell sees /etc/default/grub and grub.d (none known: none)
+    words = tuple((grub.words if grub else None) or ())
     modules: list[str] = []
     for path in _conf_files(root, facts.MODULES_LOAD_D) + [facts.INITRAMFS_MODULES]:
         for w in _lines(root.read(path), "#;"):

@@ -103,12 +103,14 @@ class DemoCommands:
         return self._grub_mkconfig(args, "grub2-mkconfig")
 
     def _mkconfig(self, name: str, out: str) -> tuple[int, str]:
-        text = self.root.read(bl.GRUB_DEFAULT)
-        if text is None:
+        grub = bl.grub_cmdline(self.root)
+        if grub is None:
             return 1, f"{name}: /{bl.GRUB_DEFAULT} is missing"
+        if grub.linux is None or grub.default is None:
+            return 1, f"{name}: {grub.why}"
         prefix, _ = split_cmdline(self.root.read(facts.CMDLINE) or "")
         release = self._release()
-        cfg = grub_cfg(prefix, bl.grub_value(text, "GRUB_CMDLINE_LINUX") or "", bl.grub_value(text) or "", release)
+        cfg = grub_cfg(prefix, " ".join(grub.linux), " ".join(grub.default), release)
         if not _write(self.root, out, cfg):
             return 1, f"{name}: /{out} leads out of the demo root"
         return 0, (f"Sourcing file `/{bl.GRUB_DEFAULT}'\nGenerating grub configuration file ...\n"

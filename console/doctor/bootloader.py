@@ -5,7 +5,8 @@ files below the root, never guessed. Read-only (the fix plans in actions/ do the
   then `proxmox-boot-tool refresh`;
 - RHEL-style BLS + grubby: grubby installed and /boot/loader/entries present: `grubby --update-kernel=ALL
   --args=… / --remove-args=…` (the edit is the command);
-- GRUB: /etc/default/grub (GRUB_CMDLINE_LINUX_DEFAULT) + a generated grub.cfg, then `update-grub` where it
+- GRUB: /etc/default/grub and its grub.d snippets (GRUB_CMDLINE_LINUX + GRUB_CMDLINE_LINUX_DEFAULT as
+  the shell sees them, console/grub_config.py) + a generated grub.cfg, then `update-grub` where it
   exists, else `grub2-mkconfig -o /boot/grub2/grub.cfg` / `grub-mkconfig -o /boot/grub/grub.cfg`;
 - plain systemd-boot: the `options` line of /boot/loader/entries/*.conf (or /efi/…) entries of the
   running kernel.
@@ -13,11 +14,15 @@ Anything else is "unknown": the fix says to set the flags by hand.
 """
 from __future__ import annotations
 
-import re
 import shlex
 from dataclasses import dataclass
 
+from nodeconsole.console.grub_config import GrubCmdline, edit_words, flag_name, grub_sources
 from nodeconsole.console.root import Root
+from nodeconsole.console.shell_assign import Source, source_all
+from nodeconsole.console.shell_assign import edit as shell_edit
+
+__all__ = ["BootLoader", "detect", "edit_words", "flag_name", "grub_cmdline", "loader_cmdline"]
 
 GRUB_DEFAULT = "etc/default/grub"
 GRUB_VAR = "GRUB_CMDLINE_LINUX_DEFAULT"
@@ -110,36 +115,26 @@ def detect(root: Root) -> BootLoader:
 
 # -- pure text helpers (shared by the checks and the fix plans) -------------------------------------
 
-_ASSIGN = re.compile(r'^(\s*)(export\s+)?([A-Za-z_][A-Za-z0-9_]*)=(.*)$')
-
-
 def grub_value(text: str, var: str = GRUB_VAR) -> str | None:
-    """The value of `var` in /etc/default/grub (a shell fragment: the last assignment wins), unquoted;
-    None when it is not assigned."""
-    value = None
-    for line in text.splitlines():
-        m = _ASSIGN.match(line)
-        if m and m.group(3) == var:
-            try:
-                words = shlex.split(m.group(4), comments=True)
-            except ValueError:
-                words = [m.group(4).strip().strip('"\'')]
-            value = " ".join(words)
-    return value
+    """The value of `var` after sourcing `text` alone (console/shell_assign.py), None when it cannot be
+    known. The host's command line comes from grub_cmdline (grub.d snippets included)."""
+    data = text.encode("utf-8", "surrogateescape")
+    value = source_all([Source(f"/{GRUB_DEFAULT}", data)]).value(var)
+    return None if value is None else value.encode("latin-1").decode("utf-8", "replace")
 
 
 def set_grub_value(text: str, value: str, var: str = GRUB_VAR) -> str:
-    """`text` with the last assignment of `var` set to `value` (double-quoted); appended when there is
-    none. Every other byte of the file is kept."""
-    lines = text.splitlines(keepends=True)
-    for i in range(len(lines) - 1, -1, -1):
-        m = _ASSIGN.match(lines[i].rstrip("\r\n"))
-        if m and m.group(3) == var:
-            end = lines[i][len(lines[i].rstrip("\r\n")):]
-            lines[i] = f'{m.group(1)}{m.group(2) or ""}{var}="{value}"{end or chr(10)}'
-            return "".join(lines)
-    sep = "" if not text or text.endswith("\n") else "\n"
-    return f'{text}{sep}{var}="{value}"\n'
+    """`text` with the assignment of `var` that counts given `value` (ShellEditError when unsafe)."""
+    data = text.encode("utf-8", "surrogateescape")
+    new = shell_edit([Source(f"/{GRUB_DEFAULT}", data)], {var: value.encode("utf-8").decode("latin-1")})[0]
+    return new.decode("utf-8", "surrogateescape")
+
+
+def grub_cmdline(root: Root) -> GrubCmdline | None:
+    """GRUB_CMDLINE_LINUX and GRUB_CMDLINE_LINUX_DEFAULT after sourcing /etc/default/grub and its grub.d
+    snippets (None when /etc/default/grub is absent)."""
+    sources = grub_sources(root)
+    return None if sources is None else GrubCmdline.read(sources)
 
 
 def entry_options(text: str) -> str | None:
@@ -164,35 +159,18 @@ def set_entry_options(text: str, value: str) -> str:
     return f"{text}{sep}options {value}\n"
 
 
-def flag_name(word: str) -> str:
-    """A command-line word's name: `intel_iommu=on` → `intel_iommu`, `iommu=pt` → `iommu`."""
-    return word.split("=", 1)[0]
-
-
-def edit_words(words: list[str], add: list[str], remove: list[str]) -> list[str]:
-    """Command-line words with `add` set (a word replaces any word of the same name) and `remove`
-    dropped (a bare name in `remove` drops every word of that name)."""
-    out = list(words)
-    for r in remove:
-        out = [w for w in out if w != r and not ("=" not in r and flag_name(w) == r)]
-    for a in add:
-        name = flag_name(a)
-        out = [w for w in out if flag_name(w) != name or ("=" not in a and w == a)]
-        if a not in out:
-            out.append(a)
-    return out
-
-
 def loader_cmdline(root: Root, loader: BootLoader) -> str | None:
     """The command-line words the boot loader's config adds (what the next boot gets, beyond the
     kernel image and root words), None when that cannot be read (grubby/unknown)."""
     if loader.config is None:
         return None
+    if loader.kind == "grub":
+        grub = grub_cmdline(root)
+        words = None if grub is None else grub.words
+        return None if words is None else " ".join(words)
     text = root.read(loader.config)
     if text is None:
         return None
-    if loader.kind == "grub":
-        return grub_value(text) or ""
     if loader.kind == "systemd-boot":
         return entry_options(text) or ""
     return " ".join(text.split())

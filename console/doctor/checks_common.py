@@ -204,7 +204,12 @@ class Context:
         """A kernel command-line change through the boot loader this host uses (detected), or by hand
         when none is recognised. Already in the boot loader's configuration: only a reboot is left."""
         nxt = self.next_cmdline
-        if nxt is not None and all(a in nxt for a in add) and not any(
+        conflicts = [w for w in nxt or [] for a in add if "=" in a and w != a
+                     and bootloader.flag_name(w) == bootloader.flag_name(a)]
+        if conflicts:  # a flag there with another value is replaced, never "already there"
+            summary += (f" (the boot loader's configuration has {' '.join(dict.fromkeys(conflicts))}: "
+                        "the fix replaces it)")
+        elif nxt is not None and all(a in nxt for a in add) and not any(
                 w == r or bootloader.flag_name(w) == r for r in remove for w in nxt):
             return Fix(f"reboot: {' '.join(add + ['-' + r for r in remove])} is already in the boot "
                        f"loader's configuration ({self.loader.describe()})", (), True, False)
