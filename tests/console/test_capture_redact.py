@@ -244,7 +244,8 @@ NAMES = st.sampled_from(STRUCTURAL) | st.from_regex(r"[a-z][a-z0-9]{1,5}(?:[.-][
 DEMO_VMS = ["train-a", "train-b", "db-1"]
 
 
-@settings(max_examples=6, deadline=None, phases=[Phase.explicit, Phase.reuse, Phase.generate],  # no shrinking: an example takes seconds
+# No shrinking: an example takes seconds (the failing example is reported as generated).
+@settings(max_examples=6, deadline=None, phases=[Phase.explicit, Phase.reuse, Phase.generate],
            suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(host=NAMES, vms=st.lists(NAMES, min_size=3, max_size=3, unique=True))
 def test_property_no_name_is_left_and_the_replay_is_the_same_but_for_pseudonyms(demo_host, host, vms):
