@@ -155,7 +155,9 @@ def take_capture(seams: Seams, *, changes: Sequence[Mapping[str, Any]] = (), aud
     entries[MANIFEST] = Entry(FILE, _json(manifest))
     if redact:
         progress("redacting names, UUIDs, MAC addresses and who made the changes")
-        entries = _redacted(entries, hostnames + [manifest["hostname"]], vm_names)
+        from nodeconsole.console.capture.redact_members import redact_entries
+
+        entries = redact_entries(entries, hostnames, vm_names, primary=str(manifest["hostname"]))
         manifest = json.loads(entries[MANIFEST].data)
     progress("writing the archive")
     return Capture(archive_bytes(entries), manifest, len(entries))
@@ -273,28 +275,3 @@ def _libvirt(uri: str, entries: dict[str, Entry], sources: dict[str, Any],
     sources["libvirt"] = {"status": "ok", "domains": len(dump.domains)}
     return [d.name for d in dump.domains], dump.hostname
 
-
-def _redacted(entries: dict[str, Entry], hostnames: list[str], vm_names: list[str]) -> dict[str, Entry]:
-    from nodeconsole.console.capture.redact import Redactor, redact_audit
-
-    serials: list[str] = []
-    nvml = entries.get(NVML_STATE)
-    if nvml is not None:
-        serials = [str(g["serial"]) for g in json.loads(nvml.data).get("gpus", []) if g.get("serial")]
-    red = Redactor(hostnames, vm_names, serials)
-    audit = entries.get(AUDIT)
-    if audit is not None and audit.kind == FILE:
-        entries = {**entries, AUDIT: Entry(FILE, redact_audit(audit.data))}
-    out: dict[str, Entry] = {}
-    for path, entry in entries.items():
-        new = red.text(path)
-        if entry.kind == FILE:
-            out[new] = Entry(FILE, red.data(entry.data))
-        elif entry.kind == LINK:
-            out[new] = Entry(LINK, target=red.text(entry.target))
-        else:
-            out[new] = entry
-    manifest = json.loads(out[MANIFEST].data)
-    manifest["redacted"] = True
-    out[MANIFEST] = Entry(FILE, _json(manifest))
-    return out
