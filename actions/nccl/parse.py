@@ -354,10 +354,12 @@ def size_arg(text: str | int) -> int:
         if text < 0:
             raise ValueError(f"size must not be negative: {text}")
         return text
-    m = re.fullmatch(r"([0-9]{1,20})\s*([KkMmGg]?)", text.strip())  # ASCII digits only
+    m = re.fullmatch(r"([0-9]+)\s*([KkMmGg]?)", text.strip())  # ASCII digits only
     if not m:
         raise ValueError(f"{text!r} is not a size (a number with an optional K, M or G suffix)")
-    size = int(m.group(1)) * {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30}[m.group(2).lower()]
+    digits = m.group(1).lstrip("0") or "0"
+    scale = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30}[m.group(2).lower()]
+    size = int(digits) * scale if len(digits) <= 20 else MAX_SIZE + 1  # int() of a long run is slow, then refused
     if size > MAX_SIZE:
         raise ValueError(f"{text.strip()} is out of range (at most {MAX_SIZE >> 30}G)")
     return size
