@@ -2,7 +2,9 @@
 
 Tolerant by design: unknown lines are ignored, `N/A` cells become None, rows without left padding or
 with wider columns (newer nccl-tests) read the same, and output cut off at any point gives what was read
-so far. `Parser.feed(line)` reads one line at a time so a running test can report progress.
+so far. Linear: no pattern has two unbounded repeats that can take the same characters, and numbers are
+read from bounded runs of digits, so a line of any length and padding costs time in proportion to it.
+`Parser.feed(line)` reads one line at a time so a running test can report progress.
 """
 from __future__ import annotations
 
@@ -19,25 +21,26 @@ _MPI_TAG = re.compile(r"^\[\d+,\d+\]<(?:stdout|stderr)>:\s?")
 _DEBUG = re.compile(r"^(?P<host>\S+?):(?P<pid>\d+):(?P<tid>\d+) \[(?P<dev>\d+)\] NCCL (?P<level>[A-Z]+)\s?"
                     r"(?P<msg>.*)$")
 _VERSION = re.compile(r"\bNCCL version (\d+\.\d+\.\d+)(\S*)")
-_TESTS_VERSION = re.compile(r"nccl-tests version (\S+)(?:.*?nccl-library=(\d+))?")
-_NETWORK = re.compile(r"\bUsing network (\S.*?)\s*$")
-_NVLS = re.compile(r"(\d+) nvls channels")
+_TESTS_VERSION = re.compile(r"nccl-tests version (\S+)")
+_LIBRARY = re.compile(r"nccl-library=(\d{1,9})\b")
+_NETWORK = re.compile(r"\bUsing network (\S.*)")  # stripped
+_NVLS = re.compile(r"(?<!\d)(\d{1,9}) nvls channels")
 # "Channel 00/0 : 1[1] -> 0[0] via P2P/direct pointer/read"; old releases say "Ring 00 : 0[1a000] -> ..."
 # and network lines add "[send]" / "[receive]" before "via".
-_CHANNEL = re.compile(r"\b(?:Channel|Ring|Tree)\s+(\d+)(?:/\d+)?\s*:\s*(\d+)\[[0-9a-fA-Fx]+\]\s*->\s*"
-                      r"(\d+)\[[0-9a-fA-Fx]+\](?:\s*\[(\w+)\])?\s+via\s+(\S.*?)\s*$")
-_DEVICE = re.compile(r"^#\s*Rank\s+(\d+)\s+(?:Group\s+(\d+)\s+)?Pid\s+(\d+)\s+on\s+(\S+)\s+device\s+(\d+)\s+"
-                     r"\[([^\]]*)\]\s*(.*?)\s*$")
-_OOB = re.compile(r"^#\s*Out of bounds values\s*:\s*(\d+)\s+(\w+)")
+_CHANNEL = re.compile(r"\b(?:Channel|Ring|Tree)\s+(\d{1,9})(?:/\d+)?\s*:\s*(\d{1,9})\[[0-9a-fA-Fx]+\]\s*->\s*"
+                      r"(\d{1,9})\[[0-9a-fA-Fx]+\](?:\s*\[(\w+)\])?\s+via\s+(\S.*)")  # detail stripped
+_DEVICE = re.compile(r"^#\s*Rank\s+(\d{1,9})\s+(?:Group\s+(\d{1,9})\s+)?Pid\s+(\d{1,10})\s+on\s+(\S+)\s+device\s+"
+                     r"(\d{1,9})\s+\[([^\]]*)\]\s*(.*)")  # the name stripped
+_OOB = re.compile(r"^#\s*Out of bounds values\s*:\s*(\d{1,20})\s+(\w+)")
 _AVG = re.compile(r"^#\s*Avg bus bandwidth\s*:\s*(\S+)")
 _WORD = re.compile(r"^[A-Za-z][A-Za-z0-9_]*$")
-_HEADER_KEYS = {
-    "nthread": re.compile(r"\bnThread\s+(\d+)"), "ngpus": re.compile(r"\bnGpus\s+(\d+)"),
-    "min_bytes": re.compile(r"\bminBytes\s+(\d+)"), "max_bytes": re.compile(r"\bmaxBytes\s+(\d+)"),
-    "warmup_iters": re.compile(r"\bwarmup iters:\s*(\d+)"), "iters": re.compile(r"(?<!warmup )\biters:\s*(\d+)"),
-    "validation": re.compile(r"\bvalidation:\s*(\d+)"),
-}
-_STEP = re.compile(r"\bstep:\s*(\d+)\((factor|bytes)\)")
+_COUNT = re.compile(r"[0-9]{1,20}\Z")  # a size or a count (ASCII digits)
+# key -> (the literal each match starts with, the pattern)
+_HEADER_KEYS = {key: (lit, re.compile(rf"{before}\b{lit}{gap}(\d{{1,20}})\b")) for key, lit, gap, before in (
+    ("nthread", "nThread", r"\s+", ""), ("ngpus", "nGpus", r"\s+", ""), ("min_bytes", "minBytes", r"\s+", ""),
+    ("max_bytes", "maxBytes", r"\s+", ""), ("warmup_iters", "warmup iters:", r"\s*", ""),
+    ("iters", "iters:", r"\s*", "(?<!warmup )"), ("validation", "validation:", r"\s*", ""))}
+_STEP = re.compile(r"\bstep:\s*(\d{1,20})\((factor|bytes)\)")
 _MAX_ERRORS = 50
 
 
@@ -166,6 +169,31 @@ class ParsedOutput:
         return {d.rank: d.host for d in self.devices}
 
 
+def _search(rx: re.Pattern[str], s: str, *literals: str) -> re.Match[str] | None:
+    """rx.search(s) for a pattern whose matches start with one of `literals`: tried only where one occurs
+    (str.find scans fast; re's own search steps through every character of a long line)."""
+    found: re.Match[str] | None = None
+    for lit in literals:
+        j = s.find(lit)
+        while j >= 0 and (found is None or j < found.start()):
+            if m := rx.match(s, j):
+                found = m
+                break
+            j = s.find(lit, j + 1)
+    return found
+
+
+def _nvls(s: str) -> re.Match[str] | None:
+    """_NVLS.search(s), tried only before each " nvls channels" (its count has at most 9 digits)."""
+    j = s.find(" nvls channels")
+    while j >= 0:
+        for k in range(max(0, j - 9), j):
+            if m := _NVLS.match(s, k):
+                return m
+        j = s.find(" nvls channels", j + 1)
+    return None
+
+
 def decode_version_code(code: int) -> str:
     """NCCL_VERSION_CODE: major*10000 + minor*100 + patch since 2.9, major*1000 + minor*100 + patch before."""
     if code >= 20900:
@@ -195,7 +223,7 @@ def _cell(toks: list[str]) -> Cell:
 def parse_row(line: str) -> Row | None:
     """A data row, or None when the line is anything else (or a row cut off before its first half ends)."""
     toks = line.split()
-    if len(toks) < 9 or not toks[0].isdigit() or not toks[1].isdigit():
+    if len(toks) < 9 or not (_COUNT.match(toks[0]) and _COUNT.match(toks[1])):
         return None
     if not (_WORD.match(toks[2]) and _WORD.match(toks[3])):
         return None
@@ -203,7 +231,7 @@ def parse_row(line: str) -> Row | None:
         root = int(toks[4])
         out = _cell(toks[5:9])
         inp = _cell(toks[9:13]) if len(toks) >= 13 else None
-    except ValueError:  # a cell that is neither a number nor N/A: not a row
+    except (ValueError, OverflowError):  # a cell that is neither a number nor N/A (nor finite): not a row
         return None
     return Row(int(toks[0]), int(toks[1]), toks[2], toks[3], root, out, inp)
 
@@ -266,17 +294,17 @@ class Parser:
             bus, addr = _parse_bus(m.group(6))
             out.devices.append(Device(
                 rank=int(m.group(1)), host=m.group(4), device=int(m.group(5)), bus_id=m.group(6).strip(),
-                bus=bus, pci_address=addr, name=m.group(7), pid=int(m.group(3)),
+                bus=bus, pci_address=addr, name=m.group(7).rstrip(), pid=int(m.group(3)),
                 group=int(m.group(2)) if m.group(2) else None))
         elif "nThread" in s and "minBytes" in s:
-            vals = {k: int(m.group(1)) for k, rx in _HEADER_KEYS.items() if (m := rx.search(s))}
-            if m := _STEP.search(s):
+            vals = {k: int(m.group(1)) for k, (lit, rx) in _HEADER_KEYS.items() if (m := _search(rx, s, lit))}
+            if m := _search(_STEP, s, "step:"):
                 vals["step_factor" if m.group(2) == "factor" else "step_bytes"] = int(m.group(1))
             out.header = Header(**vals)
-        elif m := _TESTS_VERSION.search(s):
+        elif m := _search(_TESTS_VERSION, s, "nccl-tests version "):
             out.tests_version = m.group(1)
-            if m.group(2):
-                out.nccl_library_code = int(m.group(2))
+            if lib := _search(_LIBRARY, s[m.end():], "nccl-library="):
+                out.nccl_library_code = int(lib.group(1))
         elif s.startswith("# Collective test starting:"):
             out.collective = s.split(":", 1)[1].strip() or None
 
@@ -285,18 +313,18 @@ class Parser:
         host, msg, level = "", s, ""
         if m := _DEBUG.match(s):
             host, msg, level = m.group("host"), m.group("msg"), m.group("level")
-        if m := _CHANNEL.search(msg):
-            detail = m.group(5)
+        if m := _search(_CHANNEL, msg, "Channel", "Ring", "Tree"):
+            detail = m.group(5).rstrip()
             out.transports.append(Transport(int(m.group(1)), int(m.group(2)), int(m.group(3)),
                                             transport_kind(detail), detail, m.group(4) or "", host))
-        elif m := _NETWORK.search(msg):
-            if m.group(1) not in out.networks:
-                out.networks.append(m.group(1))
-        elif m := _VERSION.search(msg):
+        elif m := _search(_NETWORK, msg, "Using network "):
+            if (network := m.group(1).rstrip()) not in out.networks:
+                out.networks.append(network)
+        elif m := _search(_VERSION, msg, "NCCL version "):
             out.nccl_version, out.nccl_version_full = m.group(1), m.group(1) + m.group(2)
         elif "Init COMPLETE" in msg:
             out.init_complete += 1
-        elif m := _NVLS.search(msg):
+        elif m := _nvls(msg):
             out.nvls_channels = max(out.nvls_channels or 0, int(m.group(1)))
         elif msg.startswith("NET/IB :"):
             if "No device found" in msg:
@@ -326,10 +354,12 @@ def size_arg(text: str | int) -> int:
         if text < 0:
             raise ValueError(f"size must not be negative: {text}")
         return text
-    m = re.fullmatch(r"\s*([0-9]+)\s*([KkMmGg]?)\s*", text)  # ASCII digits only
+    m = re.fullmatch(r"([0-9]+)\s*([KkMmGg]?)", text.strip())  # ASCII digits only
     if not m:
         raise ValueError(f"{text!r} is not a size (a number with an optional K, M or G suffix)")
-    size = int(m.group(1)) * {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30}[m.group(2).lower()]
+    digits = m.group(1).lstrip("0") or "0"
+    scale = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30}[m.group(2).lower()]
+    size = int(digits) * scale if len(digits) <= 20 else MAX_SIZE + 1  # int() of a long run is slow, then refused
     if size > MAX_SIZE:
         raise ValueError(f"{text.strip()} is out of range (at most {MAX_SIZE >> 30}G)")
     return size

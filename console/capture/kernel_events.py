@@ -1,5 +1,6 @@
 """The kernel-log lines a capture keeps: the lines the events source looks at (those holding NVRM, AER or
-PCIe Bus Error) and the log's last line (its newest stamp, which `events --since` measures from).
+PCIe Bus Error), the first line of the record such a line continues (which names the program that logged
+it) and the log's last line (its newest stamp, which `events --since` measures from).
 
 Line distances matter to the parser (a continuation line follows its record directly; the pieces of one
 event are joined within WINDOW lines), so the lines dropped between two kept ones become blank lines,
@@ -65,9 +66,13 @@ def _line(head: bytearray, cut: int) -> bytes:
 
 def keep_lines(lines: Iterator[bytes]) -> bytes:
     """The event lines of a log (each with its newline) and its last line, gaps kept short; of those,
-    the newest MAX_LOG_KEPT bytes."""
+    the newest MAX_LOG_KEPT bytes. A kept line that starts with blanks keeps the line its record starts
+    with too (whose program logged it)."""
     out: deque[bytes] = deque()
     size = 0
+    last_kept = -1
+    last: tuple[int, bytes] | None = None
+    head: tuple[int, bytes] | None = None  # the last line starting with no blank
 
     def add(piece: bytes) -> None:
         nonlocal size
@@ -76,19 +81,23 @@ def keep_lines(lines: Iterator[bytes]) -> bytes:
         while size > limits.MAX_LOG_KEPT and out:
             size -= len(out.popleft())
 
-    last_kept = -1
-    last: tuple[int, bytes] | None = None
+    def keep(k: int, line: bytes) -> None:
+        nonlocal last_kept
+        if last_kept >= 0:
+            add(b"\n" * min(k - last_kept - 1, WINDOW + 1))
+        add(line.rstrip(b"\n") + b"\n")
+        last_kept = k
+
     for n, line in enumerate(lines):
         last = (n, line)
+        if line.strip() and not line[:1].isspace():
+            head = (n, line)
         if EVENT_MARK.search(line):
-            if last_kept >= 0:
-                add(b"\n" * min(n - last_kept - 1, WINDOW + 1))
-            add(line.rstrip(b"\n") + b"\n")
-            last_kept = n
+            if head is not None and head[0] > last_kept and head[0] < n:
+                keep(*head)
+            keep(n, line)
     if last is not None and last[0] != last_kept:
-        if last_kept >= 0:
-            add(b"\n" * min(last[0] - last_kept - 1, WINDOW + 1))
-        add(last[1].rstrip(b"\n") + b"\n")
+        keep(*last)
     return b"".join(out)
 
 

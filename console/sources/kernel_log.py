@@ -2,25 +2,28 @@
 
 Reads the text forms admins paste, mixed freely in one file:
 - `dmesg`: `[ 1843.308145] NVRM: …`, and `dmesg -T`: `[Sun Feb 23 16:24:18 2025] NVRM: …`;
-- `journalctl -k` / kern.log: `Oct 02 10:41:07 host kernel: NVRM: …` (ISO stamps too);
+- `journalctl -k` / kern.log: `Oct 02 10:41:07 host kernel: NVRM: …` (ISO stamps and RFC 5424 too);
 - raw kmsg records: `3,1234,5678901,-;NVRM: …` (/dev/kmsg; the time is shown in seconds, like dmesg).
+Where the form names the program that logged each line (syslog, the journal), only the kernel's lines
+are read (console/sources/kernel_prefix.py): another program's line is never an event, whatever it says.
 A line that starts with blanks and no stamp continues the record above it (dmesg's multi-line records,
-kmsg continuation lines); kmsg's escaped newlines (`\\x0a`) split a record the same way.
+kmsg continuation lines, the journal's multi-line messages); kmsg's escaped newlines (`\\x0a`) split a
+record the same way.
 
 Streaming: the file is read in 1 MiB blocks and only the lines holding "NVRM", "AER" or "PCIe Bus
-Error" (found by a search over the block) are decoded and matched; memory stays flat for any size
-(a line longer than MAX_LINE is cut there). The last stamp of each clock in every block is noted as
-well, so that --since measures from the log's newest line, event or not. The pieces of one event may span a few lines (the
-three-line fallen-off-the-bus message, an AER summary and the device's own line, an Xid 79 with its
-"GPU has fallen off the bus" line): events are held for WINDOW lines so those become one event.
+Error" (found by a search over the block) are decoded and matched; memory stays flat for any size.
+Every line is cut at MAX_LINE before it is matched, and no pattern has two unbounded repeats that can
+take the same characters: a line of any length and padding costs time in proportion to its length.
+The last stamp of each clock in every block is noted as well, so that --since measures from the log's
+newest line, event or not. The pieces of one event may span a few lines (the three-line
+fallen-off-the-bus message, an AER summary and the device's own line, an Xid 79 with its "GPU has fallen
+off the bus" line): events are held for WINDOW lines so those become one event.
 
 Trees are read through console/root.Root (contained: a log whose path leads out of the root is not
 read); a live host's log is /dev/kmsg, read non-blocking from the start of the ring buffer.
 """
 from __future__ import annotations
 
-import calendar
-import datetime as dt
 import errno
 import functools
 import io
@@ -31,9 +34,11 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import IO, Any, Protocol
 
-from nodeconsole.console.events import AER, BOOT, DATE, SYSLOG, XID, KernelEvent
+from nodeconsole.console.events import AER, SYSLOG, XID, KernelEvent
 from nodeconsole.console.pciaddr import format_pci_address
 from nodeconsole.console.root import Root
+from nodeconsole.console.sources.kernel_prefix import BLOCK_STAMPS, GROUPS, PREFIX, Time, foreign, head_foreign
+from nodeconsole.console.sources.kernel_prefix import stamp as _stamp
 from nodeconsole.console.xid import AER_ACTIONS, AER_CLASS_NAMES, FALLEN_OFF_BUS, lookup, severity_action
 
 CHUNK = 1 << 20
@@ -49,27 +54,10 @@ _H = "[0-9a-fA-F]"
 _ADDR = rf"(?:{_H}{{4,8}}:)?{_H}{{2}}:{_H}{{2}}(?:\.[0-7])?"  # Xid lines omit the function
 _ADDR_F = rf"{_H}{{4,8}}:{_H}{{2}}:{_H}{{2}}\.[0-7]"
 
-# The stamps each form starts its lines with (one source for the str and the bytes patterns).
-_LEAD = r"(?:<[0-9]{1,3}>)?(?:[a-z]{2,8}\s{0,8}:[a-z]{2,8}\s{0,8}:\s)?"  # a priority (dmesg -r); dmesg -x
-_KMSG = r"[0-9]{1,3},[0-9]{1,20},(?P<usec>[0-9]{1,20}),[^;\s]{0,16};"
-_MONO = r"\[\s{0,12}(?P<mono>[0-9]{1,12}\.[0-9]{1,9})\]"
-_CTIME = r"\[(?P<ctime>[A-Z][a-z]{2}\ [A-Z][a-z]{2}\ {1,2}[0-9]{1,2}\ [0-9]{2}:[0-9]{2}:[0-9]{2}\ [0-9]{4})\]"
-_ISO = r"(?P<iso>[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(?:[.,][0-9]{1,9})?(?:Z|[+-][0-9]{2}:?[0-9]{2})?)"
-_SYS = r"(?P<sys>[A-Z][a-z]{2}\ {1,2}[0-9]{1,2}\ [0-9]{2}:[0-9]{2}:[0-9]{2}(?:\.[0-9]{1,9})?)"
-_PREFIX = re.compile(
-    _LEAD + f"(?:{_KMSG}|{_MONO}|{_CTIME}|{_ISO}|{_SYS})"
-    + r"(?:\ {1,4}[^\s\[]{1,255}\ {1,4}kernel:)?"  # journalctl / syslog: host and tag
-    + r"(?:\ {0,4}\[\s{0,12}[0-9]{1,12}\.[0-9]{1,9}\])?"  # kern.log keeps the kernel's own stamp too
-    + r"\ ?", re.A)
-# The last line of each clock in a block gives the log's newest stamps (lines without events included)
-_BLOCK_STAMPS = tuple(re.compile((r"\n" + _LEAD + alternatives).encode(), re.A) for alternatives in (
-    f"(?:{_KMSG}|{_MONO})", f"(?:{_CTIME}|{_ISO})", _SYS))
-_GROUPS = (("usec", "mono"), ("ctime", "iso"), ("sys",))
-
 _XID = re.compile(rf"NVRM: Xid \((?:PCI:)?(?P<addr>{_ADDR})\): ?(?P<code>[0-9]{{1,6}})\b,?\s*(?P<rest>.*)",
                   re.A | re.S)
 _PID = re.compile(r"pid=(?:'([^']*)'|\"([^\"]*)\"|([^,\s]*))\s*(?:,\s*|$)")
-_NAME = re.compile(r"name=(?:'([^']*)'|\"([^\"]*)\"|([^,]*?))\s*(?:,\s*|$)")
+_NAME = re.compile(r"name=(?:'([^']*)'\s*|\"([^\"]*)\"\s*|([^,]*))(?:,\s*|$)")  # the name is stripped
 _THE_GPU = re.compile(rf"NVRM: The NVIDIA GPU (?P<addr>{_ADDR})\b", re.A)
 _ANY_ADDR = re.compile(rf"(?<![0-9a-fA-F:])(?:PCI:)?({_ADDR})(?![0-9a-fA-F:])", re.A)
 _FALLEN = "fallen off the bus"
@@ -77,8 +65,6 @@ _CLASS = r"(?P<cls>Corrected|Uncorrected \(Non-Fatal\)|Uncorrected \(Fatal\))"
 _AER_SUMMARY = re.compile(rf"[\w.-]{{1,64}} (?P<port>{_ADDR_F}): AER: (?:Multiple )?{_CLASS} error (?:message )?"
                           rf"received(?: from|:) (?:(?P<dev>{_ADDR_F})|id=(?P<id>{_H}{{4}}))", re.A)
 _AER_DEVICE = re.compile(rf"[\w.-]{{1,64}} (?P<dev>{_ADDR_F}): (?:AER: )?PCIe Bus Error: severity={_CLASS}", re.A)
-_MONTHS = {m: i for i, m in enumerate(("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct",
-                                       "Nov", "Dec"), 1)}
 
 
 class LogDenied(PermissionError):
@@ -100,37 +86,6 @@ def normalise(addr: str) -> str:
     return format_pci_address(int(parts[0], 16), int(parts[1], 16), int(parts[2], 16), int(fn or 0))
 
 
-def _stamp(m: re.Match[str] | dict[str, str | None]) -> tuple[str | None, str | None, float | None]:
-    """(time as written, clock, seconds) of a matched prefix (or of its groups)."""
-    g = m if isinstance(m, dict) else m.groupdict()
-    if (usec := g.get("usec")) is not None:
-        n = int(usec)
-        return f"{n // 1_000_000}.{n % 1_000_000:06d}", BOOT, n / 1e6
-    if (mono := g.get("mono")) is not None:
-        return mono, BOOT, float(mono)
-    if (ctime := g.get("ctime")) is not None:  # Sun Feb 23 16:24:18 2025 (no locale: English names)
-        _, mon, day, hms, year = ctime.split()
-        month = _MONTHS.get(mon)
-        h, mi, s = hms.split(":")
-        return ctime, (DATE if month else None), (
-            calendar.timegm((int(year), month, int(day), int(h), int(mi), int(s))) if month else None)
-    if (iso := g.get("iso")) is not None:
-        try:
-            when = dt.datetime.fromisoformat(iso.replace(",", ".").replace("Z", "+00:00"))
-        except ValueError:
-            return iso, None, None
-        secs = when.timestamp() if when.tzinfo else calendar.timegm(when.timetuple()) + when.microsecond / 1e6
-        return iso, DATE, secs
-    text = g.get("sys") or ""
-    mon, day, hms = text.split()
-    month = _MONTHS.get(mon)
-    if not month:
-        return text, None, None
-    h, mi, s = hms.split(":")
-    # no year: a leap year, so that Feb 29 is a date; events.within handles the turn of the year
-    return text, SYSLOG, calendar.timegm((2000, month, int(day), int(h), int(mi), 0)) + float(s)
-
-
 @dataclass
 class _Held:
     line: int
@@ -144,7 +99,7 @@ class _Held:
     severity: str
     action: str
     port: str | None
-    time: tuple[str | None, str | None, float | None]
+    time: Time
 
     def event(self) -> KernelEvent:
         when, clock, stamp = self.time
@@ -153,7 +108,7 @@ class _Held:
                            port=self.port, clock=clock, stamp=stamp)
 
 
-_NO_TIME: tuple[str | None, str | None, float | None] = (None, None, None)
+_NO_TIME: Time = (None, None, None)
 
 
 def _pid_name(rest: str) -> tuple[int | None, str | None, str]:
@@ -180,8 +135,9 @@ class _FileParser:
     def __init__(self, newest: dict[str, float]) -> None:
         self.newest = newest
         self.held: list[_Held] = []
-        self.last = (-2, _NO_TIME)  # line number and time of the last candidate record
-        self.pending: tuple[int, str, list[str], tuple[str | None, str | None, float | None]] | None = None
+        # line number and time of the last candidate record, and whether it is another program's
+        self.last: tuple[int, Time, bool] = (-2, _NO_TIME, False)
+        self.pending: tuple[int, str, list[str], Time] | None = None
 
     def note(self, clock: str | None, stamp: float | None) -> None:
         if clock is None or stamp is None:
@@ -192,30 +148,35 @@ class _FileParser:
     def sample(self, block: bytes) -> None:
         """The stamps of the last line of each clock in a block (whether it holds an event or not)."""
         data = b"\n" + block
-        for pattern, names in zip(_BLOCK_STAMPS, _GROUPS):
+        for pattern, names in zip(BLOCK_STAMPS, GROUPS):
             found = pattern.findall(data)
             if found:
                 last = found[-1] if isinstance(found[-1], tuple) else (found[-1],)
                 _, clock, stamp = _stamp({n: v.decode() if v else None for n, v in zip(names, last)})
                 self.note(clock, stamp)
 
-    def line(self, lineno: int, raw: bytes) -> list[KernelEvent] | None:
-        """Take one candidate line; returns the events now ready (held WINDOW lines), if any."""
-        text = raw.decode("utf-8", "replace").rstrip("\r\n")
+    def line(self, lineno: int, raw: bytes, head: bool | None = None) -> list[KernelEvent] | None:
+        """Take one candidate line (cut at MAX_LINE); returns the events now ready (held WINDOW lines), if
+        any. `head`: for a line starting with blanks that does not follow the last candidate, whether
+        the record it continues is another program's (kernel_prefix.head_foreign)."""
+        text = raw[:MAX_LINE].decode("utf-8", "replace").rstrip("\r\n")
         body = text.lstrip()
-        m = _PREFIX.match(body)
+        m = PREFIX.match(body)
         if m:
             when = _stamp(m)
             self.note(when[1], when[2])
+            other = foreign(m)
             msg = body[m.end():]
             parts = msg.split("\\x0a") if m.group("usec") is not None and "\\x0a" in msg else [msg]
         else:
             continues = len(body) != len(text) and self.last[0] == lineno - 1
             when = self.last[1] if continues else _NO_TIME
+            other = self.last[2] if continues else bool(head) and len(body) != len(text)
             parts = [body]
-        self.last = (lineno, when)
-        for part in parts:
-            self._message(lineno, part, when)
+        self.last = (lineno, when, other)
+        if not other:  # another program's line (or its continuation) is never an event
+            for part in parts:
+                self._message(lineno, part, when)
         if not self.held or self.held[0].line + WINDOW >= lineno:
             return None
         ready = []
@@ -229,14 +190,14 @@ class _FileParser:
         self.held.clear()
 
     # -- one message (the text after the stamp) --
-    def _message(self, lineno: int, msg: str, when: tuple[str | None, str | None, float | None]) -> None:
+    def _message(self, lineno: int, msg: str, when: Time) -> None:
         i = msg.find("NVRM:")
         if i >= 0:
             self._nvrm(lineno, msg[i:], when)
         else:
             self._aer(lineno, msg, when)
 
-    def _nvrm(self, lineno: int, msg: str, when: tuple[str | None, str | None, float | None]) -> None:
+    def _nvrm(self, lineno: int, msg: str, when: Time) -> None:
         m = _XID.match(msg)
         if m:
             code = int(m.group("code"))
@@ -276,7 +237,7 @@ class _FileParser:
         elif len(parts) >= 4:
             self.pending = None
 
-    def _bus(self, lineno: int, gpu: str, text: str, when: tuple[str | None, str | None, float | None]) -> None:
+    def _bus(self, lineno: int, gpu: str, text: str, when: Time) -> None:
         """Fallen off the bus without an Xid line: Xid 79, unless that Xid was just logged for the GPU."""
         if any(h.origin == "xid" and h.xid == FALLEN_OFF_BUS and h.gpu == gpu and lineno - h.line <= WINDOW
                for h in self.held):
@@ -285,8 +246,8 @@ class _FileParser:
         self.held.append(_Held(lineno, "bus", XID, gpu, FALLEN_OFF_BUS, None, None, text, info.severity,
                                info.action, None, when))
 
-    def _aer(self, lineno: int, msg: str, when: tuple[str | None, str | None, float | None]) -> None:
-        m = _AER_SUMMARY.search(msg)
+    def _aer(self, lineno: int, msg: str, when: Time) -> None:
+        m = _AER_SUMMARY.search(msg) if ": AER: " in msg else None
         if m:
             cls = AER_CLASS_NAMES[m.group("cls")]
             port = normalise(m.group("port"))
@@ -300,7 +261,7 @@ class _FileParser:
             self.held.append(_Held(lineno, "aer-summary", AER, dev, None, None, None, msg[m.start():], cls,
                                    AER_ACTIONS[cls], port, when))
             return
-        m = _AER_DEVICE.search(msg)
+        m = _AER_DEVICE.search(msg) if "PCIe Bus Error: severity=" in msg else None
         if m:
             cls = AER_CLASS_NAMES[m.group("cls")]
             dev = normalise(m.group("dev"))
@@ -361,6 +322,7 @@ class KernelLog:
             read = f.read
         parser = _FileParser(self.newest)
         base = 0  # line number of the block's first line
+        carry = False  # the record open at the end of the last block is another program's
         for block in _blocks(read):
             pos, counted, line = 0, 0, base
             while (m := _MARK.search(block, pos)) is not None:
@@ -368,10 +330,20 @@ class KernelLog:
                 end = block.find(b"\n", m.start())
                 line += block.count(b"\n", counted, start)
                 counted = start
-                ready = parser.line(line, block[start:end])
+                if m.end() - start > MAX_LINE:  # past the cut: not a candidate, as a block's cut tail is not
+                    pos = end + 1
+                    continue
+                head = None
+                if block[start:start + 1].isspace() and parser.last[0] != line - 1:
+                    head = head_foreign(block, start, pos, MAX_LINE)
+                    if head is None:
+                        head = parser.last[2] if pos else carry
+                ready = parser.line(line, block[start:end], head)
                 if ready:
                     yield from ready
                 pos = end + 1
+            tail = head_foreign(block, len(block), pos, MAX_LINE)
+            carry = tail if tail is not None else (parser.last[2] if pos else carry)
             base = line + block.count(b"\n", counted)
             parser.sample(block)
         self.lines += base
