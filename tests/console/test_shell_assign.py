@@ -33,3 +33,17 @@ def test_quote_gives_back_exactly_the_value(value):
 def test_long_comment_and_blank_lines_are_skipped():
     data = b"#" + b"\xff" * 1_000_000 + b"\n" + b" \t" * 500_000 + b'\nGRUB_CMDLINE_LINUX="a b"\n'
     assert GrubCmdline.read([Source("grub", data)]).words == ["a", "b"]
+
+
+def test_a_flood_of_commands_is_refused_and_a_real_file_is_read():
+    import pytest
+
+    from nodeconsole.console.shell_cmds import MAX_COMMANDS, ShellSyntaxError, parse
+
+    real = b'GRUB_DEFAULT=0\nGRUB_TIMEOUT=5\n' + b"GRUB_X=1;" * 200 + b'\nGRUB_CMDLINE_LINUX_DEFAULT="quiet"\n'
+    assert GrubCmdline.read([Source("grub", real)]).words == ["quiet"]
+    flood = b'GRUB_CMDLINE_LINUX_DEFAULT="quiet"' + b";A=1" * (MAX_COMMANDS + 1) + b"\n"
+    with pytest.raises(ShellSyntaxError, match="more than 10,000 commands"):
+        parse(flood.decode())
+    state = source_all([Source("grub", flood)])
+    assert state.everything and "more than 10,000 commands" in state.everything
