@@ -231,9 +231,10 @@ class AuditLog:
 
 
 def free_bytes(path: Path) -> int:
-    """Bytes an unprivileged writer may still use on the filesystem holding `path` (a seam for tests)."""
+    """Bytes this process may still write on the filesystem holding `path` (root may use the blocks
+    reserved for it, others may not). A seam for tests."""
     st = os.statvfs(path)
-    return st.f_bavail * st.f_frsize
+    return (st.f_bfree if os.geteuid() == 0 else st.f_bavail) * st.f_frsize
 
 
 def write_some(fd: int, data: bytes) -> int:
