@@ -12,6 +12,7 @@ ids it fixes (`fixes`). While the host's boot_id is still that one, the change i
 from __future__ import annotations
 
 import datetime as _dt
+import errno
 import json
 import os
 import pwd
@@ -28,6 +29,9 @@ if TYPE_CHECKING:
 
 AUDIT_NAME = "audit.jsonl"
 DEFAULT_STATE = "/var/log/nodeconsole"  # audit log and lock of a real host
+# A change starts only with this much free space on the audit log's filesystem: room for its final
+# record, and for the records of the undo that may follow (one record is a few KiB).
+MIN_FREE_BYTES = 1 << 20
 
 # results
 IN_PROGRESS = "in-progress"
@@ -120,17 +124,26 @@ class AuditLog:
         self.dir_mode = dir_mode
         self.problems: list[str] = []
 
-    def append(self, record: dict[str, Any]) -> None:
-        """Append one line and flush it to disk (an audit line that a crash loses is no audit). The
-        file is never reached through a symbolic link; it is created with mode 0640."""
+    def append(self, record: dict[str, Any], min_free: int = 0) -> None:
+        """Append one line, whole, and flush it to disk (an audit line that a crash loses is no audit);
+        OSError, with the file as it was, when it cannot be. `min_free`: refuse (ENOSPC) unless the
+        log's filesystem has that many bytes free. The file is never reached through a symbolic link;
+        it is created with mode 0640."""
         ensure_dir(self.path.parent, self.dir_mode)
-        line = json.dumps(record, sort_keys=True, separators=(",", ":")) + "\n"
-        fd = open_file(self.path, os.O_WRONLY | os.O_APPEND, 0o640, create=True)
+        line = (json.dumps(record, sort_keys=True, separators=(",", ":")) + "\n").encode()
+        if min_free:
+            free = free_bytes(self.path.parent)
+            if free < min_free:
+                raise OSError(errno.ENOSPC, f"its filesystem has {free // 1024} KiB free, less than the "
+                                            f"{min_free // 1024} KiB a change needs for its records")
+        created = not os.path.lexists(self.path)
+        fd = open_file(self.path, os.O_RDWR | os.O_APPEND, 0o640, create=True)  # read: its last byte
         try:
-            os.write(fd, line.encode())
-            os.fsync(fd)
+            _append_whole(fd, line)
         finally:
             os.close(fd)
+        if created:  # the new file's name must survive a crash too
+            _fsync_dir(self.path.parent)
 
     def _lines(self) -> Iterator[dict[str, Any]]:
         self.problems = []
@@ -215,6 +228,55 @@ class AuditLog:
             if r.get("undo") and r.get("result") in UNDOABLE:
                 return r
         return None
+
+
+def free_bytes(path: Path) -> int:
+    """Bytes this process may still write on the filesystem holding `path` (root may use the blocks
+    reserved for it, others may not). A seam for tests."""
+    st = os.statvfs(path)
+    return (st.f_bfree if os.geteuid() == 0 else st.f_bavail) * st.f_frsize
+
+
+def write_some(fd: int, data: bytes) -> int:
+    """One os.write (a seam for tests: a full filesystem writes less than asked, or raises ENOSPC)."""
+    return os.write(fd, data)
+
+
+def _append_whole(fd: int, line: bytes) -> None:
+    """Write `line` at the end of the file and fsync it, continuing short writes. On any failure the
+    file is truncated back to its old length (no torn line is left) and the error raised. A torn last
+    line from an earlier crash gets a newline first, so this line stays a line of its own."""
+    start = os.lseek(fd, 0, os.SEEK_END)
+    if start and os.pread(fd, 1, start - 1) != b"\n":
+        line = b"\n" + line
+    try:
+        done = 0
+        while done < len(line):
+            n = write_some(fd, line[done:])
+            if n <= 0:
+                raise OSError(errno.ENOSPC, "the audit log took no more bytes (is its filesystem full?)")
+            done += n
+        os.fsync(fd)
+    except BaseException:
+        try:
+            os.ftruncate(fd, start)
+            os.fsync(fd)
+        except OSError:
+            pass
+        raise
+
+
+def _fsync_dir(path: Path) -> None:
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
 
 
 def state_dir_of(seams: Seams) -> tuple[Path, int]:

@@ -19,6 +19,7 @@ from nodeconsole.actions.audit import (
     IN_PROGRESS,
     INTERRUPTED,
     INTERRUPTED_PARTIAL,
+    MIN_FREE_BYTES,
     AuditLog,
     new_id,
     now_iso,
@@ -276,7 +277,7 @@ class Runner:
         with interruptible():
             with shielded():  # a signal now waits until the record is written, then stops the run
                 try:
-                    audit.append(base)
+                    audit.append(base, min_free=MIN_FREE_BYTES)  # whole and synced, or refused
                 except OSError as e:  # no record, no change
                     return RunResult(REFUSED, f"cannot write the audit log {audit.path}: {_err(e)}; "
                                               "nothing was changed")
@@ -308,7 +309,11 @@ class Runner:
         record: dict[str, Any] = {"id": rid, "result": APPLIED, "finished": now_iso()}
         if outcomes:
             record["notes"] = outcomes
-        self.host.audit.append(record)
+        try:
+            self.host.audit.append(record)
+        except OSError as e:  # the host keeps the change: its in-progress record describes it and its undo
+            outcomes = [*outcomes, f"change {rid} was applied, but its final audit record could not be written "
+                                   f"({_err(e)}): `nodeconsole log` lists it as in-progress"]
         msg = f"applied {len(plan.steps)} step(s)"
         if plan.needs_reboot:
             which = ", ".join(str(i) for i, s in enumerate(plan.steps, 1) if s.needs_reboot)

@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -95,13 +96,37 @@ def demo_domain_store(node: Path) -> DomainStore:
     return NodeFileDomainConfig(node)
 
 
+@contextmanager
+def _demo_dir_usage() -> Iterator[None]:
+    """A state directory that is not the demo's (console/demo/owner.py) is bad input: a UsageError, one line."""
+    from nodeconsole.console.demo.owner import ForeignStateDir
+
+    try:
+        yield
+    except ForeignStateDir as e:
+        from nodeconsole.console.cli import UsageError
+
+        raise UsageError(str(e)) from None
+
+
+def check_demo_dir() -> None:
+    """UsageError when the demo's state directory is not the demo's to generate into (nothing is
+    created or removed): before the console opens, so the user reads one line, not a broken screen."""
+    from nodeconsole.console.demo.owner import check_ours
+    from nodeconsole.console.demo.state import LOCK, STAMP, demo_state_dir
+
+    with _demo_dir_usage():
+        check_ours(demo_state_dir(), STAMP, ignore=(LOCK,))
+
+
 def reset_demo(bare: bool = False) -> Path:
     """Throw the demo host's state away and generate it afresh (with `bare`: the same hardware freshly
     installed, to be set up); returns its state directory (the parent of its root, where its audit log
     and lock live)."""
     from nodeconsole.console.demo.state import reset_demo as regenerate
 
-    return regenerate(bare=bare).dest
+    with _demo_dir_usage():
+        return regenerate(bare=bare).dest
 
 
 def reboot_demo() -> tuple[Path, BootReport]:
@@ -110,7 +135,8 @@ def reboot_demo() -> tuple[Path, BootReport]:
     and what the boot did."""
     from nodeconsole.console.demo.state import reboot_demo as reboot
 
-    host, report = reboot()
+    with _demo_dir_usage():
+        host, report = reboot()
     return host.dest, report
 
 
@@ -119,7 +145,8 @@ def demo_host(state_dir: Path | None = None, libvirt_uri: str | None = None, sys
     `sysfs_only`: its tree alone (no NVML library, no load models), for a sysfs-only look."""
     from nodeconsole.console.demo.state import ensure_demo
 
-    host = ensure_demo(state_dir)
+    with _demo_dir_usage():
+        host = ensure_demo(state_dir)
     root = Root(host.root)
     if sysfs_only:
         return Seams(root=root, libvirt_uri=libvirt_uri or host.libvirt_uri, use_real_nvml=False,
@@ -147,7 +174,8 @@ def inject_demo_event(kind: str, gpu: str, what: str) -> list[str]:
     from nodeconsole.console.demo.kmsg import inject_aer, inject_xid
     from nodeconsole.console.demo.state import ensure_demo
 
-    root = Path(ensure_demo().root)
+    with _demo_dir_usage():
+        root = Path(ensure_demo().root)
     if kind == "xid":
         if not what.isascii() or not what.isdigit():
             raise ValueError(f"{what!r} is not an Xid code (a number)")

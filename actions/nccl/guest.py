@@ -59,19 +59,23 @@ class SubprocessRunner:
         return p.returncode, p.stdout, p.stderr
 
 
+class DestinationError(ValueError):
+    """A bad ssh destination (given with --ssh)."""
+
+
 def validate_destination(text: str) -> str:
     """`ADDR` or `USER@ADDR` for ssh: a plain user name and a host name or IP address, nothing an
     ssh option or a shell could read as more."""
     user, sep, addr = text.rpartition("@")
     if sep and not _USER.fullmatch(user):
-        raise ValueError(f"{text!r}: {user!r} is not a user name")
+        raise DestinationError(f"{text!r}: {user!r} is not a user name")
     try:
         ipaddress.ip_address(addr)
     except ValueError:
         try:
             validate_host(addr)
         except ValueError:
-            raise ValueError(f"{text!r}: expected USER@ADDRESS (a host name or IP address)") from None
+            raise DestinationError(f"{text!r}: expected USER@ADDRESS (a host name or IP address)") from None
     return text
 
 
@@ -201,7 +205,7 @@ def plan_guest_check(snap: HostSnapshot, vm_name: str, *, method: str = "ssh", d
     if method not in METHODS:
         raise ValueError(f"method must be one of {', '.join(METHODS)}, not {method!r}")
     if destination is not None and method != "ssh":
-        raise ValueError("an ssh destination goes with the ssh method")
+        raise DestinationError("an ssh destination goes with the ssh method, not the guest agent")
     vm = find_vm(snap, vm_name)
     ngpus, gpus = vm_gpus(snap, vm)
     if not ngpus:

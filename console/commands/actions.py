@@ -111,7 +111,8 @@ def run_log(args: argparse.Namespace) -> int:
         pending = ("applied", "failed, undo", "interrupted, undo", "in-progress")
         if r.get("undo") and not r.get("undone_by") and result.startswith(pending):
             if result.startswith("in-progress"):
-                print("    never finished (the process died mid-change?): it may be half-applied")
+                print("    never finished (the process died mid-change, or its final record was lost): "
+                      "it may be half-applied")
             # undoing an undo puts the change back: say so, the plain `undo` walks back instead
             verb = "redo" if r.get("undoes") else "undo"
             print(f"    {verb}: nodeconsole undo {rid} --apply")

@@ -428,7 +428,7 @@ def _reachable(seams: Seams) -> str:
 
 def _vm_check(args: argparse.Namespace, snap: HostSnapshot, seams: Seams, sweep: list[str]) -> int:
     """--vm NAME: plan the check inside the VM, show it, and with --run run it there."""
-    from nodeconsole.actions.nccl.guest import plan_guest_check
+    from nodeconsole.actions.nccl.guest import DestinationError, plan_guest_check
     from nodeconsole.actions.nccl.pick import selection_findings
     from nodeconsole.actions.nccl.snapshot_topology import local_plan
 
@@ -436,6 +436,8 @@ def _vm_check(args: argparse.Namespace, snap: HostSnapshot, seams: Seams, sweep:
         plan = plan_guest_check(snap, args.vm, method=args.via or "ssh", destination=args.ssh_dest,
                                 binary=args.binary, sweep=sweep, uri=seams.libvirt_uri,
                                 reachable=_reachable(seams))
+    except DestinationError as e:
+        raise UsageError(f"--ssh: {e}") from None
     except ValueError as e:
         raise UsageError(f"--vm: {e}") from None
     # The host-side view of the VM's GPUs (link, memory errors); inside the guest nothing is checked.

@@ -205,6 +205,17 @@ def test_check_refuses_a_bad_timeout_and_binary(host_env: Path, tmp_path: Path, 
     assert rc == 2 and "not an executable file" in err
 
 
+@pytest.mark.parametrize("argv,msg", [
+    (["--ssh", "a;b@10.0.0.5"], "'a;b' is not a user name"),
+    (["--ssh", "ubuntu@-oProxyCommand=x"], "expected USER@ADDRESS"),
+    (["--ssh", "ubuntu@10.0.0.5", "--via", "agent"], "goes with the ssh method"),
+])
+def test_check_names_ssh_for_a_bad_ssh_value(host_env: Path, capsys, argv: list[str], msg: str) -> None:
+    rc, out, err = _cli(capsys, "nccl", "check", "--demo", "--vm", "train-a", *argv)
+    assert rc == 2 and out == "" and err.count("\n") == 1
+    assert err.startswith("nodeconsole: error: --ssh: ") and msg in err, err
+
+
 @pytest.mark.parametrize("plateau,rc,code", [(330.0, 0, "nccl.bandwidth_ok"), (50.0, 1, "nccl.bandwidth_low")])
 def test_check_run_with_the_stand_in(host_env: Path, fake_exe: Path, tmp_path: Path, monkeypatch, capsys,
                                      plateau: float, rc: int, code: str) -> None:
