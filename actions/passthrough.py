@@ -224,6 +224,9 @@ def plan_passthrough(host: ActionHost, snap: HostSnapshot, gpu_text: str, vm: st
     in_configs = vms_with(host, snap, set(members))
     plan.checks += holder_checks(host, snap, gpu, members,
                                  config_only(host, snap, gpu.address, members, in_configs))
+    from nodeconsole.actions.passthrough_mig import mig_off_first
+
+    mig_ops = mig_off_first(host, snap, gpu, plan)  # MIG mode on: off first, or who holds its instances
     if vm is not None or gpu.vgpu.instances:  # a VM is named, or VMs may hold its vGPUs
         plan.checks += vms_known_check(snap, f"GPU {gpu.address}")
     if vm is not None and host.domains is None:
@@ -231,8 +234,8 @@ def plan_passthrough(host: ActionHost, snap: HostSnapshot, gpu_text: str, vm: st
                                  "pass --libvirt URI"))
     if not plan.ok:
         return plan
+    ops: list[Op] = list(mig_ops)
     to_bind = [a for a in members if driver_of(snap, a) not in STUB_DRIVERS]
-    ops: list[Op] = []
     if to_bind and not host.root.exists(f"sys/bus/pci/drivers/{VFIO}"):
         ops.append({"kind": "module", "name": VFIO})
     # the last member to bind completes the group: then /dev/vfio/GROUP must exist
