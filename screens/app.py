@@ -562,11 +562,17 @@ class NodeConsoleApp(App):
 
     @work(thread=True, exclusive=True, group="action", exit_on_error=False)
     def _apply_worker(self, session: ActionSession, plan: Plan) -> None:
-        def progress(p: Progress) -> None:
-            # brief: the steps scroll by; the outcome stays (below)
-            self.call_from_thread(self.notify, f"[{p.index}/{p.total}] {p.phase}: {p.title}", timeout=1.5)
+        from nodeconsole.screens.change_toasts import ChangeToasts
 
-        result = session.apply(plan, progress=progress)  # the modal was the confirmation
+        toasts = ChangeToasts(self)  # one progress toast, the current step's; gone when the change ends
+
+        def progress(p: Progress) -> None:
+            self.call_from_thread(toasts.show, f"[{p.index}/{p.total}] {p.phase}: {p.title}")
+
+        try:
+            result = session.apply(plan, progress=progress)  # the modal was the confirmation
+        finally:
+            self.call_from_thread(toasts.end)
         self.action_results.append(result)
         for warning in result.warnings:  # e.g. a lock a dead run left, and the change it was making
             self.call_from_thread(self.notify, warning, severity="warning", timeout=20)
