@@ -168,7 +168,7 @@ def skip_findings(pick: Pick) -> list[Finding]:
         elif c.busy:
             why = ("a check beside running work measures the contention, not the links, and slows that work"
                    + ("; the GPU is unhealthy too" if c.unhealthy else ""))
-            fix = f"test it anyway with --gpus {g.index} (g on the NCCL screen), or when its work is done"
+            fix = f"test it anyway with --gpus {g.index} (P on the NCCL screen), or when its work is done"
         else:
             why = "a faulty GPU or a downtrained link fails or skews the check"
             fix = f"fix it first (see the Overview's problems); --gpus {g.index} tests it anyway"
