@@ -14,6 +14,7 @@ import re
 import shlex
 
 from nodeconsole.actions.gpu_holders import STUB_DRIVERS, config_only, driver_of, holder_checks
+from nodeconsole.actions.gpu_names import with_gpu_name
 from nodeconsole.actions.host_steps import (
     MODPROBE_FILE,
     driverctl_state,
@@ -207,7 +208,7 @@ def plan_passthrough(host: ActionHost, snap: HostSnapshot, gpu_text: str, vm: st
     target = resolve_vm(snap, vm) if vm is not None else None
     title = f"Pass {gpu_label(gpu)} through" + (f" to VM {vm}" if vm else " (vfio-pci)") + \
             (" with a NIC VF beside it" if with_nic else "") + (", persistent across reboot" if persist else "")
-    request = {"gpu": gpu.address, "given": gpu_text, "vm": vm, "persist": persist}
+    request = with_gpu_name({"gpu": gpu.address, "given": gpu_text, "vm": vm, "persist": persist}, gpu)
     if with_nic:
         request["with_nic"] = True
     if target is not None:  # a running VM gets the GPU in its config only: release reads this back
