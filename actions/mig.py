@@ -14,6 +14,7 @@ from collections import Counter
 from collections.abc import Iterable
 
 from nodeconsole.actions.gpu_holders import HOLDER_DAEMONS, device_users, holder_daemons
+from nodeconsole.actions.gpu_names import with_gpu_name
 from nodeconsole.actions.mig_planner import (
     CiSpec,
     Fit,
@@ -71,8 +72,8 @@ def plan_mig(host: ActionHost, snap: HostSnapshot, gpu_text: str, layout: str | 
     if (layout is None) == (not off):
         raise RequestError("give either a layout (e.g. 3g.40gb,2g.20gb,1g.10gb*2) or --off")
     title = f"Turn MIG off on {_label(g)}" if off else f"MIG layout {layout} on {_label(g)}"
-    plan = Plan(action="mig", title=title, request={"gpu": g.address, "given": gpu_text, "layout": layout,
-                                                     "off": off},
+    plan = Plan(action="mig", title=title, request=with_gpu_name({"gpu": g.address, "given": gpu_text,
+                                                                   "layout": layout, "off": off}, g),
                 rebuild=lambda: plan_mig(host, host.snapshot(), g.address, layout, off))
     plan.checks += _gpu_checks(snap, g)
     if not plan.ok:

@@ -14,6 +14,7 @@ import re
 import shlex
 
 from nodeconsole.actions.gpu_holders import STUB_DRIVERS, config_only, driver_of, holder_checks
+from nodeconsole.actions.gpu_names import with_gpu_name
 from nodeconsole.actions.host_steps import (
     MODPROBE_FILE,
     driverctl_state,
@@ -207,7 +208,7 @@ def plan_passthrough(host: ActionHost, snap: HostSnapshot, gpu_text: str, vm: st
     target = resolve_vm(snap, vm) if vm is not None else None
     title = f"Pass {gpu_label(gpu)} through" + (f" to VM {vm}" if vm else " (vfio-pci)") + \
             (" with a NIC VF beside it" if with_nic else "") + (", persistent across reboot" if persist else "")
-    request = {"gpu": gpu.address, "given": gpu_text, "vm": vm, "persist": persist}
+    request = with_gpu_name({"gpu": gpu.address, "given": gpu_text, "vm": vm, "persist": persist}, gpu)
     if with_nic:
         request["with_nic"] = True
     if target is not None:  # a running VM gets the GPU in its config only: release reads this back
@@ -224,6 +225,9 @@ def plan_passthrough(host: ActionHost, snap: HostSnapshot, gpu_text: str, vm: st
     in_configs = vms_with(host, snap, set(members))
     plan.checks += holder_checks(host, snap, gpu, members,
                                  config_only(host, snap, gpu.address, members, in_configs))
+    from nodeconsole.actions.passthrough_mig import mig_off_first
+
+    mig_ops = mig_off_first(host, snap, gpu, plan)  # MIG mode on: off first, or who holds its instances
     if vm is not None or gpu.vgpu.instances:  # a VM is named, or VMs may hold its vGPUs
         plan.checks += vms_known_check(snap, f"GPU {gpu.address}")
     if vm is not None and host.domains is None:
@@ -231,8 +235,8 @@ def plan_passthrough(host: ActionHost, snap: HostSnapshot, gpu_text: str, vm: st
                                  "pass --libvirt URI"))
     if not plan.ok:
         return plan
+    ops: list[Op] = list(mig_ops)
     to_bind = [a for a in members if driver_of(snap, a) not in STUB_DRIVERS]
-    ops: list[Op] = []
     if to_bind and not host.root.exists(f"sys/bus/pci/drivers/{VFIO}"):
         ops.append({"kind": "module", "name": VFIO})
     # the last member to bind completes the group: then /dev/vfio/GROUP must exist

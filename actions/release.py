@@ -11,7 +11,6 @@ a VM running with it is a refusal. It only plans: the runner applies.
 """
 from __future__ import annotations
 
-import shlex
 from typing import Any
 
 from nodeconsole.actions.gpu_holders import INACTIVE, config_only, passthroughs_in_effect
@@ -35,6 +34,7 @@ from nodeconsole.actions.passthrough import (
     vms_with,
 )
 from nodeconsole.actions.plan import Check, Op, Plan, unreadable_vm_check, vms_known_check
+from nodeconsole.actions.release_notes import kept_notes, loss_notes, removed_by_vm
 from nodeconsole.actions.runner import ActionHost
 from nodeconsole.console.model import Gpu, HostSnapshot
 
@@ -79,15 +79,9 @@ def plan_release(host: ActionHost, snap: HostSnapshot, gpu_text: str) -> Plan:
         ops = _inverse_ops(host, snap, gpu, members, records, in_configs, plan, nic_release_keys(records))
     else:
         ops = _host_state_ops(host, snap, gpu, members, in_configs, plan)
-    losing = sorted({op["vm"] for op in ops if op["kind"] == "vm_hostdev"})
-    for name in losing:
-        if name in cfg_only:
-            plan.notes.append(f"VM {name} is running without the GPU ({cfg_only[name]}): release takes it out "
-                              "of its config only; the running VM is not touched")
-    if losing:
+    if removed_by_vm(ops):
         plan.confirm_text = gpu.address
-    if others := [n for n in losing if n not in cfg_only]:
-        plan.notes.append(f"VM {', '.join(others)} loses the GPU from its config")
+    plan.notes += loss_notes(gpu, members, ops, cfg_only)
     add_steps(host, plan, ops)
     return plan
 
@@ -131,11 +125,7 @@ def _inverse_ops(host: ActionHost, snap: HostSnapshot, gpu: Gpu, members: list[s
                 continue
         ops.append(op)
     plan.notes.insert(0, f"release undoes what {what} did for this GPU; what was there before stays")
-    covered = {op["vm"] for op in ops if op["kind"] == "vm_hostdev"} | \
-              {op["vm"] for op in by_key.values() if op["kind"] == "vm_hostdev"}
-    for name in sorted(set(in_configs) - covered):
-        plan.notes.append(f"{name}'s config names the GPU too; {what} did not put it there: left alone "
-                          f"(virsh edit {shlex.quote(name)} to remove it)")
+    plan.notes += kept_notes(host, gpu, in_configs, ops, what)
     bound = {op["device"] for op in ops if op["kind"] == "pci_driver"}
     for a in members:
         override, driver = pci_state(host.root, a)

@@ -115,9 +115,11 @@ class ActionHost:
     def snapshot(self) -> HostSnapshot:
         """A fresh read of the host. A new collector every time: plans must not see cached facts, and
         libvirt's test driver (the demo) only re-reads its node file when a connection is opened."""
+        from nodeconsole.actions.gpu_names import recorded_names
         from nodeconsole.console.collector import Collector
 
         collector = Collector(self.seams)
+        collector._names.update(recorded_names(self))  # NVML's names, remembered for GPUs now on vfio-pci
         try:
             return collector.collect()
         finally:

@@ -49,8 +49,12 @@ def plan_undo(host: ActionHost, record_id: str | None = None) -> Plan:
         try:
             step = build_step(host, op)
         except StepError as e:
-            plan.checks.append(Check(f"undo step {n} can be built", False, str(e)))
-            continue
+            from nodeconsole.actions.mig_deferred import deferred_mig_step
+
+            step = deferred_mig_step(host, op, plan.steps)
+            if step is None:
+                plan.checks.append(Check(f"undo step {n} can be built", False, str(e)))
+                continue
         if step is not None:
             plan.steps.append(step)
     if not plan.ok:

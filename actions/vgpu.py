@@ -15,6 +15,7 @@ import uuid as uuidlib
 from collections import Counter
 from dataclasses import dataclass
 
+from nodeconsole.actions.gpu_names import with_gpu_name
 from nodeconsole.actions.libvirt_edit import DomainConfigError
 from nodeconsole.actions.passthrough import resolve_gpu
 from nodeconsole.actions.plan import (
@@ -139,7 +140,7 @@ def plan_vgpu_create(host: ActionHost, snap: HostSnapshot, gpu_text: str, type_t
         raise RequestError(f"{uuid!r} is not a UUID (xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx)")
     all_offers = offers(snap, g)
     plan = Plan(action="vgpu-create", title=f"Create a vGPU on {_label(g)}" + (f" for VM {vm}" if vm else ""),
-                request={"gpu": g.address, "given": gpu_text, "type": type_text, "vm": vm})
+                request=with_gpu_name({"gpu": g.address, "given": gpu_text, "type": type_text, "vm": vm}, g))
     if not all_offers:
         plan.checks.append(Check("the GPU offers vGPU types", False,
                                  f"no mdev types and no SR-IOV VF with creatable types on {g.address} "

@@ -550,7 +550,9 @@ class NodeConsoleApp(App):
         from nodeconsole.screens.modals.plan import PlanModal
 
         can_apply = session.can_apply(plan)
-        title = plan.title + ("" if can_apply else ("  (refused)" if not plan.ok else "  (nothing to do)"))
+        read_only = session.host.read_only_reason if can_apply else ""
+        title = plan.title + ("  (read-only)" if read_only else "" if can_apply else
+                              ("  (refused)" if not plan.ok else "  (nothing to do)"))
 
         def answered(yes: bool | None) -> None:
             if yes:
@@ -558,15 +560,22 @@ class NodeConsoleApp(App):
             elif yes is False:  # Esc or "No": say so, or a dialog that closed looks like it applied
                 self.notify(f"{plan.title}: cancelled, nothing was changed", severity="warning", timeout=6)
 
-        self.push_screen(PlanModal(title, plan.lines(), can_apply, session.typed_confirmation(plan)), answered)
+        self.push_screen(PlanModal(title, plan.lines(), can_apply, session.typed_confirmation(plan), read_only),
+                         answered)
 
     @work(thread=True, exclusive=True, group="action", exit_on_error=False)
     def _apply_worker(self, session: ActionSession, plan: Plan) -> None:
-        def progress(p: Progress) -> None:
-            # brief: the steps scroll by; the outcome stays (below)
-            self.call_from_thread(self.notify, f"[{p.index}/{p.total}] {p.phase}: {p.title}", timeout=1.5)
+        from nodeconsole.screens.change_toasts import ChangeToasts
 
-        result = session.apply(plan, progress=progress)  # the modal was the confirmation
+        toasts = ChangeToasts(self)  # one progress toast, the current step's; gone when the change ends
+
+        def progress(p: Progress) -> None:
+            self.call_from_thread(toasts.show, f"[{p.index}/{p.total}] {p.phase}: {p.title}")
+
+        try:
+            result = session.apply(plan, progress=progress)  # the modal was the confirmation
+        finally:
+            self.call_from_thread(toasts.end)
         self.action_results.append(result)
         for warning in result.warnings:  # e.g. a lock a dead run left, and the change it was making
             self.call_from_thread(self.notify, warning, severity="warning", timeout=20)

@@ -4,7 +4,9 @@ The plan body scrolls on its own; the typed confirmation and the buttons stay be
 terminal size. A plan that can be applied asks "No" / "Yes, apply" with "No" focused — or, when it
 changes a GPU that a VM's config uses, asks for the GPU's address: the cursor starts in the box, Enter
 confirms only when the text matches exactly (else the dialog says what is wrong and stays open). A plan
-with one outcome (refused, nothing to do) only has "OK".
+with one outcome (refused, nothing to do) only has "OK". On a host that cannot be changed (a replay of a
+capture; `read_only` says why) the plan is shown, the dialog says it is read-only and offers only
+"Close": never a "Yes, apply" that then refuses.
 
 The modal answers True (apply), False (cancelled: Esc or "No") or None (an "OK" on a plan with nothing
 to apply); the caller says "cancelled" for False.
@@ -28,10 +30,12 @@ class PlanModal(ModalScreen[bool | None]):
     # letters it is typed)
     BINDINGS = [Binding("escape", "no", "No"), *scroll_bindings("scroll_plan", typing=True)]
 
-    def __init__(self, title: str, lines: list[str], can_apply: bool, typed: str | None = None) -> None:
+    def __init__(self, title: str, lines: list[str], can_apply: bool, typed: str | None = None,
+                 read_only: str = "") -> None:
         super().__init__()
-        self._title, self._lines, self._can_apply = title, lines, can_apply
-        self._typed = typed if can_apply else None
+        self._read_only = read_only
+        self._title, self._lines, self._can_apply = title, lines, can_apply and not read_only
+        self._typed = typed if self._can_apply else None
 
     def compose(self) -> ComposeResult:
         with Vertical(id="plan"):
@@ -44,6 +48,8 @@ class PlanModal(ModalScreen[bool | None]):
             with Vertical(id="plan-foot"):  # docked below the body: never scrolled out of sight
                 # a plan longer than the dialog says how much is below and how to scroll it
                 yield Static(id="plan-scroll-more", classes="more")
+                if self._read_only:
+                    yield Static(plain_text(f"read-only: {self._read_only}", limit=LINE_MAX), id="plan-read-only")
                 if self._typed:
                     yield Static(plain_text(f"A VM's config uses this device: type {self._typed} and press "
                                             "Enter to apply (Esc cancels)"), id="plan-typed-hint")
@@ -53,6 +59,8 @@ class PlanModal(ModalScreen[bool | None]):
                     if self._can_apply:
                         yield Button("No", id="no", variant="primary")
                         yield Button("Yes, apply", id="yes", variant="error")
+                    elif self._read_only:  # shown, never applied here
+                        yield Button("Close", id="ok", variant="primary")
                     else:  # a refused or empty plan has one outcome: it was read
                         yield Button("OK", id="ok", variant="primary")
 

@@ -113,7 +113,8 @@ def test_passthrough_to_vm_with_persist_then_undo_restores_exactly(demo):
 
     rec = demo.audit.find(res.record_id)
     assert rec["result"] == APPLIED and rec["action"] == "passthrough"
-    assert rec["request"] == {"gpu": IDLE, "given": "4", "vm": "build-1", "persist": True, "vm_state": "shut off"}
+    assert rec["request"] == {"gpu": IDLE, "gpu_name": "NVIDIA H100 80GB HBM3", "given": "4", "vm": "build-1",
+                              "persist": True, "vm_state": "shut off"}
     assert rec["steps"][0]["commands"] == [
         f"echo vfio-pci > /sys/bus/pci/devices/{IDLE}/driver_override",
         f"echo {IDLE} > /sys/bus/pci/devices/{IDLE}/driver/unbind",
