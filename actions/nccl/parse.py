@@ -237,8 +237,11 @@ def parse_row(line: str) -> Row | None:
 
 
 def _parse_bus(text: str) -> tuple[int | None, str | None]:
-    """"0x07" → (7, None); "0000:b4:00" or "0000:b4:00.0" → (0xb4, "0000:b4:00.0")."""
+    """"0x07" → (7, None); "0000:b4:00" or "0000:b4:00.0" → (0xb4, "0000:b4:00.0"); (None, None) for
+    anything else, a bus id too long to be one included (a PCI address is at most 8+1+2+1+2+1+1 chars)."""
     t = text.strip()
+    if len(t) > 20:
+        return None, None
     try:
         if t.lower().startswith("0x"):
             return int(t, 16), None

@@ -94,3 +94,9 @@ def test_size_argument_with_long_padding():
         size_arg("1" + " " * LONG + "x")
     with pytest.raises(ValueError, match="out of range"):
         size_arg("9" * 5000)
+
+
+def test_a_bus_id_too_long_to_be_one_is_none():
+    text = "\n".join(OUTPUT).replace("[0x07]", "[0x07" + "9" * 5000 + "]") + "\n"
+    (dev, _) = parse_text(text).devices
+    assert dev.bus is None and dev.pci_address is None and repr(dev)  # no 5,000-digit int to print
