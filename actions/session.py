@@ -184,6 +184,11 @@ class ActionSession:
             from nodeconsole.actions.passthrough import resolve_gpu
 
             plan = gate(plan, snap, resolve_gpu(snap, request.gpu), request.allow_unhealthy, host.snapshot)
+        if plan.needs_reboot:
+            from nodeconsole.console.reboot_impact import impact_sentence
+
+            if hit := impact_sentence(snap):
+                plan.notes.append(f"takes effect at the next reboot: {hit}")
         return plan
 
     def _plan_undo(self, request: Undo | Redo) -> Plan:

@@ -22,6 +22,7 @@ from nodeconsole.console.event_time import boot_time, on_wall_clock
 from nodeconsole.console.events import AER, XID, KernelEvent, tie_to_vms
 from nodeconsole.console.health import in_window
 from nodeconsole.console.model import Gpu, HostSnapshot, Problem
+from nodeconsole.console.reboot_impact import impact_sentence
 from nodeconsole.console.root import Root
 from nodeconsole.console.sources.kernel_log import KMSG, KernelLog, LogDenied, host_sources
 from nodeconsole.console.xid import AER_FATAL, AER_NONFATAL, FALLEN_OFF_BUS, FATAL, lookup
@@ -90,8 +91,10 @@ def event_problems(gpus: tuple[Gpu, ...], snap: HostSnapshot) -> list[Problem]:
         when = f" at {ev.when}" if ev.when != "-" else ""
         running = [v.name for v in snap.vms if v.name in ev.vms and v.state in ("running", "paused")]
         who = f"VM {ev.vm}" if ev.vm else "no VM"
-        out.append(Problem("error", g.address, f"{describe(ev)} on GPU {g.index} {g.address} ({who}){when}",
-                           vm_advice(g, running, ev.action) if running else ev.action))
+        fix = vm_advice(g, running, ev.action) if running else ev.action
+        if "reboot" in ev.action and (hit := impact_sentence(snap)):
+            fix += f" ({hit})"
+        out.append(Problem("error", g.address, f"{describe(ev)} on GPU {g.index} {g.address} ({who}){when}", fix))
     return out
 
 
