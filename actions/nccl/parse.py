@@ -35,6 +35,7 @@ _OOB = re.compile(r"^#\s*Out of bounds values\s*:\s*(\d{1,20})\s+(\w+)")
 _AVG = re.compile(r"^#\s*Avg bus bandwidth\s*:\s*(\S+)")
 _WORD = re.compile(r"^[A-Za-z][A-Za-z0-9_]*$")
 _COUNT = re.compile(r"[0-9]{1,20}\Z")  # a size or a count (ASCII digits)
+_ROOT = re.compile(r"-?[0-9]{1,9}\Z")  # the root rank, -1 for all
 # key -> (the literal each match starts with, the pattern)
 _HEADER_KEYS = {key: (lit, re.compile(rf"{before}\b{lit}{gap}(\d{{1,20}})\b")) for key, lit, gap, before in (
     ("nthread", "nThread", r"\s+", ""), ("ngpus", "nGpus", r"\s+", ""), ("min_bytes", "minBytes", r"\s+", ""),
@@ -225,7 +226,7 @@ def parse_row(line: str) -> Row | None:
     toks = line.split()
     if len(toks) < 9 or not (_COUNT.match(toks[0]) and _COUNT.match(toks[1])):
         return None
-    if not (_WORD.match(toks[2]) and _WORD.match(toks[3])):
+    if not (_WORD.match(toks[2]) and _WORD.match(toks[3]) and _ROOT.match(toks[4])):
         return None
     try:
         root = int(toks[4])

@@ -100,3 +100,10 @@ def test_a_bus_id_too_long_to_be_one_is_none():
     text = "\n".join(OUTPUT).replace("[0x07]", "[0x07" + "9" * 5000 + "]") + "\n"
     (dev, _) = parse_text(text).devices
     assert dev.bus is None and dev.pci_address is None and repr(dev)  # no 5,000-digit int to print
+
+
+@pytest.mark.parametrize("digits", [600, 1 << 20])
+def test_a_root_too_long_to_be_a_rank_is_no_row(digits):
+    # padding before the root column: a 600-digit root was a row, a 1 MiB one not (int() refuses it)
+    text = "\n".join(OUTPUT).replace("sum      -1    78.77", "sum " + "9" * digits + "     -1    78.77") + "\n"
+    assert [r.size for r in parse_text(text).rows] == [2097152]
