@@ -172,3 +172,14 @@ def state_ro(_shared, monkeypatch) -> Path:
     or only reads)."""
     monkeypatch.setenv("NODECONSOLE_STATE_DIR", str(_shared))
     return _shared
+
+
+@pytest.fixture
+def state(tmp_path, monkeypatch) -> Path:
+    """A private demo host (state directory) for CLI tests that run `nodeconsole ... --demo` and change it."""
+    from nodeconsole.console.demo.state import ensure_demo
+
+    d = tmp_path / "demo"
+    monkeypatch.setenv("NODECONSOLE_STATE_DIR", str(d))
+    ensure_demo(d)
+    return d

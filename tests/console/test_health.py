@@ -98,17 +98,6 @@ def test_a_gpu_bound_to_nvidia_again_is_reset():
     assert g.health.state == "healthy" and book.resets[GPU.address] == 400.0
 
 
-@pytest.fixture
-def state(tmp_path, monkeypatch):
-    """A private demo host: these tests inject events and reboot it."""
-    from nodeconsole.console.demo.state import ensure_demo
-
-    d = tmp_path / "demo"
-    monkeypatch.setenv("NODECONSOLE_STATE_DIR", str(d))
-    ensure_demo(d)
-    return d
-
-
 def _snapshot(capsys) -> dict:
     assert main(["snapshot", "--demo", "--json"]) == 0
     return json.loads(capsys.readouterr().out)

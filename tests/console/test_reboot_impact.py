@@ -4,22 +4,10 @@ from __future__ import annotations
 
 import json
 
-import pytest
-
 from nodeconsole.console.cli import main
 
 RUNNING = ["db-1", "legacy-app", "mig-infer-a", "net-fw", "train-a", "train-b", "vgpu-desk-1", "vgpu-desk-2",
            "web-1", "web-2"]
-
-
-@pytest.fixture
-def state(tmp_path, monkeypatch):
-    from nodeconsole.console.demo.state import ensure_demo
-
-    d = tmp_path / "demo"
-    monkeypatch.setenv("NODECONSOLE_STATE_DIR", str(d))
-    ensure_demo(d)
-    return d
 
 
 def test_reboot_impact_lists_the_running_vms_and_their_gpus(state, capsys):
