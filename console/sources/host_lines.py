@@ -38,9 +38,9 @@ from nodeconsole.console.host_failures import (
 )
 from nodeconsole.console.pciaddr import format_pci_address
 
-# Fixed texts that make a line a candidate (kernel_log's block search); each is in every failure line above
-MARKS = (b": not ready ", b"change power state from ", b": timed out waiting for pending", b"can't reserve",
-         b"RmInitAdapter failed", b"rm_init_adapter failed")
+# Fixed texts that make a line a candidate (kernel_log's block search): one is in every failure line above
+# (the NVIDIA driver's lines are candidates already, by "NVRM")
+MARKS = (b": not ready ", b"change power state from ", b": timed out waiting for pending", b"can't reserve")
 
 _H = "[0-9a-fA-F]"
 _ADDR_F = rf"{_H}{{4,8}}:{_H}{{2}}:{_H}{{2}}\.[0-7]"
