@@ -19,8 +19,9 @@ from collections import deque
 from dataclasses import dataclass
 
 from nodeconsole.console.event_time import boot_time, on_wall_clock
-from nodeconsole.console.events import AER, XID, KernelEvent, tie_to_vms
+from nodeconsole.console.events import AER, HOST, XID, KernelEvent, gpu_of, tie_to_vms
 from nodeconsole.console.health import in_window
+from nodeconsole.console.host_failures import failure
 from nodeconsole.console.model import Gpu, HostSnapshot, Problem
 from nodeconsole.console.reboot_impact import impact_sentence
 from nodeconsole.console.root import Root
@@ -47,32 +48,38 @@ class SourceChange:
 
 
 def is_alarm(ev: KernelEvent) -> bool:
-    """Fatal enough to show on the Overview: a fatal Xid (or Xid 79), an uncorrectable AER error."""
+    """Fatal enough to show on the Overview: a fatal Xid (or Xid 79) or host failure, an uncorrectable AER
+    error."""
     if ev.kind == XID:
         return ev.severity == FATAL or ev.xid == FALLEN_OFF_BUS
+    if ev.kind == HOST:
+        return ev.severity == FATAL
     return ev.kind == AER and ev.severity in (AER_FATAL, AER_NONFATAL)
 
 
 def describe(ev: KernelEvent) -> str:
-    """'Xid 79 (GPU has fallen off the bus)' / 'uncorrectable AER error (fatal)'."""
+    """'Xid 79 (GPU has fallen off the bus)' / 'uncorrectable AER error (fatal)' / 'host failure D3cold (…)'."""
     if ev.kind == XID and ev.xid is not None:
         return f"Xid {ev.xid} ({lookup(ev.xid).meaning})"
+    if ev.kind == HOST and ev.failure is not None:
+        return f"host failure {ev.failure} ({failure(ev.failure).meaning})"
     return f"{'uncorrectable' if ev.severity != 'corrected' else 'corrected'} AER error ({ev.severity})"
 
 
 def events_by_gpu(events: tuple[KernelEvent, ...], snap: HostSnapshot) -> dict[str, tuple[KernelEvent, ...]]:
-    """Each GPU's events (oldest first): those naming it, and AER errors a port above it reported without
-    naming the device."""
+    """Each GPU's events (oldest first): those naming it, AER errors a port above it reported without
+    naming the device, and host failures on the other functions of its slot (events.gpu_of)."""
     from nodeconsole.console.events import below
 
     out: dict[str, list[KernelEvent]] = {}
     bridges = {d.address for d in snap.pci_devices if d.is_bridge}
+    gpus = {g.address for g in snap.gpus}
     for ev in events:
         if ev.kind == AER and ev.gpu in bridges:
             for g in below(snap, ev.gpu):
                 out.setdefault(g, []).append(ev)
         else:
-            out.setdefault(ev.gpu, []).append(ev)
+            out.setdefault(gpu_of(ev, gpus), []).append(ev)
     return {k: tuple(v) for k, v in out.items()}
 
 

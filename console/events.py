@@ -1,8 +1,9 @@
 """GPU events from the kernel log, and the VM each one concerns.
 
-An event is one Xid (or a "fallen off the bus" message, which counts as Xid 79) or one PCIe AER error,
-as console/sources/kernel_log.py reads it. `tie_to_vms` names the VM holding the event's GPU in a
-snapshot: the VM whose hostdevs include it (vfio-pci, a VF), or whose MIG instance or vGPU lives on it.
+An event is one Xid (or a "fallen off the bus" message, which counts as Xid 79), one PCIe AER error or
+one host failure around passthrough (console/host_failures.py), as console/sources/kernel_log.py reads
+it. `tie_to_vms` names the VM holding the event's GPU in a snapshot: the VM whose hostdevs include it
+(vfio-pci, a VF), or whose MIG instance or vGPU lives on it.
 On a GPU given to a VM the guest's driver logs the Xids: the host's view of that card is AER.
 
 `--since` compares times within the log's own clock (a pasted log is judged by its newest stamp, not
@@ -11,14 +12,14 @@ by this machine's time): seconds since boot with seconds since boot, dated stamp
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import replace
 
-from nodeconsole.console.gpu_events import AER, BOOT, DATE, JSON_KEYS, SYSLOG, XID, KernelEvent
+from nodeconsole.console.gpu_events import AER, BOOT, DATE, HOST, JSON_KEYS, SYSLOG, XID, KernelEvent
 from nodeconsole.console.model import HostSnapshot
 
-__all__ = ["AER", "BOOT", "DATE", "JSON_KEYS", "SYSLOG", "XID", "KernelEvent", "holders", "parse_duration",
-           "tie_to_vms", "within"]
+__all__ = ["AER", "BOOT", "DATE", "HOST", "JSON_KEYS", "SYSLOG", "XID", "KernelEvent", "gpu_of", "holders",
+           "parse_duration", "tie_to_vms", "within"]
 
 # A syslog stamp later than the log's newest is from the year before. Stamps without a year are counted
 # in a leap year (console/sources/kernel_log.py): a whole leap year back keeps Dec 31 before Jan 1 (at
@@ -52,6 +53,15 @@ def holders(snap: HostSnapshot) -> dict[str, set[str]]:
     return held
 
 
+def gpu_of(ev: KernelEvent, gpus: Collection[str]) -> str:
+    """The address whose events `ev` counts among: its own, except a host failure on another function of
+    a GPU's slot (its audio or USB function, 0000:41:00.1), which belongs to that GPU (function 0)."""
+    if ev.kind != HOST or ev.gpu in gpus:
+        return ev.gpu
+    first = ev.gpu.rpartition(".")[0] + ".0"
+    return first if first in gpus else ev.gpu
+
+
 def below(snap: HostSnapshot, port: str) -> list[str]:
     """The GPUs whose upstream ports include `port`."""
     by_addr = {d.address: d for d in snap.pci_devices}
@@ -70,12 +80,14 @@ def below(snap: HostSnapshot, port: str) -> list[str]:
 
 def tie_to_vms(events: Iterable[KernelEvent], snap: HostSnapshot) -> list[KernelEvent]:
     """The events with `vms` set from the snapshot. An AER event on a port (the log did not name the
-    device) goes to the VMs of the GPUs below that port."""
+    device) goes to the VMs of the GPUs below that port; a host failure on another function of a GPU's slot
+    to the VMs holding that GPU."""
     held = holders(snap)
     bridges = {d.address for d in snap.pci_devices if d.is_bridge}
+    gpus = {g.address for g in snap.gpus}
     out = []
     for ev in events:
-        vms = held.get(ev.gpu, set())
+        vms = held.get(ev.gpu, set()) or held.get(gpu_of(ev, gpus), set())
         if not vms and ev.kind == AER and ev.gpu in bridges:
             vms = set().union(*(held.get(g, set()) for g in below(snap, ev.gpu)))
         out.append(replace(ev, vms=tuple(sorted(vms))) if vms else ev)

@@ -12,14 +12,14 @@ import datetime as dt
 from dataclasses import dataclass
 from typing import Any
 
-XID, AER = "xid", "aer"
+XID, AER, HOST = "xid", "aer", "host"  # HOST: the host's own failures around a GPU (console/host_failures.py)
 # How an event's time compares: seconds since boot (dmesg `[ 12.3]`, kmsg), a date with a year
 # (dmesg -T, ISO stamps), a syslog date without a year (journalctl -k, kern.log).
 BOOT, DATE, SYSLOG = "boot", "date", "syslog"
 
 # The keys of `events --json`, an interface: add keys, never rename them.
 JSON_KEYS = ("time", "gpu", "xid", "pid", "process", "text", "severity", "action", "vm", "kind", "port", "vms",
-             "uptime_s", "logged")
+             "uptime_s", "logged", "failure")
 
 HEALTHY, DEGRADED, UNHEALTHY = "healthy", "degraded", "unhealthy"
 HEALTH_STATES = (HEALTHY, DEGRADED, UNHEALTHY)
@@ -38,14 +38,14 @@ def local_text(wall: float) -> str:
 
 @dataclass(frozen=True)
 class KernelEvent:
-    kind: str  # XID or AER
+    kind: str  # XID, AER or HOST
     time: str | None  # as the log writes it (kmsg's microseconds as seconds, like dmesg); None: none
     gpu: str  # PCI address, DDDD:BB:DD.F, lower case (function 0 when the log omits it)
-    xid: int | None  # None for AER
+    xid: int | None  # None for AER and HOST
     pid: int | None  # None when the log does not say (or says <unknown>)
     process: str | None
-    text: str  # the message: the Xid's own text, the whole AER line(s)
-    severity: str  # console/xid.py's severities; AER: corrected / nonfatal / fatal
+    text: str  # the message: the Xid's own text, the whole AER line(s), the host failure's line(s)
+    severity: str  # console/xid.py's severities (HOST too); AER: corrected / nonfatal / fatal
     action: str
     port: str | None = None  # AER: the port that reported the error
     vms: tuple[str, ...] = ()  # the VMs holding the GPU (several share a MIG or vGPU GPU)
@@ -53,10 +53,18 @@ class KernelEvent:
     stamp: float | None = None  # the time in seconds, comparable with stamps of the same clock
     wall: float | None = None  # seconds since the epoch (UTC), when the log and the host's boot time tell
     uptime_s: float | None = None  # seconds since boot, when the log writes them
+    failure: str | None = None  # HOST: the failure's short name (console/host_failures.py), e.g. "D3cold"
 
     @property
     def vm(self) -> str | None:
         return ", ".join(self.vms) if self.vms else None
+
+    @property
+    def what(self) -> str:
+        """'Xid 79', 'AER', 'host D3cold': what the event lists show."""
+        if self.xid is not None:
+            return f"Xid {self.xid}"
+        return f"host {self.failure}" if self.kind == HOST else "AER" if self.kind == AER else self.kind
 
     @property
     def when(self) -> str:

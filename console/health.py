@@ -2,12 +2,16 @@
 the NCCL pick, the exporter and `fleet` read `Gpu.health` and judge nothing themselves.
 
 unhealthy (actions refuse the GPU; `--allow-unhealthy` overrides, and the audit record says so):
-  fallen off the bus, a fatal-severity Xid or an uncorrectable PCIe AER error (fatal or non-fatal) in the
-  event window; uncorrectable ECC errors since the driver loaded (volatile); a row remapping failure;
-  an NVLink down on a GPU that uses NVLink (some links up, or a member of an NVLink fabric); NVML lost it.
+  fallen off the bus, a fatal-severity Xid, an uncorrectable PCIe AER error (fatal or non-fatal) or a
+  fatal host failure (console/host_failures.py: inaccessible after D3cold or another power change, not
+  ready after resume, an FLR or a bus reset that timed out, RmInitAdapter failed, a BAR that can't be
+  reserved — on the GPU or another function of its slot) in the event window; uncorrectable ECC errors
+  since the driver loaded (volatile); a row remapping failure; an NVLink down on a GPU that uses NVLink
+  (some links up, or a member of an NVLink fabric); NVML lost it.
 degraded (allowed with a warning; the NCCL pick passes it over unless nothing else is left):
   row remapping pending; uncorrectable ECC errors only in the lifetime count; a PCIe link trained below
-  its width; the hardware holding its clocks down (thermal or power slowdown); a warning-severity Xid, or
+  its width; the hardware holding its clocks down (thermal or power slowdown); a warning-severity Xid or
+  host failure (a reset with transactions pending, a refused power state change), or
   CORRECTED_AER_REPEATED or more corrected AER errors, in the window.
 healthy otherwise. A link below its top *speed* is normal: GPUs lower it while idle (`link_state`, the
 doctor's rule too).
@@ -23,7 +27,8 @@ from __future__ import annotations
 import os
 from collections.abc import Iterable, Sequence
 
-from nodeconsole.console.gpu_events import AER, DEGRADED, HEALTHY, UNHEALTHY, XID, Health, KernelEvent, local_text
+from nodeconsole.console.gpu_events import AER, DEGRADED, HEALTHY, HOST, UNHEALTHY, XID, Health, KernelEvent, local_text
+from nodeconsole.console.host_failures import FAILURES
 from nodeconsole.console.model import NA, Gpu, PciLink
 from nodeconsole.console.xid import AER_FATAL, AER_NONFATAL, FALLEN_OFF_BUS, FATAL, WARNING, lookup
 
@@ -94,6 +99,12 @@ def _event_reasons(events: Sequence[KernelEvent]) -> tuple[list[str], list[str]]
         if ev.kind == XID and ev.xid is not None:
             what = f"Xid {ev.xid} ({lookup(ev.xid).meaning}){_at(ev)}"
             if ev.xid == FALLEN_OFF_BUS or ev.severity == FATAL:
+                bad.append(what)
+            elif ev.severity == WARNING:
+                warn.append(what)
+        elif ev.kind == HOST and ev.failure in FAILURES:
+            what = f"host failure {ev.failure} on {ev.gpu} ({FAILURES[ev.failure].meaning}){_at(ev)}"
+            if ev.severity == FATAL:
                 bad.append(what)
             elif ev.severity == WARNING:
                 warn.append(what)

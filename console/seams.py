@@ -169,9 +169,10 @@ def demo_host(state_dir: Path | None = None, libvirt_uri: str | None = None, sys
 
 
 def inject_demo_event(kind: str, gpu: str, what: str) -> list[str]:
-    """Append a GPU event to the demo host's kernel log: kind "xid" (what: the code) or "aer" (what:
-    fatal, nonfatal or corrected). Returns the records written; ValueError for a bad GPU or value."""
-    from nodeconsole.console.demo.kmsg import inject_aer, inject_xid
+    """Append a GPU event to the demo host's kernel log: kind "xid" (what: the code), "aer" (what:
+    fatal, nonfatal or corrected) or "host" (what: a failure, console/demo/kmsg.py HOST_FAILURES). Returns
+    the records written; ValueError for a bad GPU or value."""
+    from nodeconsole.console.demo.kmsg import inject_aer, inject_host, inject_xid
     from nodeconsole.console.demo.state import ensure_demo
 
     with _demo_dir_usage():
@@ -180,6 +181,8 @@ def inject_demo_event(kind: str, gpu: str, what: str) -> list[str]:
         if not what.isascii() or not what.isdigit():
             raise ValueError(f"{what!r} is not an Xid code (a number)")
         return inject_xid(root, gpu, int(what))
+    if kind == "host":
+        return inject_host(root, gpu, what)
     return inject_aer(root, gpu, what)
 
 

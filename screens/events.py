@@ -1,4 +1,4 @@
-"""9 Events: GPU events from the kernel log (Xid, fallen off the bus, PCIe AER), the changes applied
+"""9 Events: GPU events from the kernel log (Xid, fallen off the bus, PCIe AER, host failures), the changes applied
 through the audit log, and the sources the console lost or got back, newest first.
 
 The kernel log is read by the collector's poll (in its worker, incrementally: console/event_watch.py);
@@ -16,7 +16,8 @@ from textual.app import ComposeResult
 from textual.widgets import Static
 
 from nodeconsole.console.event_watch import SourceChange
-from nodeconsole.console.events import KernelEvent
+from nodeconsole.console.events import XID, KernelEvent
+from nodeconsole.console.host_failures import FAILURES
 from nodeconsole.console.hosttext import show
 from nodeconsole.console.model import HostSnapshot
 from nodeconsole.console.xid import lookup
@@ -37,10 +38,13 @@ def event_rows(snap: HostSnapshot | None, events: tuple[KernelEvent, ...], chang
     index = {g.address: g.index for g in snap.gpus} if snap is not None else {}
     rows: list[tuple[str, tuple]] = []
     for n, ev in reversed(list(enumerate(events))):
-        what = f"Xid {ev.xid}" if ev.xid is not None else "AER"
-        meaning = lookup(ev.xid).meaning if ev.xid is not None else show(ev.text, TEXT_MAX)
+        meaning = show(ev.text, TEXT_MAX)
+        if ev.kind == XID and ev.xid is not None:
+            meaning = lookup(ev.xid).meaning
+        elif ev.failure in FAILURES:
+            meaning = FAILURES[ev.failure].meaning
         gpu = f"{index[ev.gpu]} {ev.gpu}" if ev.gpu in index else ev.gpu
-        rows.append((f"ev{n}", (ev.time or "-", what, gpu, Text(show(ev.vm or "-", 64)), ev.severity,
+        rows.append((f"ev{n}", (ev.time or "-", ev.what, gpu, Text(show(ev.vm or "-", 64)), ev.severity,
                                 Text(meaning), ev.action)))
     dated: list[tuple[str, str, tuple]] = []
     for r in changes:
@@ -115,7 +119,7 @@ class EventsScreen(SnapshotScreen):
         events, _, _ = self._collector_state()
         if key.startswith("ev") and key[2:].isdigit() and int(key[2:]) < len(events):
             ev = events[int(key[2:])]
-            lines = [f"{ev.kind} on {ev.gpu} at {ev.time or '-'}", f"VM {ev.vm or '-'}",
+            lines = [f"{ev.what} on {ev.gpu} at {ev.time or '-'}", f"VM {ev.vm or '-'}",
                      f"severity {ev.severity}; action: {ev.action}", ev.text]
             if ev.pid is not None or ev.process:
                 lines.append(f"pid {ev.pid if ev.pid is not None else '?'} {ev.process or ''}")

@@ -105,8 +105,7 @@ def event_lines(g) -> list[Text]:
         return []
     out = [Text(f"events ({len(g.events)}, newest first):")]
     for ev in reversed(mine):
-        what = f"Xid {ev.xid}" if ev.xid is not None else "AER"
-        out.append(Text(f"  {ev.when}  {what} {ev.severity}  VM {show(ev.vm or '-', LINE_MAX)}  "
+        out.append(Text(f"  {ev.when}  {ev.what} {ev.severity}  VM {show(ev.vm or '-', LINE_MAX)}  "
                         f"{show(ev.text, LINE_MAX)}  → {ev.action}"))
     return out
 

@@ -1,7 +1,8 @@
 """`nodeconsole demo reset [--bare]` and `nodeconsole demo reboot`: regenerate the bundled demo host
 (the configured demo, or with --bare the same hardware freshly installed), or reboot it (it comes up as
-its /etc says; run-time changes are lost). `nodeconsole demo inject xid GPU CODE` and `demo inject aer
-GPU fatal|nonfatal|corrected` append a GPU event to the demo's kernel log, for tests and drills."""
+its /etc says; run-time changes are lost). `nodeconsole demo inject xid GPU CODE`, `demo inject aer
+GPU fatal|nonfatal|corrected` and `demo inject host GPU FAILURE` (d3cold, not-ready, rm-init, bar, flr-timeout,
+…) append a GPU event to the demo's kernel log, for tests and drills."""
 from __future__ import annotations
 
 import argparse
@@ -10,13 +11,15 @@ import sys
 from nodeconsole.console.cli import UsageError, subcommand
 
 
-@subcommand("demo", "manage the bundled demo host (demo reset [--bare], demo reboot, demo inject xid|aer GPU …)")
+@subcommand("demo", "manage the bundled demo host (demo reset [--bare], demo reboot, demo inject xid|aer|host GPU …)")
 def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("what", choices=["reset", "reboot", "inject"],
                    help="reset: regenerate the demo host's state; reboot: boot it again from its /etc; "
                         "inject: append a GPU event to its kernel log")
     p.add_argument("event", nargs="*", metavar="ARG",
-                   help="with inject: xid GPU CODE, or aer GPU fatal|nonfatal|corrected (GPU: its PCI address)")
+                   help="with inject: xid GPU CODE, aer GPU fatal|nonfatal|corrected, or host GPU FAILURE (d3cold, "
+                        "inaccessible, not-ready, flr-timeout, reset-timeout, rm-init, bar, pending, power-refused; "
+                        "GPU: its PCI address)")
     p.add_argument("--bare", action="store_true",
                    help="with reset: the same hardware freshly installed (IOMMU off, no vfio, nouveau, no "
                         "hugepages, no VMs), for setting it up with `nodeconsole doctor`")
@@ -60,8 +63,8 @@ def _inject(event: list[str]) -> int:
     from nodeconsole.console.pciaddr import parse_pci_address
     from nodeconsole.console.seams import inject_demo_event
 
-    if len(event) != 3 or event[0] not in ("xid", "aer"):
-        raise UsageError("demo inject takes: xid GPU CODE, or aer GPU fatal|nonfatal|corrected")
+    if len(event) != 3 or event[0] not in ("xid", "aer", "host"):
+        raise UsageError("demo inject takes: xid GPU CODE, aer GPU fatal|nonfatal|corrected, or host GPU FAILURE")
     kind, gpu, value = event
     try:
         records = inject_demo_event(kind, parse_pci_address(gpu), value)

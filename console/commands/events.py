@@ -1,5 +1,5 @@
-"""`nodeconsole events`: GPU events from the kernel log (Xids, fallen off the bus, PCIe AER), each with
-the VM holding its GPU.
+"""`nodeconsole events`: GPU events from the kernel log (Xids, fallen off the bus, PCIe AER, the host's
+failures around passthrough: D3cold, RmInitAdapter, a BAR, a reset), each with the VM holding its GPU.
 
 With --kernel-log FILE the file is read (any of the text forms, mixed; `-` reads stdin) and VMs are
 named only when a host is given too (--demo/--root/--libvirt/--replay): a pasted log is another machine's
@@ -15,7 +15,7 @@ from collections.abc import Sequence
 
 from nodeconsole.console.cli import UsageError, seams_from_args, subcommand
 from nodeconsole.console.event_time import boot_time, on_wall_clock, parse_boot_time, since
-from nodeconsole.console.events import XID, KernelEvent, parse_duration, tie_to_vms, within
+from nodeconsole.console.events import KernelEvent, parse_duration, tie_to_vms, within
 from nodeconsole.console.hosttext import LINE_MAX, show
 from nodeconsole.console.sources.kernel_log import SIM_KMSG, KernelLog, LogDenied, host_sources, read_host
 
@@ -29,7 +29,8 @@ def duration(text: str) -> int:
         raise argparse.ArgumentTypeError(str(e)) from None
 
 
-@subcommand("events", "GPU events from the kernel log (Xid, fallen off the bus, PCIe AER) and the VM holding each GPU")
+@subcommand("events", "GPU events from the kernel log (Xid, fallen off the bus, PCIe AER, host failures) and the VM "
+                      "holding each GPU")
 def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--kernel-log", metavar="FILE",
                    help="read this log instead of the host's: dmesg, dmesg -T, journalctl -k or /dev/kmsg records "
@@ -42,7 +43,8 @@ def configure(p: argparse.ArgumentParser) -> None:
                         "seconds-since-boot stamps get wall-clock times")
     p.add_argument("--json", action="store_true",
                    help="print a list of {time (RFC 3339 UTC), gpu, xid, pid, process, text, severity, action, vm, "
-                        "kind, port, vms, uptime_s, logged (the log's own stamp)}")
+                        "kind (xid, aer, host), port, vms, uptime_s, logged (the log's own stamp), failure (host: "
+                        "D3cold, RmInitAdapter, BAR reserve, FLR timeout, …)}")
     p.set_defaults(func=run)
 
 
@@ -120,11 +122,10 @@ def plain(events: Sequence[KernelEvent]) -> list[str]:
     width = max((len(show(ev.when, 40)) for ev in events), default=1)
     lines = []
     for ev in events:
-        what = f"Xid {ev.xid}" if ev.kind == XID else "AER"
         who = ""
         if ev.pid is not None or ev.process:
             who = f" (pid {ev.pid if ev.pid is not None else '?'}{' ' + show(ev.process) if ev.process else ''})"
         vm = show(ev.vm, 64) if ev.vm else "-"
-        lines.append(f"{show(ev.when, 40):{width}}  {ev.gpu}  {what:8} {ev.severity:9}  vm {vm}  "
+        lines.append(f"{show(ev.when, 40):{width}}  {ev.gpu}  {ev.what:8} {ev.severity:9}  vm {vm}  "
                      f"{show(ev.text, LINE_MAX)}{who}  → {ev.action}")
     return lines

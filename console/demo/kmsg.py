@@ -1,5 +1,6 @@
 """GPU events injected into the demo host's kernel log (`.sim/kmsg`, kmsg records), for tests and drills:
-an Xid as the NVIDIA driver logs it, a PCIe AER error as the port driver and the device's driver log it."""
+an Xid as the NVIDIA driver logs it, a PCIe AER error as the port driver and the device's driver log it, a
+host failure around passthrough as the kernel's PCI core and the NVIDIA driver log it."""
 from __future__ import annotations
 
 import os
@@ -92,3 +93,32 @@ def inject_aer(root: Path, gpu: str, severity: str) -> list[str]:
         (3, f"pcieport {port}: AER: {cls} error message received from {gpu}")]
     msgs.append((3, f"{_driver(dev)} {gpu}: PCIe Bus Error: severity={cls}, type={kind}"))
     return _append(root, msgs)
+
+
+# The host failures (console/host_failures.py) as the kernel logs them: priority and message, {drv} the
+# device's driver, {gpu} its address (with the intermediate lines that come before the failure).
+HOST_FAILURES: dict[str, list[tuple[int, str]]] = {
+    "d3cold": [(3, "{drv} {gpu}: Unable to change power state from D3cold to D0, device inaccessible")],
+    "inaccessible": [(3, "{drv} {gpu}: Unable to change power state from D3hot to D0, device inaccessible")],
+    "not-ready": [(4, "{drv} {gpu}: not ready 65535ms after resume; giving up")],
+    "flr-timeout": [(6, "{drv} {gpu}: not ready 1023ms after FLR; waiting"),
+                    (6, "{drv} {gpu}: not ready 2047ms after FLR; waiting"),
+                    (4, "{drv} {gpu}: not ready 65535ms after FLR; giving up")],
+    "reset-timeout": [(4, "{drv} {gpu}: not ready 65535ms after bus reset; giving up")],
+    "rm-init": [(3, "NVRM: GPU {gpu}: RmInitAdapter failed! (0x26:0x56:1474)"),
+                (3, "NVRM: rm_init_adapter failed, device minor number 0")],
+    "bar": [(4, "{drv} {gpu}: BAR 1: can't reserve [mem 0x38000000000-0x3ffffffffff 64bit pref]")],
+    "pending": [(3, "{drv} {gpu}: timed out waiting for pending transaction; performing function level reset "
+                    "anyway")],
+    "power-refused": [(6, "{drv} {gpu}: Refused to change power state from D0 to D3hot")],
+}
+
+
+def inject_host(root: Path, gpu: str, failure: str) -> list[str]:
+    """A host failure on `gpu` (one of HOST_FAILURES) as the kernel logs it."""
+    dev = _device(root, gpu)
+    lines = HOST_FAILURES.get(failure)
+    if lines is None:
+        raise ValueError(f"{failure!r} is not a host failure ({', '.join(HOST_FAILURES)})")
+    drv = _driver(dev) if (dev / "driver").is_symlink() else "pci"
+    return _append(root, [(prio, msg.format(drv=drv, gpu=gpu)) for prio, msg in lines])

@@ -1,4 +1,5 @@
-"""GPU events from the kernel log: NVIDIA Xids, "fallen off the bus" (Xid 79) and PCIe AER errors.
+"""GPU events from the kernel log: NVIDIA Xids, "fallen off the bus" (Xid 79), PCIe AER errors, and the
+host's failures around passthrough (D3cold, RmInitAdapter, a BAR, a reset: console/sources/host_lines.py).
 
 Reads the text forms admins paste, mixed freely in one file:
 - `dmesg`: `[ 1843.308145] NVRM: …`, and `dmesg -T`: `[Sun Feb 23 16:24:18 2025] NVRM: …`;
@@ -10,8 +11,8 @@ A line that starts with blanks and no stamp continues the record above it (dmesg
 kmsg continuation lines, the journal's multi-line messages); kmsg's escaped newlines (`\\x0a`) split a
 record the same way.
 
-Streaming: the file is read in 1 MiB blocks and only the lines holding "NVRM", "AER" or "PCIe Bus
-Error" (found by a search over the block) are decoded and matched; memory stays flat for any size.
+Streaming: the file is read in 1 MiB blocks and only the lines holding "NVRM", "AER", "PCIe Bus Error" or
+a host failure's fixed text (found by a search over the block) are decoded and matched; memory stays flat.
 Every line is cut at MAX_LINE before it is matched, and no pattern has two unbounded repeats that can
 take the same characters: a line of any length and padding costs time in proportion to its length.
 The last stamp of each clock in every block is noted as well, so that --since measures from the log's
@@ -34,9 +35,11 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import IO, Any, Protocol
 
-from nodeconsole.console.events import AER, SYSLOG, XID, KernelEvent
+from nodeconsole.console.events import AER, HOST, SYSLOG, XID, KernelEvent
+from nodeconsole.console.host_failures import failure
 from nodeconsole.console.pciaddr import format_pci_address
 from nodeconsole.console.root import Root
+from nodeconsole.console.sources.host_lines import MARKS, fold, host_line
 from nodeconsole.console.sources.kernel_prefix import BLOCK_STAMPS, GROUPS, PREFIX, Time, foreign, head_foreign
 from nodeconsole.console.sources.kernel_prefix import stamp as _stamp
 from nodeconsole.console.xid import AER_ACTIONS, AER_CLASS_NAMES, FALLEN_OFF_BUS, lookup, severity_action
@@ -48,7 +51,7 @@ KMSG = "dev/kmsg"
 KERN_LOG = "var/log/kern.log"
 SIM_KMSG = ".sim/kmsg"  # the demo host's kernel log, as kmsg records
 
-_MARK = re.compile(rb"NVRM|AER|PCIe Bus Error")
+_MARK = re.compile(b"|".join([rb"NVRM|AER|PCIe Bus Error", *map(re.escape, MARKS)]))
 
 _H = "[0-9a-fA-F]"
 _ADDR = rf"(?:{_H}{{4,8}}:)?{_H}{{2}}:{_H}{{2}}(?:\.[0-7])?"  # Xid lines omit the function
@@ -89,7 +92,7 @@ def normalise(addr: str) -> str:
 @dataclass
 class _Held:
     line: int
-    origin: str  # "xid", "bus" (fallen off the bus without an Xid), "aer", "aer-summary", "aer-folded"
+    origin: str  # "xid", "bus" (fallen off the bus without an Xid), "aer", "aer-summary", "aer-folded", "host"…
     kind: str
     gpu: str
     xid: int | None
@@ -100,12 +103,13 @@ class _Held:
     action: str
     port: str | None
     time: Time
+    failure: str | None = None
 
     def event(self) -> KernelEvent:
         when, clock, stamp = self.time
         return KernelEvent(kind=self.kind, time=when, gpu=self.gpu, xid=self.xid, pid=self.pid,
                            process=self.process, text=self.text, severity=self.severity, action=self.action,
-                           port=self.port, clock=clock, stamp=stamp)
+                           port=self.port, clock=clock, stamp=stamp, failure=self.failure)
 
 
 _NO_TIME: Time = (None, None, None)
@@ -192,7 +196,12 @@ class _FileParser:
     # -- one message (the text after the stamp) --
     def _message(self, lineno: int, msg: str, when: Time) -> None:
         i = msg.find("NVRM:")
-        if i >= 0:
+        if (hl := host_line(msg)) is not None:
+            if not fold(self.held, lineno, hl, WINDOW) and hl.gpu is not None:  # else folded or dropped
+                f = failure(hl.name)
+                self.held.append(_Held(lineno, "host", HOST, hl.gpu, None, None, None, hl.text, f.severity,
+                                       f.action, None, when, hl.name))
+        elif i >= 0:
             self._nvrm(lineno, msg[i:], when)
         else:
             self._aer(lineno, msg, when)

@@ -5,7 +5,7 @@ from collections.abc import Sequence
 
 from nodeconsole.console.checks import vm_alignment, vm_gpu_nodes, vm_numa_nodes
 from nodeconsole.console.cpulist import format_cpulist
-from nodeconsole.console.events import KernelEvent
+from nodeconsole.console.events import KernelEvent, gpu_of
 from nodeconsole.console.hosttext import show
 from nodeconsole.console.model import Gpu, HostSnapshot, IommuGroup, Vm
 from nodeconsole.console.topology import vm_gpus, vm_paths
@@ -55,11 +55,10 @@ def gpu_details(snap: HostSnapshot, g: Gpu, events: Sequence[KernelEvent] | None
     group = gpu_group_text(snap, g)
     if group:
         lines.append(group)
-    mine = [ev for ev in events if ev.gpu == g.address][-LAST_EVENTS:]
+    mine = [ev for ev in events if gpu_of(ev, (g.address,)) == g.address][-LAST_EVENTS:]
     lines.append(f"Last events ({len(mine)}, newest first):" if mine else "Last events: none in the kernel log")
     for ev in reversed(mine):
-        what = f"Xid {ev.xid}" if ev.xid is not None else "AER"
-        lines.append(f"  {ev.when}  {what} {ev.severity}  VM {ev.vm or '-'}  {show(ev.text, 160)}  "
+        lines.append(f"  {ev.when}  {ev.what} {ev.severity}  VM {ev.vm or '-'}  {show(ev.text, 160)}  "
                      f"→ {ev.action}")
     return "\n".join(lines)
 
