@@ -1,7 +1,9 @@
 """`nodeconsole demo reset [--bare]` and `nodeconsole demo reboot`: regenerate the bundled demo host
 (the configured demo, or with --bare the same hardware freshly installed), or reboot it (it comes up as
 its /etc says; run-time changes are lost). `nodeconsole demo inject xid GPU CODE` and `demo inject aer
-GPU fatal|nonfatal|corrected` append a GPU event to the demo's kernel log, for tests and drills."""
+GPU fatal|nonfatal|corrected` append a GPU event to the demo's kernel log, for tests and drills; `demo inject
+xid GPU CODE --guest` appends the Xid to the kernel log of the guest holding the GPU (read through its
+simulated guest agent: train-a and train-b have one)."""
 from __future__ import annotations
 
 import argparse
@@ -17,6 +19,9 @@ def configure(p: argparse.ArgumentParser) -> None:
                         "inject: append a GPU event to its kernel log")
     p.add_argument("event", nargs="*", metavar="ARG",
                    help="with inject: xid GPU CODE, or aer GPU fatal|nonfatal|corrected (GPU: its PCI address)")
+    p.add_argument("--guest", action="store_true",
+                   help="with inject xid: log it in the guest of the VM the GPU is passed through to (at the "
+                        "guest's PCI address for it), as the guest's driver does")
     p.add_argument("--bare", action="store_true",
                    help="with reset: the same hardware freshly installed (IOMMU off, no vfio, nouveau, no "
                         "hugepages, no VMs), for setting it up with `nodeconsole doctor`")
@@ -35,8 +40,10 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(f"demo {what} takes no arguments")
     if what == "reboot":
         return _reboot()
+    if args.guest and what != "inject":
+        raise UsageError("--guest goes with demo inject xid")
     if what == "inject":
-        return _inject(args.event)
+        return _inject(args.event, args.guest)
     from nodeconsole.console.seams import reset_demo
 
     try:
@@ -56,7 +63,7 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _inject(event: list[str]) -> int:
+def _inject(event: list[str], guest: bool = False) -> int:
     from nodeconsole.console.pciaddr import parse_pci_address
     from nodeconsole.console.seams import inject_demo_event
 
@@ -64,11 +71,12 @@ def _inject(event: list[str]) -> int:
         raise UsageError("demo inject takes: xid GPU CODE, or aer GPU fatal|nonfatal|corrected")
     kind, gpu, value = event
     try:
-        records = inject_demo_event(kind, parse_pci_address(gpu), value)
+        records = inject_demo_event(kind, parse_pci_address(gpu), value, guest=guest)
     except ValueError as e:
         raise UsageError(str(e)) from None
     except OSError as e:
-        print(f"nodeconsole: error: cannot write the demo host's kernel log: {e.strerror or e}", file=sys.stderr)
+        where = "a guest's kernel log" if guest else "the demo host's kernel log"
+        print(f"nodeconsole: error: cannot write {where}: {e.strerror or e}", file=sys.stderr)
         return 1
     print("\n".join(records))
     return 0
