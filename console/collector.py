@@ -127,10 +127,8 @@ class Collector:
         self._watch_lock = threading.Lock()
         self.gpu_events: tuple[KernelEvent, ...] = ()
         self._health = HealthBook()
-        # the guests' GPU events (console/guest_watch.py), asked off this thread; a one-shot command sets
-        # `guest_wait_s` to wait for the answers, `read_guests` False asks no guest
-        self.guests: GuestWatch | None = None
-        self.guest_wait_s = 0.0
+        self.guests: GuestWatch | None = None  # the guests' GPU events (console/guest_watch.py)
+        self.guest_wait_s = 0.0  # how long a poll waits for the guests' answers (a one-shot command's)
         self.read_guests = seams.guest_agent is not None
 
     def invalidate(self) -> None:
@@ -345,8 +343,7 @@ class Collector:
             return host
         from nodeconsole.console.guest_watch import GuestWatch, by_time
 
-        if self.guests is None:
-            self.guests = GuestWatch(self.seams.guest_agent)
+        self.guests = self.guests or GuestWatch(self.seams.guest_agent)
         self.guests.poll(snap, self.guest_wait_s)
         return by_time(host, self.guests.events)
 

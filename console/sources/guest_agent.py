@@ -204,6 +204,7 @@ class LibvirtGuestAgent:
             import libvirt_qemu
         except ImportError:
             raise GuestLogUnavailable("libvirt-python is not installed") from None
+        libvirt.registerErrorHandler(lambda *_args: None, None)  # errors are reasons, not stderr lines
         try:
             conn = libvirt.open(self.uri)
         except libvirt.libvirtError as e:
