@@ -23,7 +23,7 @@ from dataclasses import replace
 
 from nodeconsole.console.event_time import on_wall_clock
 from nodeconsole.console.gpu_events import GUEST_LOG, KernelEvent
-from nodeconsole.console.model import HostSnapshot
+from nodeconsole.console.model import HostSnapshot, PciDevice
 from nodeconsole.console.sources.guest_agent import TIMEOUT_S, GuestAgent, GuestLogUnavailable
 from nodeconsole.console.sources.kernel_log import KernelLog
 
@@ -37,10 +37,14 @@ def _slot(address: str) -> str:
     return address.rsplit(".", 1)[0]
 
 
-def guest_targets(snap: HostSnapshot) -> dict[str, dict[str, str]]:
-    """The running VMs holding a whole GPU: VM → {guest PCI address (and its slot) → host GPU}."""
+def vf_addresses(snap: HostSnapshot) -> frozenset[str]:
+    return frozenset(d.address for d in snap.pci_devices if d.physfn)
+
+
+def guest_targets(snap: HostSnapshot, vfs: frozenset[str] | None = None) -> dict[str, dict[str, str]]:
+    """The running VMs holding a whole GPU: VM → {guest PCI address (and its slot) → host GPU}. `vfs`:
+    the snapshot's SR-IOV VFs (vf_addresses), when known."""
     out: dict[str, dict[str, str]] = {}
-    vfs: set[str] | None = None
     for v in snap.vms:
         if v.state != "running" or not v.hostdevs:
             continue
@@ -50,7 +54,7 @@ def guest_targets(snap: HostSnapshot) -> dict[str, dict[str, str]]:
             if h.type != "pci" or not h.gpu or not h.address or _slot(h.address) != _slot(h.gpu):
                 continue
             if vfs is None:
-                vfs = {d.address for d in snap.pci_devices if d.physfn}
+                vfs = vf_addresses(snap)
             if h.address in vfs:
                 continue
             gpus.add(h.gpu)
@@ -110,11 +114,15 @@ class GuestWatch:
         self._running: dict[str, threading.Thread] = {}
         self._targets: tuple[str, ...] = ()
         self._merged: tuple[KernelEvent, ...] | None = ()
+        self._pci: tuple[PciDevice, ...] | None = None
+        self._vfs: frozenset[str] = frozenset()
 
     def poll(self, snap: HostSnapshot, wait_s: float = 0.0) -> None:
         """Ask each VM due (not asked within every_s, no read of it running); with `wait_s`, wait that
         long at most for the reads running to end (a read still going then is noted as unanswered)."""
-        targets = guest_targets(snap)
+        if snap.pci_devices is not self._pci:  # the same tuple while the sysfs read is cached
+            self._pci, self._vfs = snap.pci_devices, vf_addresses(snap)
+        targets = guest_targets(snap, self._vfs)
         now = self.clock()
         with self._lock:
             self._targets = tuple(targets)
