@@ -45,6 +45,7 @@ STEAL_EVERY_S = 5.0  # how often the vCPU threads' wait time is read on a live h
 if TYPE_CHECKING:  # the sources (and the kernel-log watch) are imported on first use
     from nodeconsole.console.event_watch import EventWatch
     from nodeconsole.console.events import KernelEvent
+    from nodeconsole.console.guest_watch import GuestWatch
     from nodeconsole.console.sources.libvirt_src import LibvirtSource
     from nodeconsole.console.sources.load import LoadReader
     from nodeconsole.console.sources.nvml import NvmlSource
@@ -126,6 +127,9 @@ class Collector:
         self._watch_lock = threading.Lock()
         self.gpu_events: tuple[KernelEvent, ...] = ()
         self._health = HealthBook()
+        self.guests: GuestWatch | None = None  # the guests' GPU events (console/guest_watch.py)
+        self.guest_wait_s = 0.0  # how long a poll waits for the guests' answers (a one-shot command's)
+        self.read_guests = seams.guest_agent is not None
 
     def invalidate(self) -> None:
         """Forget cached static facts (after an action changed the host). Called from an action's
@@ -326,12 +330,22 @@ class Collector:
         self.watch.note_sources(dict(vars(snap.sources)))  # its four fields (asdict copies deeply)
         now = self.seams.clock()
         self.watch.poll(self.seams.root, self.seams.is_this_machine, now)
-        self.gpu_events = self.watch.tied(snap)
+        self.gpu_events = self._guest_events(snap, self.watch.tied(snap))
         gpus = self._health.judge_all(snap.gpus, events_by_gpu(self.gpu_events, snap), self.watch.btime, now)
         extra = event_problems(gpus, snap)
         if gpus == snap.gpus and all(a is b for a, b in zip(gpus, snap.gpus)) and not extra:
             return snap
         return replace(snap, gpus=gpus, problems=(*extra, *snap.problems))
+
+    def _guest_events(self, snap: HostSnapshot, host: tuple[KernelEvent, ...]) -> tuple[KernelEvent, ...]:
+        """The host's events and the guests' (asked at most every minute per VM, on threads of their own)."""
+        if not self.read_guests or self.seams.guest_agent is None:
+            return host
+        from nodeconsole.console.guest_watch import GuestWatch, by_time
+
+        self.guests = self.guests or GuestWatch(self.seams.guest_agent)
+        self.guests.poll(snap, self.guest_wait_s)
+        return by_time(host, self.guests.events)
 
     def _node_cpu(self, load: Load, sysfs: SysfsData, virt: LibvirtData | None) -> Load:
         """CPU use per NUMA node (the demo's CPU load first made of its VMs' load)."""

@@ -19,7 +19,8 @@ BOOT, DATE, SYSLOG = "boot", "date", "syslog"
 
 # The keys of `events --json`, an interface: add keys, never rename them.
 JSON_KEYS = ("time", "gpu", "xid", "pid", "process", "text", "severity", "action", "vm", "kind", "port", "vms",
-             "uptime_s", "logged", "failure")
+             "uptime_s", "logged", "failure", "source")
+HOST_LOG, GUEST_LOG = "host", "guest"  # whose kernel logged an event: the host's, or a VM's guest (its agent)
 
 HEALTHY, DEGRADED, UNHEALTHY = "healthy", "degraded", "unhealthy"
 HEALTH_STATES = (HEALTHY, DEGRADED, UNHEALTHY)
@@ -54,6 +55,9 @@ class KernelEvent:
     wall: float | None = None  # seconds since the epoch (UTC), when the log and the host's boot time tell
     uptime_s: float | None = None  # seconds since boot, when the log writes them
     failure: str | None = None  # HOST: the failure's short name (console/host_failures.py), e.g. "D3cold"
+    # HOST_LOG, or GUEST_LOG: read from the guest of the VM in `vms` through its agent, on the host GPU
+    # the guest's device maps to (console/guest_watch.py); `text` keeps the guest's own wording
+    source: str = HOST_LOG
 
     @property
     def vm(self) -> str | None:

@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from nodeconsole.console.capture.replay import Replay
     from nodeconsole.console.demo.boot import BootReport
     from nodeconsole.console.model import Cpu, Vm
+    from nodeconsole.console.sources.guest_agent import GuestAgent
 
 SYSTEM_URI = "qemu:///system"
 
@@ -56,6 +57,10 @@ class Seams:
     # "Now" on the host being read (seconds since the epoch): this machine's clock; a replay's is stopped at
     # its capture (`events --since`, the health window and event times count back from it).
     clock: Callable[[], float] = time.time
+    # The VMs' QEMU guest agents, through which the guests' kernel logs are read (console/guest_watch.py):
+    # libvirt's on a live host, the demo's simulated ones; None: no guest is asked (a captured tree, a
+    # replay, libvirt's test driver, which refuses agent commands).
+    guest_agent: GuestAgent | None = None
 
     def __post_init__(self) -> None:
         if self.writes is None and self.demo_dir is not None:
@@ -78,8 +83,13 @@ def real_host(root: str = "/", libvirt_uri: str | None = None) -> Seams:
     A captured tree has no NVML and no libvirt unless a URI is given explicitly."""
     captured = os.path.abspath(root) != "/"
     uri = libvirt_uri if libvirt_uri is not None else (None if captured else SYSTEM_URI)
+    agent = None
+    if uri is not None and not uri.startswith("test:"):
+        from nodeconsole.console.sources.guest_agent import LibvirtGuestAgent
+
+        agent = LibvirtGuestAgent(uri)
     return Seams(root=Root(root), libvirt_uri=uri, use_real_nvml=not captured,
-                 state_dir=None if captured else Path("/var/log/nodeconsole"))
+                 state_dir=None if captured else Path("/var/log/nodeconsole"), guest_agent=agent)
 
 
 def simulated_writes() -> HostWrites:
@@ -152,6 +162,7 @@ def demo_host(state_dir: Path | None = None, libvirt_uri: str | None = None, sys
         return Seams(root=root, libvirt_uri=libvirt_uri or host.libvirt_uri, use_real_nvml=False,
                      demo_dir=Path(host.root).parent, state_dir=Path(host.root).parent)
     from nodeconsole.console.demo.nvml_sim import SimulatedNvml
+    from nodeconsole.console.demo.sim_agent import SimulatedGuestAgent
     from nodeconsole.console.demo.vm_load import demo_cpu_percent, demo_vm_cpu_percent, demo_vm_steal_percent
 
     # The demo stands for a root session: MIG changes are allowed as they would be for root.
@@ -165,22 +176,32 @@ def demo_host(state_dir: Path | None = None, libvirt_uri: str | None = None, sys
                          "run `nodeconsole demo reset`") from None
     return Seams(root=root, libvirt_uri=libvirt_uri or host.libvirt_uri, nvml_lib=lib,
                  demo_dir=Path(host.root).parent, state_dir=Path(host.root).parent,
-                 vm_load=demo_vm_cpu_percent, cpu_load=demo_cpu_percent, vm_steal=demo_vm_steal_percent)
+                 vm_load=demo_vm_cpu_percent, cpu_load=demo_cpu_percent, vm_steal=demo_vm_steal_percent,
+                 guest_agent=SimulatedGuestAgent(Path(host.root)))
 
 
-def inject_demo_event(kind: str, gpu: str, what: str) -> list[str]:
+def inject_demo_event(kind: str, gpu: str, what: str, guest: bool = False) -> list[str]:
     """Append a GPU event to the demo host's kernel log: kind "xid" (what: the code), "aer" (what:
-    fatal, nonfatal or corrected) or "host" (what: a failure, console/demo/kmsg.py HOST_FAILURES). Returns
-    the records written; ValueError for a bad GPU or value."""
+    fatal, nonfatal or corrected) or "host" (what: a failure, console/demo/kmsg.py HOST_FAILURES); with
+    `guest`, an Xid to the log of the guest holding the GPU (console/demo/sim_agent.py). Returns the
+    records written; ValueError for a bad GPU or value."""
     from nodeconsole.console.demo.kmsg import inject_aer, inject_host, inject_xid
     from nodeconsole.console.demo.state import ensure_demo
 
     with _demo_dir_usage():
-        root = Path(ensure_demo().root)
+        host = ensure_demo()
+    root = Path(host.root)
     if kind == "xid":
         if not what.isascii() or not what.isdigit():
             raise ValueError(f"{what!r} is not an Xid code (a number)")
+        if guest:
+            from nodeconsole.console.demo.sim_agent import inject_guest_xid
+
+            return inject_guest_xid(root, host.libvirt_uri, gpu, int(what))
         return inject_xid(root, gpu, int(what))
+    if guest:
+        raise ValueError("--guest goes with xid (a guest's driver logs Xids; AER errors and host failures are the "
+                         "host's)")
     if kind == "host":
         return inject_host(root, gpu, what)
     return inject_aer(root, gpu, what)

@@ -2,7 +2,9 @@
 (the configured demo, or with --bare the same hardware freshly installed), or reboot it (it comes up as
 its /etc says; run-time changes are lost). `nodeconsole demo inject xid GPU CODE`, `demo inject aer
 GPU fatal|nonfatal|corrected` and `demo inject host GPU FAILURE` (d3cold, not-ready, rm-init, bar, flr-timeout,
-…) append a GPU event to the demo's kernel log, for tests and drills."""
+…) append a GPU event to the demo's kernel log, for tests and drills; `demo inject xid GPU CODE --guest`
+appends the Xid to the kernel log of the guest holding the GPU (read through its simulated guest agent:
+train-a and train-b have one)."""
 from __future__ import annotations
 
 import argparse
@@ -20,6 +22,9 @@ def configure(p: argparse.ArgumentParser) -> None:
                    help="with inject: xid GPU CODE, aer GPU fatal|nonfatal|corrected, or host GPU FAILURE (d3cold, "
                         "inaccessible, not-ready, flr-timeout, reset-timeout, rm-init, bar, pending, power-refused; "
                         "GPU: its PCI address)")
+    p.add_argument("--guest", action="store_true",
+                   help="with inject xid: log it in the guest of the VM the GPU is passed through to (at the "
+                        "guest's PCI address for it), as the guest's driver does")
     p.add_argument("--bare", action="store_true",
                    help="with reset: the same hardware freshly installed (IOMMU off, no vfio, nouveau, no "
                         "hugepages, no VMs), for setting it up with `nodeconsole doctor`")
@@ -38,8 +43,10 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(f"demo {what} takes no arguments")
     if what == "reboot":
         return _reboot()
+    if args.guest and what != "inject":
+        raise UsageError("--guest goes with demo inject xid")
     if what == "inject":
-        return _inject(args.event)
+        return _inject(args.event, args.guest)
     from nodeconsole.console.seams import reset_demo
 
     try:
@@ -59,7 +66,7 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _inject(event: list[str]) -> int:
+def _inject(event: list[str], guest: bool = False) -> int:
     from nodeconsole.console.pciaddr import parse_pci_address
     from nodeconsole.console.seams import inject_demo_event
 
@@ -67,11 +74,12 @@ def _inject(event: list[str]) -> int:
         raise UsageError("demo inject takes: xid GPU CODE, aer GPU fatal|nonfatal|corrected, or host GPU FAILURE")
     kind, gpu, value = event
     try:
-        records = inject_demo_event(kind, parse_pci_address(gpu), value)
+        records = inject_demo_event(kind, parse_pci_address(gpu), value, guest=guest)
     except ValueError as e:
         raise UsageError(str(e)) from None
     except OSError as e:
-        print(f"nodeconsole: error: cannot write the demo host's kernel log: {e.strerror or e}", file=sys.stderr)
+        where = "a guest's kernel log" if guest else "the demo host's kernel log"
+        print(f"nodeconsole: error: cannot write {where}: {e.strerror or e}", file=sys.stderr)
         return 1
     print("\n".join(records))
     return 0

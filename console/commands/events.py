@@ -4,7 +4,10 @@ failures around passthrough: D3cold, RmInitAdapter, a BAR, a reset), each with t
 With --kernel-log FILE the file is read (any of the text forms, mixed; `-` reads stdin) and VMs are
 named only when a host is given too (--demo/--root/--libvirt/--replay): a pasted log is another machine's
 unless you say which. Without it the host's own log is read (/dev/kmsg on this machine; a tree's
-var/log/kern.log and the demo's .sim/kmsg) and a snapshot of that host names the VMs."""
+var/log/kern.log and the demo's .sim/kmsg) and a snapshot of that host names the VMs; the guests of the
+running VMs holding GPUs are asked for theirs through their guest agents (console/guest_watch.py; at
+once, WAIT_S at most in all; `--no-guests` asks none): their events are the host GPUs', `source` "guest".
+A VM whose guest log cannot be read is a note on stderr ("guest log unavailable: reason"), not an error."""
 from __future__ import annotations
 
 import argparse
@@ -16,7 +19,9 @@ from collections.abc import Sequence
 from nodeconsole.console.cli import UsageError, seams_from_args, subcommand
 from nodeconsole.console.event_time import boot_time, on_wall_clock, parse_boot_time, since
 from nodeconsole.console.events import KernelEvent, parse_duration, tie_to_vms, within
+from nodeconsole.console.gpu_events import GUEST_LOG
 from nodeconsole.console.hosttext import LINE_MAX, show
+from nodeconsole.console.seams import Seams
 from nodeconsole.console.sources.kernel_log import SIM_KMSG, KernelLog, LogDenied, host_sources, read_host
 
 EXIT_DENIED = 1
@@ -44,7 +49,9 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true",
                    help="print a list of {time (RFC 3339 UTC), gpu, xid, pid, process, text, severity, action, vm, "
                         "kind (xid, aer, host), port, vms, uptime_s, logged (the log's own stamp), failure (host: "
-                        "D3cold, RmInitAdapter, BAR reserve, FLR timeout, …)}")
+                        "D3cold, RmInitAdapter, BAR reserve, FLR timeout, …), source (host or guest)}")
+    p.add_argument("--no-guests", action="store_true",
+                   help="do not ask the VMs' guest agents for their kernel logs (the guests' Xids)")
     p.set_defaults(func=run)
 
 
@@ -96,14 +103,9 @@ def run(args: argparse.Namespace) -> int:
     now = seams.clock() if seams is not None else time.time()
     btime = args.boot_time if args.kernel_log is not None else (boot_time(seams.root) if seams else None)
     events = on_wall_clock(events, btime, now)
-    if seams is not None and events:
-        from nodeconsole.console.collector import Collector
-
-        collector = Collector(seams)
-        try:
-            events = tie_to_vms(events, collector.collect())
-        finally:
-            collector.close()
+    guests = seams is not None and args.kernel_log is None and not args.no_guests and seams.guest_agent is not None
+    if seams is not None and (events or guests):
+        events = _tie_and_guests(seams, events, guests)
     if args.since is not None:
         dated, undated = since(events, args.since, now)
         kept, untimed = within(undated, args.since, log.newest)
@@ -117,6 +119,25 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _tie_and_guests(seams: Seams, events: list[KernelEvent], guests: bool) -> list[KernelEvent]:
+    """The events tied to the host's VMs and, with `guests`, the guests' events after them (in time)."""
+    from nodeconsole.console.collector import Collector
+    from nodeconsole.console.guest_watch import WAIT_S, by_time
+
+    collector = Collector(seams)
+    collector.read_guests = guests
+    collector.guest_wait_s = WAIT_S
+    try:
+        events = tie_to_vms(events, collector.collect())
+    finally:
+        collector.close()
+    if collector.guests is None:
+        return events
+    for vm, note in sorted(collector.guests.notes.items()):
+        _note(f"VM {show(vm, 64)}: {note}")
+    return list(by_time(tuple(events), collector.guests.events))
+
+
 def plain(events: Sequence[KernelEvent]) -> list[str]:
     """One line per event, in log order (newest last): time, GPU, what, severity, VM, text, action."""
     width = max((len(show(ev.when, 40)) for ev in events), default=1)
@@ -125,7 +146,7 @@ def plain(events: Sequence[KernelEvent]) -> list[str]:
         who = ""
         if ev.pid is not None or ev.process:
             who = f" (pid {ev.pid if ev.pid is not None else '?'}{' ' + show(ev.process) if ev.process else ''})"
-        vm = show(ev.vm, 64) if ev.vm else "-"
+        vm = (show(ev.vm, 64) if ev.vm else "-") + (" (its guest's log)" if ev.source == GUEST_LOG else "")
         lines.append(f"{show(ev.when, 40):{width}}  {ev.gpu}  {ev.what:8} {ev.severity:9}  vm {vm}  "
                      f"{show(ev.text, LINE_MAX)}{who}  → {ev.action}")
     return lines

@@ -18,8 +18,10 @@ def run(args: argparse.Namespace) -> int:
     import time
 
     from nodeconsole.console.collector import Collector
+    from nodeconsole.console.guest_watch import WAIT_S
 
     collector = Collector(seams_from_args(args))
+    collector.guest_wait_s = WAIT_S  # the guests' logs (GPU events) are read once, with a bound
     collector.collect()  # CPU load and VM CPU % are deltas: prime them, then read for real
     time.sleep(0.25)
     snap = collector.collect()

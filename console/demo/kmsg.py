@@ -69,16 +69,20 @@ def _append(root: Path, messages: list[tuple[int, str]]) -> list[str]:
 def inject_xid(root: Path, gpu: str, code: int) -> list[str]:
     """An Xid on `gpu` as the driver logs it (Xid 79 with its "fallen off the bus" line)."""
     _device(root, gpu)
+    return _append(root, xid_messages(gpu, code))
+
+
+def xid_messages(gpu: str, code: int) -> list[tuple[int, str]]:
+    """The driver's lines (priority, text) for an Xid on the GPU at PCI address `gpu` (the host's, or the
+    guest's for a guest's driver); ValueError for a code out of range."""
     if not 0 < code < 1_000_000:
         raise ValueError(f"{code} is not an Xid code")
     short = gpu.rsplit(".", 1)[0]
     if code == FALLEN_OFF_BUS:
         text = "pid=<unknown>, name=<unknown>, GPU has fallen off the bus."
-        msgs = [(3, f"NVRM: Xid (PCI:{short}): 79, {text}"),
+        return [(3, f"NVRM: Xid (PCI:{short}): 79, {text}"),
                 (3, f"NVRM: GPU {gpu}: GPU has fallen off the bus.")]
-    else:
-        msgs = [(3, f"NVRM: Xid (PCI:{short}): {code}, pid=4242, name=python3, {lookup(code).meaning}")]
-    return _append(root, msgs)
+    return [(3, f"NVRM: Xid (PCI:{short}): {code}, pid=4242, name=python3, {lookup(code).meaning}")]
 
 
 def inject_aer(root: Path, gpu: str, severity: str) -> list[str]:

@@ -361,7 +361,7 @@ def test_cli_json_keys_and_since(tmp_path, capsys):
     assert data[0] == {"time": None, "gpu": "0000:3b:00.0", "xid": 79, "pid": 1234, "process": "python3",
                        "text": "GPU has fallen off the bus.", "severity": "fatal", "action": FALLEN[1], "vm": None,
                        "kind": "xid", "port": None, "vms": [], "uptime_s": 1843.308145, "logged": "1843.308145",
-                       "failure": None}
+                       "failure": None, "source": "host"}
     # a dated stamp without a zone is the host's local time (TZ=UTC in the tests), in RFC 3339 UTC
     assert [d["time"] for d in data if d["logged"] == "Sun Feb 23 16:24:18 2025"] == ["2025-02-23T16:24:18.000Z"]
     rc, out, err = _run(capsys, "events", "--kernel-log", str(f), "--json", "--since", "1m")
