@@ -17,6 +17,7 @@ from textual.widgets import Static
 
 from nodeconsole.console.event_watch import SourceChange
 from nodeconsole.console.events import XID, KernelEvent
+from nodeconsole.console.gpu_events import local_text
 from nodeconsole.console.host_failures import FAILURES
 from nodeconsole.console.hosttext import show
 from nodeconsole.console.model import HostSnapshot
@@ -31,34 +32,46 @@ REFRESH_S = 5.0
 TEXT_MAX = 100
 
 
+def _epoch(iso: str) -> float | None:
+    import datetime as dt
+
+    try:
+        when = dt.datetime.fromisoformat(iso)
+    except ValueError:
+        return None
+    return (when if when.tzinfo else when.replace(tzinfo=dt.UTC)).timestamp()
+
+
 def event_rows(snap: HostSnapshot | None, events: tuple[KernelEvent, ...], changes: list[dict[str, Any]],
                sources: tuple[SourceChange, ...]) -> list[tuple[str, tuple]]:
-    """Rows newest first: kernel events (newest last in the log), then applied changes and source changes
-    by their time (host clocks differ from the log's: each kind keeps its own order, events on top)."""
+    """Rows newest first, in local time: kernel events (on the wall clock: console/event_time.py), applied
+    changes and source changes in one order; events the log gives no wall-clock time (a tree without a
+    boot time) on top, in log order."""
     index = {g.address: g.index for g in snap.gpus} if snap is not None else {}
-    rows: list[tuple[str, tuple]] = []
-    for n, ev in reversed(list(enumerate(events))):
+    untimed: list[tuple[str, tuple]] = []
+    dated: list[tuple[float, int, str, tuple]] = []
+    for n, ev in enumerate(events):
         meaning = show(ev.text, TEXT_MAX)
         if ev.kind == XID and ev.xid is not None:
             meaning = lookup(ev.xid).meaning
         elif ev.failure in FAILURES:
             meaning = FAILURES[ev.failure].meaning
         gpu = f"{index[ev.gpu]} {ev.gpu}" if ev.gpu in index else ev.gpu
-        rows.append((f"ev{n}", (ev.time or "-", ev.what, gpu, Text(show(ev.vm or "-", 64)), ev.severity,
-                                Text(meaning), ev.action)))
-    dated: list[tuple[str, str, tuple]] = []
-    for r in changes:
-        when = str(r.get("when") or "")
-        dated.append((when, f"ch{r.get('id')}", (when[:19] or "-", "change", "", "", str(r.get("result") or "?"),
-                                                 Text(show(r.get("title") or "", TEXT_MAX)),
-                                                 str(r.get("action") or ""))))
-    for n, s in enumerate(sources):
-        when = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(s.at))
-        dated.append((when, f"src{n}", (when, "source", "", "", "lost" if s.lost else "back",
-                                        Text(show(f"{s.source}: {s.was} → {s.now}", TEXT_MAX)), "")))
-    dated.sort(key=lambda x: x[0], reverse=True)
-    rows += [(key, cells) for _, key, cells in dated]
-    return rows
+        row = (f"ev{n}", (ev.when, ev.what, gpu, Text(show(ev.vm or "-", 64)), ev.severity, Text(meaning), ev.action))
+        if ev.wall is None:
+            untimed.append(row)
+        else:
+            dated.append((ev.wall, n, *row))
+    for n, r in enumerate(changes):
+        at = _epoch(str(r.get("when") or ""))
+        dated.append((at if at is not None else 0.0, n, f"ch{r.get('id')}",
+                      (local_text(at) if at is not None else "-", "change", "", "", str(r.get("result") or "?"),
+                       Text(show(r.get("title") or "", TEXT_MAX)), str(r.get("action") or ""))))
+    for n, src in enumerate(sources):
+        dated.append((src.at, n, f"src{n}", (local_text(src.at), "source", "", "", "lost" if src.lost else "back",
+                                            Text(show(f"{src.source}: {src.was} → {src.now}", TEXT_MAX)), "")))
+    dated.sort(key=lambda x: (x[0], x[1]), reverse=True)
+    return list(reversed(untimed)) + [(key, cells) for _, _, key, cells in dated]
 
 
 class EventsScreen(SnapshotScreen):
@@ -119,7 +132,7 @@ class EventsScreen(SnapshotScreen):
         events, _, _ = self._collector_state()
         if key.startswith("ev") and key[2:].isdigit() and int(key[2:]) < len(events):
             ev = events[int(key[2:])]
-            lines = [f"{ev.what} on {ev.gpu} at {ev.time or '-'}", f"VM {ev.vm or '-'}",
+            lines = [f"{ev.what} on {ev.gpu} at {ev.when} (logged as {ev.time or '-'})", f"VM {ev.vm or '-'}",
                      f"severity {ev.severity}; action: {ev.action}", ev.text]
             if ev.pid is not None or ev.process:
                 lines.append(f"pid {ev.pid if ev.pid is not None else '?'} {ev.process or ''}")

@@ -79,3 +79,26 @@ async def test_injected_events_reach_every_view(demo_seams, capsys):
         assert rows[0].split(" | ")[1] == "AER" and "train-a" in rows[0] and "reset GPU" in rows[0]
         assert "Xid 79" in rows[1] and MIG_GPU in rows[1] and mig_vms[0] in rows[1]
         assert "GPU has fallen off the bus" in rows[1]
+
+
+def test_events_changes_and_source_changes_are_in_one_order_of_local_time():
+    from nodeconsole.console.event_watch import SourceChange
+    from nodeconsole.console.gpu_events import KernelEvent, local_text
+    from nodeconsole.screens.events import event_rows
+
+    def ev(wall):
+        return KernelEvent(kind="xid", time="1.0", gpu="0000:19:00.0", xid=79, pid=None, process=None, text="t",
+                           severity="fatal", action="reset GPU", wall=wall, uptime_s=1.0)
+
+    t = 1_796_200_000.0  # 2026-12-02 08:26:40 UTC
+    events = (ev(t), ev(None), ev(t + 20))
+    changes = [{"id": "c1", "when": "2026-12-02T08:26:50+00:00", "result": "applied", "title": "x"}]  # t + 10
+    sources = (SourceChange(t + 5, "nvml", "ok", "unavailable: lost"),)
+    rows = event_rows(None, events, changes, sources)
+    # the undated event on top, then newest first across kinds: ev2 (t+20), the change (t+10), the source (t+5),
+    # ev0 (t)
+    assert [key for key, _ in rows] == ["ev1", "ev2", "chc1", "src0", "ev0"]
+    assert rows[0][1][0] == "[1.000000]"  # no wall-clock time: the uptime
+    cells = dict(rows)
+    assert cells["ev2"][0] == local_text(t + 20) and cells["chc1"][0] == local_text(t + 10)
+    assert cells["src0"][0] == local_text(t + 5)
