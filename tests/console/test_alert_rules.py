@@ -67,3 +67,16 @@ def test_the_old_per_code_rules_fail_the_unit_tests(tmp_path):
     assert proc.returncode != 0
     for name in OLD_EXPRS:
         assert f"alertname: {name}" in proc.stdout + proc.stderr
+
+
+def test_every_dashboard_query_parses(tmp_path):
+    """The Grafana dashboard's queries are PromQL that Prometheus accepts (checked as recording rules)."""
+    import json
+
+    dash = json.loads((REPO / "deploy/grafana/nodeconsole-dashboard.json").read_text())
+    exprs = [t["expr"].replace("$instance", ".*") for p in dash["panels"] for t in p["targets"]]
+    rules = tmp_path / "dashboard.yml"
+    rules.write_text("groups:\n  - name: dashboard\n    rules:\n"
+                     + "".join(f"      - record: q{i}\n        expr: {json.dumps(e)}\n" for i, e in enumerate(exprs)))
+    proc = subprocess.run([promtool(), "check", "rules", str(rules)], capture_output=True, text=True, timeout=30)
+    assert proc.returncode == 0 and f"SUCCESS: {len(exprs)} rules found" in proc.stdout, proc.stdout + proc.stderr
