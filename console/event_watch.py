@@ -135,6 +135,7 @@ class EventWatch:
         self._files: dict[str, _FileCursor] = {}
         self._kmsg: int | None = None
         self.error = ""  # why the log cannot be read (no root), else ""
+        self.read = 0  # events read since the watch began (only grows; `events` keeps the newest KEEP)
         self.btime: float | None = None  # the host's boot time, as read with the last new events
         self.sources: deque[SourceChange] = deque(maxlen=SOURCE_KEEP)
         self._last_sources: dict[str, str] = {}
@@ -164,6 +165,7 @@ class EventWatch:
             self.btime = boot_time(root)
             new = on_wall_clock(new, self.btime, time.time() if now is None else now)
         self._events.extend(new)
+        self.read += len(new)
         return new
 
     def _file_new(self, root: Root, rel: str) -> list[KernelEvent]:

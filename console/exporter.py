@@ -2,8 +2,12 @@
 
 A background thread (`Sampler`) takes a snapshot and runs the doctor on its own cadence; a scrape
 (`SnapshotCollector.collect()`) turns the latest sample into metric families and never waits for a
-source. A source that failed in the latest sample is `nodeconsole_source_up{source=...} 0`; the other
-series are still served from what the sample did read.
+source. A source that was read and failed in the latest sample is `nodeconsole_source_up{source=...} 0`;
+the other series are still served from what the sample did read. Before the first sample there is no
+`nodeconsole_source_up` at all (nothing was read, so nothing failed): `nodeconsole exporter` takes its
+first sample before its port answers, and waits at most FIRST_SAMPLE_WAIT for it.
+
+GPU event counters and the health verdict's series: console/exporter_events.py.
 
 Conventions (base units, `_total` counters, `_info` gauges of value 1 carrying string facts as labels):
 every per-GPU series carries the labels `address`, `index`, `smi`, `uuid` and `model`; every per-VM
@@ -18,23 +22,30 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import CollectorRegistry
 
 from nodeconsole.console import __version__
+from nodeconsole.console.exporter_events import (
+    GPU_LABELS,
+    EventCounter,
+    EventCounts,
+    event_families,
+    gpu_labels,
+    health_families,
+)
 from nodeconsole.console.model import HostSnapshot
 
 if TYPE_CHECKING:
     from nodeconsole.console.collector import Collector
     from nodeconsole.console.doctor.model import DoctorReport
-    from nodeconsole.console.events import KernelEvent
 
 SOURCES = ("sysfs", "nvml", "libvirt", "psutil")
 DOCTOR_STATUSES = ("pass", "warn", "fail", "skip")
 SEVERITIES = ("error", "warning", "info")
-GPU_LABELS = ("address", "index", "smi", "uuid", "model")
+FIRST_SAMPLE_WAIT = 30.0  # seconds the exporter waits for its first sample before its port answers anyway
 MIB = 1024 * 1024
 # PCIe transfer rate (GT/s, as sysfs writes it) → generation
 _GEN_OF_RATE = {"2.5": 1, "5.0": 2, "8.0": 3, "16.0": 4, "32.0": 5, "64.0": 6}
@@ -42,9 +53,9 @@ _GEN_OF_RATE = {"2.5": 1, "5.0": 2, "8.0": 3, "16.0": 4, "32.0": 5, "64.0": 6}
 
 @dataclass(frozen=True)
 class Sample:
-    """One collection: the snapshot, the GPU events seen so far, the doctor's report and how long it took."""
+    """One collection: the snapshot, the GPU event counters, the doctor's report and how long it took."""
     snap: HostSnapshot
-    xid_counts: dict[tuple[str, int, str], int] = field(default_factory=dict)  # (GPU, Xid, severity) → count
+    events: EventCounts = field(default_factory=EventCounts)
     doctor: DoctorReport | None = None
     seconds: float = 0.0
     libvirt_version: str = ""
@@ -59,8 +70,9 @@ class Sampler:
         self.interval = interval
         self.doctor = doctor
         self.latest: Sample | None = None
-        self._xids: dict[tuple[str, int, str], int] = {}
-        self._seen: set[tuple[Any, ...]] = set()
+        self.ready = threading.Event()  # set when the first sample is taken
+        self.started = time.time()
+        self._counter = EventCounter()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -75,25 +87,11 @@ class Sampler:
                 report = run_doctor(snap, self.collector.seams.root)
             except Exception:  # the checks guard themselves; an unexpected failure costs only them
                 report = None
-        sample = Sample(snap, self._count_xids(self.collector.gpu_events), report, time.monotonic() - t0,
-                        self.collector.libvirt_version)
+        counts = self._counter.update(self.collector.watch.read, self.collector.gpu_events, snap)
+        sample = Sample(snap, counts, report, time.monotonic() - t0, self.collector.libvirt_version)
         self.latest = sample
+        self.ready.set()
         return sample
-
-    def _count_xids(self, events: tuple[KernelEvent, ...]) -> dict[tuple[str, int, str], int]:
-        """Xid events counted by (GPU, code): the collector keeps a bounded window of recent events, so
-        the counter adds the events it has not seen before (a counter only grows)."""
-        keys = set()
-        for e in events:
-            if e.xid is None:
-                continue
-            key = (e.gpu, e.xid, e.stamp, e.time, e.text)
-            keys.add(key)
-            if key not in self._seen:
-                k = (e.gpu, e.xid, e.severity)
-                self._xids[k] = self._xids.get(k, 0) + 1
-        self._seen = keys
-        return dict(self._xids)
 
     def start(self) -> None:
         self._thread = threading.Thread(target=self._run, name="nodeconsole-sampler", daemon=True)
@@ -134,16 +132,15 @@ def families(sample: Sample | None, now: float | None = None) -> Iterator[Metric
     build = GaugeMetricFamily("nodeconsole_build_info", "nodeconsole's version", labels=["version"])
     build.add_metric([__version__], 1)
     yield build
-    up = GaugeMetricFamily("nodeconsole_source_up", "1 when the source was read in the latest snapshot",
-                           labels=["source"])
-    if sample is None:
-        for s in SOURCES:
-            up.add_metric([s], 0)
-        yield up
+    if sample is None:  # nothing read yet: no source is up, none is down
         return
+    up = GaugeMetricFamily("nodeconsole_source_up", "1 when the source was read in the latest snapshot, "
+                           "0 when reading it failed", labels=["source"])
     snap = sample.snap
     for s in SOURCES:
-        up.add_metric([s], 1 if getattr(snap.sources, s) == "ok" else 0)
+        state = getattr(snap.sources, s)
+        if state != "pending":  # not read yet: no series
+            up.add_metric([s], 1 if state == "ok" else 0)
     yield up
     yield GaugeMetricFamily("nodeconsole_snapshot_collection_seconds",
                             "time the latest snapshot (and doctor run) took", value=sample.seconds)
@@ -167,6 +164,8 @@ def families(sample: Sample | None, now: float | None = None) -> Iterator[Metric
                 doc.add_metric([c.id, st], 1 if c.status == st else 0)
         yield doc
     yield from _gpu_families(sample)
+    yield from event_families(sample.events)
+    yield from health_families(snap)
     yield from _vm_families(snap)
 
 
@@ -191,12 +190,8 @@ def _gpu_families(sample: Sample) -> Iterator[Metric]:
     gen = gauge("nodeconsole_gpu_pcie_link_generation", "PCIe link generation, current or max", ("state",))
     mig = gauge("nodeconsole_gpu_mig_instances", "MIG GPU instances by profile", ("profile",))
     vgpu = gauge("nodeconsole_gpu_vgpu_instances", "vGPU instances on the GPU")
-    xid = CounterMetricFamily("nodeconsole_gpu_xid_events", "Xid events in the kernel log, by code and severity",
-                              labels=[*GPU_LABELS, "xid", "severity"])
-    labels_of: dict[str, list[str]] = {}
     for g in snap.gpus:
-        lb = [g.address, str(g.index), "" if g.nvml_index is None else str(g.nvml_index), g.uuid or "", g.name]
-        labels_of[g.address] = lb
+        lb = list(gpu_labels(g))
         info.add_metric([*lb, g.driver or "", "" if g.numa_node is None else str(g.numa_node), g.owner.kind,
                          ",".join(g.owner.vms)], 1)
         for fam, v, scale in ((util, g.utilization_gpu, 0.01), (mem_used, g.memory_used_mib, MIB),
@@ -225,10 +220,7 @@ def _gpu_families(sample: Sample) -> Iterator[Metric]:
             mig.add_metric([*lb, prof], n_inst)
         if g.owner.kind == "vgpu" or g.vgpu.instances:
             vgpu.add_metric(lb, len(g.vgpu.instances))
-    for (addr, code, sev), count in sorted(sample.xid_counts.items()):
-        lb = labels_of.get(addr, [addr, "", "", "", ""])
-        xid.add_metric([*lb, str(code), sev], count)
-    yield from (info, util, mem_used, mem_total, temp, power, ecc, rr_pending, rr_failure, width, gen, mig, vgpu, xid)
+    yield from (info, util, mem_used, mem_total, temp, power, ecc, rr_pending, rr_failure, width, gen, mig, vgpu)
 
 
 def _vm_families(snap: HostSnapshot) -> Iterator[Metric]:

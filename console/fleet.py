@@ -1,9 +1,10 @@
 """The fleet as Prometheus sees it: every host's nodeconsole_ metrics, read back through Prometheus's
 HTTP API (instant queries) and turned into one report per host (the `instance` label).
 
-Per host: GPUs by owner kind, unhealthy GPUs (uncorrected ECC, remapped rows pending or failed, PCIe
-link below its max width or generation, Xid events), VMs whose vCPUs are not on their GPUs' NUMA
-nodes, failing doctor checks, and drift: where the host's driver, kernel, libvirt, MIG layout or a
+Per host: GPUs by owner kind, unhealthy and degraded GPUs with their reasons (the host's own health
+verdict, `nodeconsole_gpu_health` and `nodeconsole_gpu_health_reason`: fleet judges nothing itself, so it
+says what the host's console and doctor say), VMs whose vCPUs are not on their GPUs' NUMA nodes, failing
+doctor checks, and drift: where the host's driver, kernel, libvirt, MIG layout or a
 doctor check's status differs from the most common value across the fleet. A value shared by no
 strict plurality (a tie) has no majority and makes no drift.
 """
@@ -18,6 +19,7 @@ from typing import Any
 
 from nodeconsole.console.fleet_answer import AnswerError, FleetError
 from nodeconsole.console.fleet_http import http_fetch
+from nodeconsole.console.gpu_events import DEGRADED, UNHEALTHY
 from nodeconsole.console.hosttext import visible
 
 __all__ = ["AnswerError", "FleetError", "check_url", "fleet_report", "http_fetch", "render_text", "ssh_host"]
@@ -26,12 +28,8 @@ __all__ = ["AnswerError", "FleetError", "check_url", "fleet_report", "http_fetch
 QUERIES = {
     "host": "nodeconsole_host_info",
     "gpu": "nodeconsole_gpu_info",
-    "ecc": "nodeconsole_gpu_ecc_uncorrected_errors > 0",
-    "rr_pending": "nodeconsole_gpu_remapped_rows_pending > 0",
-    "rr_failure": "nodeconsole_gpu_remapped_rows_failure > 0",
-    "width": "nodeconsole_gpu_pcie_link_width",
-    "gen": "nodeconsole_gpu_pcie_link_generation",
-    "xid": "nodeconsole_gpu_xid_events_total > 0",
+    "health": "nodeconsole_gpu_health == 1",
+    "reason": "nodeconsole_gpu_health_reason == 1",
     "mig": "nodeconsole_gpu_mig_instances",
     "misaligned": "nodeconsole_vm_numa_aligned == 0",
     "doctor": "nodeconsole_doctor_check == 1",
@@ -63,6 +61,7 @@ class Host:
     libvirt: str = ""
     gpus_by_owner: dict[str, int] = field(default_factory=dict)
     unhealthy: dict[str, dict[str, Any]] = field(default_factory=dict)  # address → GPU and reasons
+    degraded: dict[str, dict[str, Any]] = field(default_factory=dict)
     misaligned_vms: list[str] = field(default_factory=list)
     doctor: dict[str, str] = field(default_factory=dict)  # check → status
     mig: dict[str, int] = field(default_factory=dict)  # profile → instances
@@ -87,6 +86,7 @@ class Host:
                 "versions": {"driver": self.driver, "kernel": self.kernel, "libvirt": self.libvirt},
                 "gpus_by_owner": dict(sorted(self.gpus_by_owner.items())),
                 "unhealthy_gpus": [self.unhealthy[a] for a in sorted(self.unhealthy)],
+                "degraded_gpus": [self.degraded[a] for a in sorted(self.degraded)],
                 "misaligned_vms": sorted(self.misaligned_vms),
                 "failing_checks": sorted(c for c, s in self.doctor.items() if s == "fail"),
                 "mig_layout": dict(sorted(self.mig.items())),
@@ -126,6 +126,21 @@ def _majority(values: list[str]) -> str | None:
     return top[0][0]
 
 
+def _health(states: list[dict[str, Any]], reasons: list[dict[str, Any]], host: Callable[[dict[str, Any]], Host]) -> None:
+    """Each host's unhealthy and degraded GPUs, from the verdict its exporter serves, with their reasons."""
+    why: dict[tuple[str, str], list[str]] = {}
+    for s in reasons:
+        m = s.get("metric", {})
+        why.setdefault((str(m.get("instance", "")), str(m.get("address", ""))), []).append(str(m.get("reason", "")))
+    for s in states:
+        m, h = s.get("metric", {}), host(s)
+        state, addr = str(m.get("state", "")), str(m.get("address", ""))
+        into = h.unhealthy if state == UNHEALTHY else h.degraded if state == DEGRADED else None
+        if into is not None:
+            into[addr] = {"address": addr, "index": m.get("index", ""), "model": m.get("model", ""), "state": state,
+                          "reasons": sorted(set(why.get((h.instance, addr), [])))}
+
+
 def fleet_report(fetch: Fetch) -> dict[str, Any]:
     """Ask Prometheus (through `fetch`) and build {"hosts": [...], "majority": {...}}."""
     res = {key: fetch(q) for key, q in QUERIES.items()}
@@ -135,14 +150,6 @@ def fleet_report(fetch: Fetch) -> dict[str, Any]:
         inst = str(s.get("metric", {}).get("instance", ""))
         return hosts.setdefault(inst, Host(inst))
 
-    def gpu(s: dict[str, Any], reason: str) -> None:
-        m = s.get("metric", {})
-        addr = str(m.get("address", ""))
-        entry = host(s).unhealthy.setdefault(addr, {"address": addr, "index": m.get("index", ""),
-                                                     "model": m.get("model", ""), "reasons": []})
-        if reason not in entry["reasons"]:
-            entry["reasons"].append(reason)
-
     for s in res["host"]:
         m, h = s.get("metric", {}), host(s)
         h.hostname, h.driver, h.kernel, h.libvirt = (str(m.get(k, "")) for k in ("hostname", "driver", "kernel", "libvirt"))
@@ -150,25 +157,7 @@ def fleet_report(fetch: Fetch) -> dict[str, Any]:
         owner = str(s.get("metric", {}).get("owner", "")) or "unknown"
         h = host(s)
         h.gpus_by_owner[owner] = h.gpus_by_owner.get(owner, 0) + 1
-    for s in res["ecc"]:
-        gpu(s, f"ECC uncorrected ({s['metric'].get('scope', '')}) {_num(s):g}")
-    for s in res["rr_pending"]:
-        gpu(s, "remapped rows pending")
-    for s in res["rr_failure"]:
-        gpu(s, "row remapping failed")
-    for key, what in (("width", "width x"), ("gen", "gen ")):
-        links: dict[tuple[str, str], dict[str, float]] = {}
-        for s in res[key]:
-            m = s.get("metric", {})
-            links.setdefault((str(m.get("instance", "")), str(m.get("address", ""))), {})[str(m.get("state", ""))] = _num(s)
-        for s in res[key]:
-            m = s.get("metric", {})
-            st = links[(str(m.get("instance", "")), str(m.get("address", "")))]
-            if m.get("state") == "current" and "max" in st and 0 < st["current"] < st["max"]:
-                gpu(s, f"link downtrained ({what}{st['current']:g} of {what}{st['max']:g})".replace("x ", "x"))
-    for s in res["xid"]:
-        m = s.get("metric", {})
-        gpu(s, f"Xid {m.get('xid', '?')} ({m.get('severity', '')}) x{_num(s):g}")
+    _health(res["health"], res["reason"], host)
     for s in res["mig"]:
         prof = str(s.get("metric", {}).get("profile", ""))
         h = host(s)
@@ -219,8 +208,8 @@ def render_text(report: dict[str, Any]) -> list[str]:
         owners = ", ".join(f"{k} {v}" for k, v in h["gpus_by_owner"].items()) or "no GPUs"
         lines.append("")
         lines.append(f"{h['instance']} ({h['hostname'] or '?'}): GPUs {owners}")
-        for g in h["unhealthy_gpus"]:
-            lines.append(f"  unhealthy GPU {g['index']} {g['address']}: {'; '.join(g['reasons'])}")
+        for g in (*h["unhealthy_gpus"], *h["degraded_gpus"]):
+            lines.append(f"  {g['state']} GPU {g['index']} {g['address']}: {'; '.join(g['reasons'])}")
         if h["misaligned_vms"]:
             lines.append(f"  misaligned VMs: {', '.join(h['misaligned_vms'])}")
         if h["failing_checks"]:

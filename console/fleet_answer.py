@@ -21,7 +21,7 @@ MAX_ANSWER = 16 * 1024 * 1024  # bytes of one answer; a fleet of ~50,000 GPUs fi
 # the labels fleet_report reads; the others are dropped as each answer is read
 LABELS = frozenset({"instance", "hostname", "driver", "kernel", "libvirt", "owner", "address", "index",
                     "model", "scope", "state", "xid", "severity", "profile", "vm", "check", "status",
-                    "source"})
+                    "source", "reason"})
 Series = dict[str, Any]
 
 

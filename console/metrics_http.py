@@ -136,6 +136,11 @@ def serve_metrics(addr: str, port: int, registry: CollectorRegistry, timeout: fl
                   max_threads: int = MAX_THREADS) -> tuple[MetricsServer, threading.Thread]:
     """Start serving `registry` on addr:port in a daemon thread; OSError when it cannot listen."""
     server = MetricsServer(addr, port, registry, timeout=timeout, max_threads=max_threads)
+    return server, start_serving(server)
+
+
+def start_serving(server: MetricsServer) -> threading.Thread:
+    """Answer the connections of a server made (listening) before: until now they waited in its backlog."""
     thread = threading.Thread(target=server.serve_forever, name="nodeconsole-metrics-http", daemon=True)
     thread.start()
-    return server, thread
+    return thread

@@ -1,5 +1,6 @@
 """The fleet console (`nodeconsole --fleet URL`): every host that exports nodeconsole metrics to a
-Prometheus, read back through its HTTP API (console/fleet.py) — GPUs by owner, unhealthy GPUs, misaligned
+Prometheus, read back through its HTTP API (console/fleet.py) — GPUs by owner, unhealthy and degraded GPUs
+(each host's own health verdict, with its reasons), misaligned
 VMs, failing doctor checks and drift from the majority. The selected host's panel gives the command that
 opens its own console (`ssh -t HOST nodeconsole`).
 
@@ -25,7 +26,7 @@ from nodeconsole.screens.widgets.keyed_table import KeyedTable
 from nodeconsole.screens.widgets.text import plain_text
 from nodeconsole.themes import CSS_PATH, all_themes, resolve
 
-COLS = [("host", "Host"), ("name", "Name"), ("gpus", "GPUs by owner"), ("bad", "Unhealthy"),
+COLS = [("host", "Host"), ("name", "Name"), ("gpus", "GPUs by owner"), ("bad", "Unhealthy"), ("worn", "Degraded"),
         ("vms", "Misaligned VMs"), ("checks", "Failing checks"), ("drift", "Drift")]
 Report = dict[str, Any]
 
@@ -34,7 +35,8 @@ def host_rows(report: Report):
     for h in report["hosts"]:  # str cells are shown through the host-text boundary by KeyedTable
         owners = " ".join(f"{k}:{v}" for k, v in h["gpus_by_owner"].items()) or "-"
         drift = visible(", ".join(d["field"] for d in h["drift"]) or "-")
-        yield h["instance"], (h["instance"], h["hostname"] or "?", owners, str(len(h["unhealthy_gpus"]) or "-"),
+        bad, worn = (str(len(h[k]) or "-") for k in ("unhealthy_gpus", "degraded_gpus"))
+        yield h["instance"], (h["instance"], h["hostname"] or "?", owners, bad, worn,
                               ", ".join(h["misaligned_vms"]) or "-", ", ".join(h["failing_checks"]) or "-",
                               Text(drift, style="bold yellow" if h["drift"] else ""))
 
@@ -48,6 +50,8 @@ def host_panel(report: Report, instance: str | None) -> str:
              f"libvirt {v['libvirt'] or '-'}; MIG {', '.join(f'{p} {n}' for p, n in h['mig_layout'].items()) or 'none'}"]
     for g in h["unhealthy_gpus"]:
         lines.append(f"unhealthy GPU {g['index']} {g['address']}: {'; '.join(g['reasons'])}")
+    for g in h["degraded_gpus"]:
+        lines.append(f"degraded GPU {g['index']} {g['address']}: {'; '.join(g['reasons'])}")
     for d in h["drift"]:
         lines.append(f"drift: {d['field']} {d['value']} (majority {d['majority']})")
     if h["sources_down"]:

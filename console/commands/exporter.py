@@ -55,14 +55,17 @@ def run(args: argparse.Namespace) -> int:
             sampler.take()
             write_to_textfile(args.textfile, registry)  # a temp file renamed over PATH
             return 0
-        from nodeconsole.console.metrics_http import serve_metrics
+        from nodeconsole.console.exporter import FIRST_SAMPLE_WAIT
+        from nodeconsole.console.metrics_http import MetricsServer, start_serving
 
         assert listen is not None
-        try:
-            server, _thread = serve_metrics(listen[0], listen[1], registry)
+        try:  # listening at once (a port in use is said now); answering once the first sample is taken
+            server = MetricsServer(listen[0], listen[1], registry)
         except OSError as e:
             raise UsageError(f"--listen {args.listen}: {e.strerror or e}") from None
         sampler.start()
+        sampler.ready.wait(FIRST_SAMPLE_WAIT)  # a source that hangs costs the first scrapes, not the port
+        start_serving(server)
         print(f"nodeconsole exporter: serving http://{args.listen.strip()}/metrics "
               f"(port {server.server_port}), a snapshot every {args.sample_interval:g} s", flush=True)
         try:

@@ -1,5 +1,6 @@
 """`nodeconsole exporter`: metric families of the demo host, a failing and a slow source, the textfile,
-the HTTP server and the shipped alerting rules (promtool)."""
+the HTTP server, promtool's check of the metrics, the dashboard's queries (the alerting rules:
+test_alert_rules.py; event counters and health series: test_exporter_events.py)."""
 from __future__ import annotations
 
 import os
@@ -14,8 +15,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from nodeconsole.console.collector import Collector
-from nodeconsole.console.events import KernelEvent
-from nodeconsole.console.exporter import Sample, Sampler, families, registry_for
+from nodeconsole.console.exporter import Sampler, families, registry_for
 from nodeconsole.console.seams import demo_host
 
 REPO = Path(__file__).resolve().parents[2]
@@ -100,20 +100,6 @@ def test_demo_families(demo_metrics):
         assert sum(s.value for s in m["nodeconsole_doctor_check"] if s.labels["check"] == c) == 1
 
 
-def test_xid_counter_counts_new_events_only(sampled):
-    ev = KernelEvent(kind="XID", time="12.0", gpu="0000:18:00.0", xid=79, pid=None, process=None,
-                     text="GPU has fallen off the bus.", severity="fatal", action="reboot", stamp=12.0)
-    s = Sampler(sampled.collector, interval=3600)
-    assert s._count_xids((ev,)) == {("0000:18:00.0", 79, "fatal"): 1}
-    assert s._count_xids((ev,)) == {("0000:18:00.0", 79, "fatal"): 1}  # the same event again: not counted
-    later = KernelEvent(**{**ev.__dict__, "time": "13.0", "stamp": 13.0})
-    counts = s._count_xids((later,))  # the first one left the window: the counter keeps it
-    assert counts == {("0000:18:00.0", 79, "fatal"): 2}
-    m = samples(families(Sample(sampled.latest.snap, counts)))
-    hit = one(m, "nodeconsole_gpu_xid_events_total", address="0000:18:00.0", xid="79")
-    assert hit.value == 2 and hit.labels["severity"] == "fatal" and hit.labels["index"] == "0"
-
-
 def test_failing_and_slow_source(_shared):
     """NVML raises: nvml is 0, the rest is served. NVML hangs: a scrape answers at once from the last
     sample while the sampler waits."""
@@ -187,12 +173,6 @@ def test_bad_listen(listen, state_ro, capsys):
 
     assert main(["exporter", "--demo", "--listen", listen]) == 2
     assert "--listen" in capsys.readouterr().err
-
-
-def test_alert_rules_pass_promtool():
-    proc = subprocess.run([promtool(), "check", "rules", str(RULES)], capture_output=True, text=True, timeout=30)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert "SUCCESS: 8 rules found" in proc.stdout
 
 
 def test_unit_file_is_hardened():

@@ -1,5 +1,6 @@
 """`nodeconsole fleet`: a real Prometheus (Debian's package) scrapes three demo-host exporters with
-injected differences, and `fleet --json` must name them; plus the CLI's bad-URL and unreachable paths."""
+injected differences, and `fleet --json` must name them and say of every GPU what the host's own health
+verdict (and its doctor) says; plus the CLI's bad-URL and unreachable paths."""
 from __future__ import annotations
 
 import json
@@ -44,7 +45,7 @@ def make_host(d: Path, monkeypatch: pytest.MonkeyPatch, *, driver: str | None = 
         nvml["driver_version"] = driver
     for g in nvml["gpus"]:
         if g["address"] == ecc_gpu:
-            g["ecc"]["aggregate_uncorrected"] = 3
+            g["ecc"]["volatile_uncorrected"] = g["ecc"]["aggregate_uncorrected"] = 3
     (d / "nvml.json").write_text(json.dumps(nvml))
     if align_train_b:  # train-b is cross-NUMA in the demo: pin it onto its GPUs' node
         monkeypatch.setenv("NODECONSOLE_STATE_DIR", str(d))
@@ -63,7 +64,7 @@ def prometheus(tmp_path_factory):
     specs = {"a": {"driver": DRIFTED_DRIVER, "align_train_b": True},  # drifted driver
              "b": {"ecc_gpu": BAD_GPU, "align_train_b": True},         # an unhealthy GPU
              "c": {}}                                                  # train-b misaligned
-    servers, collectors, instances = [], [], {}
+    servers, collectors, instances, samples = [], [], {}, {}
     proc = None
     try:
         with pytest.MonkeyPatch.context() as mp:
@@ -73,7 +74,7 @@ def prometheus(tmp_path_factory):
             collector = Collector(demo_host(base / name / "demo"))
             collectors.append(collector)
             sampler = Sampler(collector, interval=3600)
-            sampler.take()
+            samples[name] = sampler.take()
             server, _t = serve_metrics("127.0.0.1", 0, registry_for(lambda s=sampler: s.latest))
             servers.append(server)
             instances[name] = f"127.0.0.1:{server.server_port}"
@@ -97,7 +98,7 @@ def prometheus(tmp_path_factory):
                 pass
             assert time.monotonic() < deadline, "Prometheus did not scrape all three exporters within 30 s"
             time.sleep(0.2)
-        yield url, instances
+        yield url, instances, samples
     finally:
         if proc is not None:
             proc.terminate()
@@ -115,7 +116,7 @@ def prometheus(tmp_path_factory):
 
 
 def test_fleet_names_what_was_injected(prometheus, capsys):
-    url, inst = prometheus
+    url, inst, _samples = prometheus
     assert main(["fleet", "--prometheus", url, "--json"]) == 0
     report = json.loads(capsys.readouterr().out)
     hosts = {h["instance"]: h for h in report["hosts"]}
@@ -125,13 +126,13 @@ def test_fleet_names_what_was_injected(prometheus, capsys):
     assert report["majority"]["driver"] == "550.90.07"
     assert {"field": "driver", "value": DRIFTED_DRIVER, "majority": "550.90.07"} in a["drift"]
     assert not [d for h in (b, c) for d in h["drift"] if d["field"] in ("driver", "kernel", "libvirt", "mig")]
-    # the unhealthy GPU: ECC on GPU 18:00.0 of host b only (GPU 7's pending rows are in every host)
-    bad = [g for g in b["unhealthy_gpus"] if g["address"] == BAD_GPU]
-    assert len(bad) == 1 and any(r.startswith("ECC uncorrected (aggregate) 3") for r in bad[0]["reasons"])
-    assert not [g for h in (a, c) for g in h["unhealthy_gpus"] if g["address"] == BAD_GPU]
-    for h in (a, b, c):
-        gpu7 = [g for g in h["unhealthy_gpus"] if g["address"] == "0000:bb:00.0"]
-        assert gpu7 and "remapped rows pending" in gpu7[0]["reasons"]
+    # the unhealthy GPU: ECC errors since the driver loaded on GPU 18:00.0 of host b only
+    assert [g["address"] for g in b["unhealthy_gpus"]] == [BAD_GPU]
+    assert b["unhealthy_gpus"][0]["reasons"] == ["3 uncorrectable ECC errors since the driver loaded"]
+    assert not a["unhealthy_gpus"] and not c["unhealthy_gpus"]
+    for h in (a, b, c):  # GPU 7 (pending rows, link x8 of x16) is degraded in every host, and only it
+        assert [g["address"] for g in h["degraded_gpus"]] == ["0000:bb:00.0"]
+        assert "row remapping pending (reset the GPU to apply it)" in h["degraded_gpus"][0]["reasons"]
     # the misaligned VM: train-b, left cross-NUMA only in host c (the demo's other misaligned VMs are
     # the same in all three)
     assert "train-b" in c["misaligned_vms"]
@@ -144,7 +145,32 @@ def test_fleet_names_what_was_injected(prometheus, capsys):
     assert main(["fleet", "--prometheus", url]) == 0
     text = capsys.readouterr().out
     assert f"drift: driver {DRIFTED_DRIVER} (majority 550.90.07)" in text
+    assert f"unhealthy GPU 0 {BAD_GPU}: 3 uncorrectable ECC errors since the driver loaded" in text
+    assert "degraded GPU 7 0000:bb:00.0: " in text
     assert "train-b" in text.split(inst["c"])[1].split("console:")[0]
+
+
+def test_fleet_and_the_hosts_agree_on_every_gpu(prometheus, capsys):
+    """fleet judges nothing itself: for every GPU of every host, its state and reasons are the snapshot's
+    verdict; and its links are what the doctor says of them (GPU 4's gen 1 of gen 5 at idle is normal,
+    GPU 7's x8 of x16 is not)."""
+    url, inst, samples = prometheus
+    assert main(["fleet", "--prometheus", url, "--json"]) == 0
+    hosts = {h["instance"]: h for h in json.loads(capsys.readouterr().out)["hosts"]}
+    checked = 0
+    for name, sample in samples.items():
+        h = hosts[inst[name]]
+        said = {g["address"]: g for g in (*h["unhealthy_gpus"], *h["degraded_gpus"])}
+        link = next(c for c in sample.doctor.checks if c.id == "pcie-link")
+        for g in sample.snap.gpus:
+            fleet = said.get(g.address, {"state": "healthy", "reasons": []})
+            assert (fleet["state"], fleet["reasons"]) == (g.health.state, sorted(g.health.reasons)), g.address
+            doctor_narrow = f"GPU {g.index} {g.address} at x" in link.finding
+            assert doctor_narrow == any(r.startswith("PCIe link x") for r in fleet["reasons"]), (g.address, link.finding)
+            checked += 1
+        assert "GPU 4 at 2.5 GT/s PCIe of 32.0 GT/s PCIe" in link.finding  # the doctor's note: normal at idle
+        assert "0000:9a:00.0" not in said
+    assert checked == 24
 
 
 @pytest.mark.parametrize("url", ["ftp://prom:9090", "prom:9090", "http://", "http://h:99999"])

@@ -10,10 +10,11 @@ from nodeconsole.screens.widgets.keyed_table import KeyedTable
 from tests.screens.helpers import wait_until
 
 
-def _host(instance: str, hostname: str, driver: str, drift: list, bad: list, vms: list) -> dict:
+def _host(instance: str, hostname: str, driver: str, drift: list, bad: list, vms: list, worn: list = ()) -> dict:
     return {"instance": instance, "hostname": hostname,
             "versions": {"driver": driver, "kernel": "6.8.0-45-generic", "libvirt": ""},
-            "gpus_by_owner": {"host": 3, "vfio": 2}, "unhealthy_gpus": bad, "misaligned_vms": vms,
+            "gpus_by_owner": {"host": 3, "vfio": 2}, "unhealthy_gpus": bad, "degraded_gpus": list(worn),
+            "misaligned_vms": vms,
             "failing_checks": [], "mig_layout": {"3g.40gb": 1}, "sources_down": [], "drift": drift,
             "console": f"ssh -t {instance.split(':')[0]} nodeconsole"}
 
@@ -22,7 +23,10 @@ REPORT = {"majority": {"driver": "550.90.07", "kernel": "6.8.0-45-generic", "lib
           "hosts": [_host("node-a:9842", "gpu-a", "535.183.01",
                           [{"field": "driver", "value": "535.183.01", "majority": "550.90.07"}], [], []),
                     _host("node-b:9842", "gpu-b[bold]x", "550.90.07", [],
-                          [{"address": "0000:18:00.0", "index": 0, "model": "H100", "reasons": ["ECC 3"]}], []),
+                          [{"address": "0000:18:00.0", "index": 0, "model": "H100", "state": "unhealthy",
+                            "reasons": ["uncorrectable AER error (fatal) at 2026-12-02 09:58:45"]}], [],
+                          [{"address": "0000:bb:00.0", "index": 7, "model": "H100", "state": "degraded",
+                            "reasons": ["PCIe link x8 of x16"]}]),
                     _host("node-c:9842", "gpu-c", "550.90.07", [], [], ["train-b"])]}
 
 
@@ -41,14 +45,16 @@ async def test_fleet_rows_drift_and_the_console_command():
         table = app.query_one("#fleet-hosts", KeyedTable)
         assert [table.get_row_at(i)[0].plain for i in range(table.row_count)] == \
             ["node-a:9842", "node-b:9842", "node-c:9842"]
-        assert table.get_row_at(0)[6].plain == "driver" and table.get_row_at(2)[4].plain == "train-b"
+        assert table.get_row_at(0)[7].plain == "driver" and table.get_row_at(2)[5].plain == "train-b"
+        assert [table.get_row_at(1)[i].plain for i in (3, 4)] == ["1", "1"]  # unhealthy, degraded
         assert table.get_row_at(1)[1].plain == "gpu-b[bold]x"  # host text, not markup
         panel = str(app.query_one("#fleet-panel", Static).content)
         assert "ssh -t node-a nodeconsole" in panel and "drift: driver 535.183.01 (majority 550.90.07)" in panel
         await pilot.press("down")
         await pilot.pause(0.1)
         panel = str(app.query_one("#fleet-panel", Static).content)
-        assert "unhealthy GPU 0 0000:18:00.0: ECC 3" in panel and "ssh -t node-b nodeconsole" in panel
+        assert "unhealthy GPU 0 0000:18:00.0: uncorrectable AER error (fatal) at 2026-12-02 09:58:45" in panel
+        assert "degraded GPU 7 0000:bb:00.0: PCIe link x8 of x16" in panel and "ssh -t node-b nodeconsole" in panel
         await pilot.press("r")  # the next read fails: the rows stay, the reason shows
         assert await wait_until(pilot, lambda: app.error != "")
         assert "Prometheus did not answer" in str(app.query_one("#fleet-summary", Static).content)
