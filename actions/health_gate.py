@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from nodeconsole.actions.drain_gate import drain_checks
 from nodeconsole.actions.plan import Check, Plan
 from nodeconsole.console.gpu_events import DEGRADED
 from nodeconsole.console.model import Gpu, HostSnapshot
@@ -40,7 +41,7 @@ def gate(plan: Plan, snap: HostSnapshot, gpu: Gpu | None, allow_unhealthy: bool,
     if gpu is None:
         return plan
     checks, warnings = health_checks(gpu, allow_unhealthy)
-    plan.checks[:0] = checks
+    plan.checks[:0] = drain_checks(gpu) + checks  # drained first: --allow-unhealthy does not lift it
     plan.notes += warnings
     if allow_unhealthy and gpu.health.unhealthy:
         plan.request["allow_unhealthy"] = True
