@@ -24,6 +24,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import CollectorRegistry
 
 from nodeconsole.console import __version__
+from nodeconsole.console.drain_metrics import drain_families
 from nodeconsole.console.model import HostSnapshot
 
 if TYPE_CHECKING:
@@ -167,6 +168,7 @@ def families(sample: Sample | None, now: float | None = None) -> Iterator[Metric
                 doc.add_metric([c.id, st], 1 if c.status == st else 0)
         yield doc
     yield from _gpu_families(sample)
+    yield from drain_families(snap)
     yield from _vm_families(snap)
 
 

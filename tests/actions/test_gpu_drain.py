@@ -136,3 +136,18 @@ def test_nccl_pick_skips_a_drained_gpu_and_refuses_it_named(state, capsys):
     for extra in ((), ("--allow-unhealthy",)):
         rc, out, _ = _run(capsys, "nccl", "check", "--demo", "--gpus", "4,0", *extra)
         assert rc == 1 and f"✖ [error] GPU 4 ({GPU}) is drained by " in out and REASON in out
+
+
+def test_the_exporter_serves_the_drain(state, tmp_path, capsys):
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from nodeconsole.console.drain_metrics import LABELS
+    from nodeconsole.console.exporter import GPU_LABELS
+
+    assert LABELS == GPU_LABELS
+    _drain(capsys)
+    prom = tmp_path / "nodeconsole.prom"
+    assert main(["exporter", "--demo", "--textfile", str(prom)]) == 0
+    drained = {s.labels["address"]: s.value for f in text_string_to_metric_families(prom.read_text())
+               for s in f.samples if s.name == "nodeconsole_gpu_drained"}
+    assert drained[GPU] == 1 and len(drained) == 8 and sum(drained.values()) == 1
