@@ -4,6 +4,8 @@ An action that puts work on a GPU — passthrough, a MIG layout, a vGPU — is r
 naming the reasons; `--allow-unhealthy` goes ahead, and the request (so the audit record) says so with
 the reasons. A degraded GPU is allowed with a warning. Releasing a GPU, undoing a change and the other
 actions that take work away are never gated: they are how a sick GPU is recovered.
+A drained GPU (actions/drain_gate.py) is refused before its health is even weighed, and
+`--allow-unhealthy` does not lift a drain: only `gpu undrain` does.
 """
 from __future__ import annotations
 

@@ -151,3 +151,15 @@ def test_the_exporter_serves_the_drain(state, tmp_path, capsys):
     drained = {s.labels["address"]: s.value for f in text_string_to_metric_families(prom.read_text())
                for s in f.samples if s.name == "nodeconsole_gpu_drained"}
     assert drained[GPU] == 1 and len(drained) == 8 and sum(drained.values()) == 1
+
+
+def test_a_hand_edited_reason_is_shown_with_visible_escapes(state, capsys):
+    path = state / "root" / DRAINS_FILE
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"version": 1, "drains": {GPU: {
+        "reason": "\x1b]0;pwned\x07", "who": {"user": "eve\x1b[2J"}, "when": "2026-12-02T09:15:03Z"}}}))
+    rc, out, err = _run(capsys, "passthrough", GPU, "--demo")
+    assert rc == 1 and "\\x1b]0;pwned\\x07" in out and "eve\\x1b[2J" in out
+    assert "\x1b" not in out + err and "\x07" not in out + err
+    snap = json.loads(_run(capsys, "snapshot", "--demo", "--json")[1])
+    assert [g["drain"]["reason"] for g in snap["gpus"] if g["drain"]] == ["\x1b]0;pwned\x07"]  # kept as stored
