@@ -4,11 +4,14 @@ An action that puts work on a GPU — passthrough, a MIG layout, a vGPU — is r
 naming the reasons; `--allow-unhealthy` goes ahead, and the request (so the audit record) says so with
 the reasons. A degraded GPU is allowed with a warning. Releasing a GPU, undoing a change and the other
 actions that take work away are never gated: they are how a sick GPU is recovered.
+A drained GPU (actions/drain_gate.py) is refused before its health is even weighed, and
+`--allow-unhealthy` does not lift a drain: only `gpu undrain` does.
 """
 from __future__ import annotations
 
 from collections.abc import Callable
 
+from nodeconsole.actions.drain_gate import drain_checks
 from nodeconsole.actions.plan import Check, Plan
 from nodeconsole.console.gpu_events import DEGRADED
 from nodeconsole.console.model import Gpu, HostSnapshot
@@ -40,7 +43,7 @@ def gate(plan: Plan, snap: HostSnapshot, gpu: Gpu | None, allow_unhealthy: bool,
     if gpu is None:
         return plan
     checks, warnings = health_checks(gpu, allow_unhealthy)
-    plan.checks[:0] = checks
+    plan.checks[:0] = drain_checks(gpu) + checks  # drained first: --allow-unhealthy does not lift it
     plan.notes += warnings
     if allow_unhealthy and gpu.health.unhealthy:
         plan.request["allow_unhealthy"] = True

@@ -24,9 +24,9 @@ if TYPE_CHECKING:
     from nodeconsole.console.model import HostSnapshot
     from nodeconsole.console.seams import Seams
 
-__all__ = ["ActionSession", "DoctorFix", "MigLayout", "MigRestore", "MigSave", "NicPassthrough", "NicVfs",
+__all__ = ["ActionSession", "DoctorFix", "Drain", "MigLayout", "MigRestore", "MigSave", "NicPassthrough", "NicVfs",
            "NothingToDo", "Passthrough", "Pin",
-           "PinAll", "Redo", "Release", "Request", "RequestError", "StepError", "Undo", "VgpuCreate",
+           "PinAll", "Redo", "Release", "Request", "RequestError", "StepError", "Undo", "Undrain", "VgpuCreate",
            "VgpuRemove"]
 
 
@@ -133,6 +133,20 @@ class DoctorFix:
 
 
 @dataclass(frozen=True)
+class Drain:
+    """Mark a GPU drained (actions/drain.py): no new work goes on it until `Undrain`."""
+    label: ClassVar[str] = "gpu drain"
+    gpu: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class Undrain:
+    label: ClassVar[str] = "gpu undrain"
+    gpu: str
+
+
+@dataclass(frozen=True)
 class Undo:
     """Roll a recorded change back; the latest undoable one when `record_id` is None."""
     label: ClassVar[str] = "undo"
@@ -147,7 +161,7 @@ class Redo:
 
 
 Request = (Passthrough | Release | Pin | PinAll | MigLayout | MigSave | MigRestore | VgpuCreate | VgpuRemove
-           | DoctorFix | Undo | Redo | NicVfs | NicPassthrough)
+           | DoctorFix | Undo | Redo | NicVfs | NicPassthrough | Drain | Undrain)
 
 
 class ActionSession:
@@ -189,6 +203,10 @@ class ActionSession:
 
             if hit := impact_sentence(snap):
                 plan.notes.append(f"takes effect at the next reboot: {hit}")
+        if isinstance(request, NicPassthrough):  # a NIC paired with a drained GPU's VM is new work too
+            from nodeconsole.actions.drain_gate import gate_vm
+
+            plan = gate_vm(plan, snap, request.vm, host.snapshot)
         return plan
 
     def _plan_undo(self, request: Undo | Redo) -> Plan:
@@ -311,6 +329,12 @@ def _builder(r: Request) -> Builder:
         if isinstance(r, VgpuRemove):
             return lambda h, s: plan_vgpu_remove(h, s, r.vgpu)
         return lambda h, s: plan_vgpu_create(h, s, r.gpu, r.type, vm=r.vm, uuid=r.uuid)
+    if isinstance(r, Drain | Undrain):
+        from nodeconsole.actions.drain import plan_drain, plan_undrain
+
+        if isinstance(r, Undrain):
+            return lambda h, s: plan_undrain(h, s, r.gpu)
+        return lambda h, s: plan_drain(h, s, r.gpu, r.reason)
     if isinstance(r, DoctorFix):
         from nodeconsole.actions.doctor_fixes import plan_doctor_fix
 

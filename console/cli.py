@@ -67,7 +67,8 @@ def subcommand(name: str, help: str) -> Callable[[Configure], Configure]:
 # Names of the subcommands the modules below register. Only used to skip importing them all when
 # the command line names none (starting the console), which saves ~50 ms before the first frame.
 KNOWN_COMMANDS = frozenset({"snapshot", "demo", "passthrough", "release", "log", "undo", "nccl", "pin",
-                            "mig", "vgpu", "doctor", "events", "capture", "nic", "diff", "exporter", "fleet", "reboot-impact"})
+                            "mig", "vgpu", "doctor", "events", "capture", "nic", "diff", "exporter", "fleet", "reboot-impact",
+                            "gpu"})
 
 
 def build_parser(load: bool = True) -> argparse.ArgumentParser:
@@ -100,7 +101,8 @@ def _load_subcommands() -> None:
                      "nodeconsole.console.commands.doctor", "nodeconsole.console.commands.events",
                      "nodeconsole.console.commands.capture", "nodeconsole.console.commands.nic",
                      "nodeconsole.console.commands.diff", "nodeconsole.console.commands.exporter",
-                     "nodeconsole.console.commands.fleet", "nodeconsole.console.commands.reboot_impact"):
+                     "nodeconsole.console.commands.fleet", "nodeconsole.console.commands.reboot_impact",
+                     "nodeconsole.console.commands.gpu"):
         try:
             __import__(optional)
         except ModuleNotFoundError as e:

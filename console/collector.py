@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, TypeVar
 
+from nodeconsole.console.drains import DrainReader
 from nodeconsole.console.health import HealthBook
 from nodeconsole.console.model import (
     SCHEMA,
@@ -130,6 +131,7 @@ class Collector:
         self.guests: GuestWatch | None = None  # the guests' GPU events (console/guest_watch.py)
         self.guest_wait_s = 0.0  # how long a poll waits for the guests' answers (a one-shot command's)
         self.read_guests = seams.guest_agent is not None
+        self._drains = DrainReader()  # the admin's drain marks (console/drains.py), on every snapshot
 
     def invalidate(self) -> None:
         """Forget cached static facts (after an action changed the host). Called from an action's
@@ -310,6 +312,7 @@ class Collector:
         if nvml is not None:  # remember NVML's names: a GPU keeps its name after going to vfio-pci
             self._names.update({g.address: g.name for g in nvml.gpus if g.name})
         snap = assemble(sysfs, nvml, virt, load, sources, known_names=self._names, derived=self._derived)
+        snap = self._drains.mark(self.seams.root, snap)
         return snap if partial else self._with_events(snap)
 
     @property

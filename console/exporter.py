@@ -28,6 +28,7 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import CollectorRegistry
 
 from nodeconsole.console import __version__
+from nodeconsole.console.drain_metrics import drain_families
 from nodeconsole.console.exporter_events import (
     GPU_LABELS,
     EventCounter,
@@ -166,6 +167,7 @@ def families(sample: Sample | None, now: float | None = None) -> Iterator[Metric
     yield from _gpu_families(sample)
     yield from event_families(sample.events)
     yield from health_families(snap)
+    yield from drain_families(snap)
     yield from _vm_families(snap)
 
 

@@ -103,3 +103,18 @@ class Health:
     def summary(self) -> str:
         """'unhealthy: uncorrectable AER error (fatal) at …' / 'healthy'."""
         return f"{self.state}: {'; '.join(self.reasons)}" if self.reasons else self.state
+
+
+@dataclass(frozen=True)
+class Drain:
+    """An admin's mark on a GPU (`nodeconsole gpu drain`, console/drains.py reads it): no new work goes
+    on it until `gpu undrain`. `reason` is the admin's text as given (show it through hosttext.visible);
+    `who` the user who drained it; `when` RFC 3339 UTC."""
+    reason: str
+    who: str
+    when: str
+
+    @property
+    def summary(self) -> str:
+        """'drained: RMA ticket 42 (alice, 2026-12-02T09:15:03Z)' (host text: show it through visible)."""
+        return f"drained: {self.reason} ({self.who}, {self.when})"

@@ -15,7 +15,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from nodeconsole.console.gpu_events import Health, KernelEvent
+from nodeconsole.console.gpu_events import Drain, Health, KernelEvent
 
 SCHEMA = 1
 NA = "N/A"
@@ -327,6 +327,7 @@ class Gpu(GpuMetrics):
     # (console/health.py): every consumer reads this verdict
     events: tuple[KernelEvent, ...] = ()
     health: Health = field(default_factory=Health)
+    drain: Drain | None = None  # an admin's drain mark (console/drains.py): no new work until undrained
 
     @property
     def smi(self) -> str:

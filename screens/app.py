@@ -467,6 +467,11 @@ class NodeConsoleApp(App):
         if addr:
             self._plan_worker(Release(addr))
 
+    def action_drain(self) -> None:
+        from nodeconsole.screens.drain_prompt import drain_or_undrain
+
+        drain_or_undrain(self)
+
     def action_mig_edit(self) -> None:
         """The MIG layout editor for the selected GPU; the request it hands back is planned, shown in
         the plan modal and applied like every other change."""

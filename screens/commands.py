@@ -44,6 +44,8 @@ COMMANDS: tuple[Command, ...] = (
             "Actions", screens=("gpus",)),
     Command("R", "release", "Release", "Plan giving the selected GPU back to the host (GPUs screen)",
             "Actions", screens=("gpus",)),
+    Command("D", "drain", "Drain", "Drain the selected GPU (asks why) or lift its drain (GPUs screen)",
+            "Actions", footer=False, screens=("gpus",)),
     Command("m", "mig_edit", "MIG", "Edit the MIG layout of the selected GPU (GPUs screen)", "Actions",
             screens=("gpus",)),
     Command("n", "pin", "Pin", "Plan NUMA-aware pinning for the selected VM (VMs screen)", "Actions",

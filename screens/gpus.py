@@ -12,6 +12,7 @@ from nodeconsole.console.model import HostSnapshot
 from nodeconsole.screens.base import SnapshotScreen
 from nodeconsole.screens.messages import GpuSelected
 from nodeconsole.screens.widgets.details import gpu_details
+from nodeconsole.screens.widgets.drain_text import drain_text, owner_cell
 from nodeconsole.screens.widgets.gpu_text import (
     clocks_text,
     ecc_text,
@@ -39,7 +40,7 @@ def mig_text(g) -> str:
 
 def gpu_rows(snap: HostSnapshot):
     for g in snap.gpus:
-        yield g.address, (str(g.index), g.smi, g.address, owner_text(g), mig_text(g),
+        yield g.address, (str(g.index), g.smi, g.address, owner_cell(g), mig_text(g),
                           str(len(g.vgpu.instances)) if g.vgpu.instances or g.vgpu.types else "-",
                           ecc_text(g), str(len(g.processes)), link_text(g))
 
@@ -52,6 +53,7 @@ def gpu_panel(snap: HostSnapshot, address: str | None):
     # LINE_MAX (the panel has the screen's width: NVLink errors, owners and MIG UUIDs in full)
     parts: list = [Text(f"GPU {g.index} (nvidia-smi {g.smi}) {g.address}  {show(g.name, LINE_MAX)}  owner "
                         f"{show(owner_text(g), LINE_MAX)}", style="bold"), health_text(g)]
+    parts[1:1] = [t for t in (drain_text(g),) if t is not None]  # drained before the health verdict
     parts += event_lines(g)
     if g.nvml_index is None:
         parts.append(Text(f"NVML does not see it (driver {show(g.driver or 'none', LINE_MAX)}): identity and link from sysfs"))

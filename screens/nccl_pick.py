@@ -17,7 +17,7 @@ from textual.widgets.selection_list import Selection
 from nodeconsole.actions.nccl.pick import GpuCondition
 from nodeconsole.console.hosttext import visible
 
-STATE_STYLE = {"idle": "green", "busy": "yellow", "unhealthy": "bold red", "busy, unhealthy": "bold red",
+STATE_STYLE = {"drained": "bold red", "idle": "green", "busy": "yellow", "unhealthy": "bold red", "busy, unhealthy": "bold red",
                "unusable": "dim"}
 
 

@@ -14,7 +14,8 @@ from nodeconsole.console.hosttext import LINE_MAX, show, visible
 from nodeconsole.console.model import HostSnapshot
 from nodeconsole.screens.base import SnapshotScreen
 from nodeconsole.screens.widgets.details import gpu_details, vm_details
-from nodeconsole.screens.widgets.gpu_text import link_text, memory_text, owner_text, short_name
+from nodeconsole.screens.widgets.drain_text import owner_cell
+from nodeconsole.screens.widgets.gpu_text import link_text, memory_text, short_name
 from nodeconsole.screens.widgets.keyed_table import Col, KeyedTable
 from nodeconsole.screens.widgets.sparks import Sparks
 from nodeconsole.screens.widgets.text import SPARK_WIDTH, metric, plain_text, severity_text, spark
@@ -35,7 +36,7 @@ def gpu_rows(snap: HostSnapshot):
         if g.owner.kind == "vfio":
             running = any(v.state == "running" and any(h.gpu == g.address for h in v.hostdevs) for v in snap.vms)
             util = "(in VM)" if running else "(vfio)"
-        yield g.address, (str(g.index), g.smi, g.address, short_name(g.name), owner_text(g),
+        yield g.address, (str(g.index), g.smi, g.address, short_name(g.name), owner_cell(g),
                           util, memory_text(g), metric(g.temperature_c, "C"), link_text(g))
 
 

@@ -86,14 +86,17 @@ class GpuCondition:
     busy: tuple[str, ...]
     unhealthy: tuple[str, ...]  # the verdict's reasons when it is unhealthy
     degraded: tuple[str, ...] = ()  # … when it is degraded: picked only when no healthy GPU is left
+    drained: str = ""  # the admin's drain (who, when, why): never picked, never taken when named
 
     @property
     def ok(self) -> bool:
-        return not (self.unusable or self.busy or self.unhealthy or self.degraded)
+        return not (self.drained or self.unusable or self.busy or self.unhealthy or self.degraded)
 
     @property
     def state(self) -> str:
         """One word for lists: "idle", "busy", "unhealthy", "busy, unhealthy" or "unusable"."""
+        if self.drained:
+            return "drained"
         if self.unusable:
             return "unusable"
         return ", ".join(w for w, on in (("busy", self.busy), ("unhealthy", self.unhealthy),
@@ -101,6 +104,8 @@ class GpuCondition:
 
     def describe(self) -> str:
         """The reasons in one line, e.g. "busy: 2 processes (python3, torchrun), utilization 88 %"."""
+        if self.drained:
+            return self.drained
         if self.unusable:
             return self.unusable
         parts = []
@@ -116,7 +121,7 @@ class GpuCondition:
         g = self.gpu
         return {"index": g.index, "address": g.address, "state": self.state, "unusable": self.unusable or None,
                 "busy": list(self.busy), "unhealthy": list(self.unhealthy),
-                "degraded": list(self.degraded)}
+                "degraded": list(self.degraded), "drained": self.drained or None}
 
 
 def condition(g: Gpu, t: Thresholds = DEFAULT_THRESHOLDS) -> GpuCondition:
@@ -124,7 +129,8 @@ def condition(g: Gpu, t: Thresholds = DEFAULT_THRESHOLDS) -> GpuCondition:
     # A GPU the host cannot drive has no host-side load to read; its link health still counts.
     bad = g.health.reasons if g.health.unhealthy else ()
     weak = g.health.reasons if g.health.state == "degraded" else ()
-    return GpuCondition(g, unusable, () if unusable else busy_reasons(g, t), bad, weak)
+    drained = f"drained by {g.drain.who} at {g.drain.when}: {g.drain.reason}" if g.drain is not None else ""
+    return GpuCondition(g, unusable, () if unusable else busy_reasons(g, t), bad, weak, drained)
 
 
 def conditions(snap: HostSnapshot, t: Thresholds = DEFAULT_THRESHOLDS) -> tuple[GpuCondition, ...]:
@@ -149,7 +155,7 @@ def auto_pick(snap: HostSnapshot, t: Thresholds = DEFAULT_THRESHOLDS) -> Pick:
     conds = conditions(snap, t)
     picked = [c for c in conds if c.ok]
     if not picked:
-        picked = [c for c in conds if c.degraded and not (c.unusable or c.busy or c.unhealthy)]
+        picked = [c for c in conds if c.degraded and not (c.drained or c.unusable or c.busy or c.unhealthy)]
     return Pick(tuple(c.gpu for c in picked), True, tuple(c for c in conds if c not in picked))
 
 
@@ -160,7 +166,10 @@ def skip_findings(pick: Pick) -> list[Finding]:
     out = []
     for c in pick.skipped:
         g = c.gpu
-        if c.unusable:
+        if c.drained:
+            why = "an admin drained it: no new work goes on it, --gpus and --allow-unhealthy included"
+            fix = f"`nodeconsole gpu undrain {g.address}` when it is fit again"
+        elif c.unusable:
             why = "the host's CUDA only drives GPUs bound to the nvidia driver, without MIG or vGPU"
             fix = (f"test it inside its VM: `nodeconsole nccl check --vm {g.owner.vms[0]}`" if g.owner.vms
                    else "nothing to do")
@@ -196,6 +205,13 @@ def selection_findings(gpus: Sequence[Gpu], t: Thresholds = DEFAULT_THRESHOLDS,
     out = []
     for g in gpus:
         c = condition(g, t)
+        if c.drained:  # before anything else about it: a drain is lifted only by `gpu undrain`
+            also = f" (also unhealthy: {'; '.join(c.unhealthy)})" if c.unhealthy else ""
+            out.append(Finding(
+                "error", "nccl.gpu_drained", f"GPU {g.index} ({g.address}) is {c.drained}{also}",
+                "an admin drained it: no new work goes on it (--allow-unhealthy does not lift a drain)",
+                f"leave it out, or `nodeconsole gpu undrain {g.address}` when it is fit again", subject=g.address))
+            continue
         if c.busy:
             out.append(Finding(
                 "warning", "nccl.gpu_busy", f"GPU {g.index} ({g.address}) is busy: {', '.join(c.busy)}",

@@ -323,7 +323,7 @@ def run_check(args: argparse.Namespace) -> int:
         return 1 if any(f.severity == "error" for f in report.findings) else 0
 
     blocking = [f for f in report.findings if f.code in ("nccl.no_gpu", "nccl.gpu_not_host", "nccl.gpu_mig",
-                                                         "nccl.gpu_vgpu")
+                                                         "nccl.gpu_vgpu", "nccl.gpu_drained")
                 or (f.code == "nccl.gpu_unhealthy" and f.severity == "error")]
     if blocking:
         raise UsageError(f"--run: {blocking[0].message}; {blocking[0].fix}")

@@ -1,0 +1,47 @@
+"""`nodeconsole gpu drain GPU --reason TEXT` / `gpu undrain GPU`: the admin's "no new work" mark on a GPU
+(actions/drain.py), planned, audited and undoable like every change: nothing changes without --apply;
+--apply asks unless --yes. A drained GPU is refused by passthrough, MIG, vGPU, NIC pairing and the NCCL
+pick until `gpu undrain` (--allow-unhealthy does not lift it). Exit status: 0 done or nothing to do,
+1 refused / cancelled / failed, 2 bad arguments (a missing, blank, over-long or multi-line reason).
+"""
+from __future__ import annotations
+
+import argparse
+
+from nodeconsole.console.cli import UsageError, host_args, subcommand
+from nodeconsole.console.commands.change import change_args, run_request
+from nodeconsole.console.drains import reason_problem
+
+GPU_HELP = "console index, PCI address (DDDD:BB:DD.F), UUID or smi:N (nvidia-smi's index)"
+
+
+@subcommand("gpu", "drain a GPU (no new work goes on it) or lift its drain")
+def configure_gpu(p: argparse.ArgumentParser) -> None:
+    sub = p.add_subparsers(dest="gpu_command", metavar="ACTION", parser_class=type(p))
+    sub.required = True
+    dr = sub.add_parser("drain", parents=[host_args()],
+                        help="mark a GPU drained: passthrough, MIG, vGPU, NIC pairing and NCCL refuse it")
+    dr.add_argument("gpu", metavar="GPU", help=GPU_HELP)
+    dr.add_argument("--reason", metavar="TEXT", required=True,
+                    help="why (one line, e.g. a ticket): shown with the drain everywhere")
+    change_args(dr)
+    dr.set_defaults(func=run_drain)
+    un = sub.add_parser("undrain", parents=[host_args()], help="lift a GPU's drain")
+    un.add_argument("gpu", metavar="GPU", help=GPU_HELP)
+    change_args(un)
+    un.set_defaults(func=run_undrain)
+
+
+def run_drain(args: argparse.Namespace) -> int:
+    from nodeconsole.actions.session import Drain
+
+    problem = reason_problem(args.reason)
+    if problem:  # before the host is read
+        raise UsageError(f"--reason: {problem}")
+    return run_request(args, Drain(args.gpu, args.reason))
+
+
+def run_undrain(args: argparse.Namespace) -> int:
+    from nodeconsole.actions.session import Undrain
+
+    return run_request(args, Undrain(args.gpu))
