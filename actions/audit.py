@@ -11,6 +11,7 @@ ids it fixes (`fixes`). While the host's boot_id is still that one, the change i
 """
 from __future__ import annotations
 
+import contextlib
 import datetime as _dt
 import errno
 import json
@@ -23,6 +24,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from nodeconsole.actions.safe_files import AUDIT_DIR_MODE, STATE_DIR_MODE, ensure_dir, open_file, read_bytes
+from nodeconsole.console.outfile import fsync_dir
 
 if TYPE_CHECKING:
     from nodeconsole.console.seams import Seams
@@ -143,7 +145,8 @@ class AuditLog:
         finally:
             os.close(fd)
         if created:  # the new file's name must survive a crash too
-            _fsync_dir(self.path.parent)
+            with contextlib.suppress(OSError):  # the line itself is synced: the entry is best effort
+                fsync_dir(self.path.parent)
 
     def _lines(self) -> Iterator[dict[str, Any]]:
         self.problems = []
@@ -264,19 +267,6 @@ def _append_whole(fd: int, line: bytes) -> None:
         except OSError:
             pass
         raise
-
-
-def _fsync_dir(path: Path) -> None:
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
 
 
 def state_dir_of(seams: Seams) -> tuple[Path, int]:

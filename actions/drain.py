@@ -11,7 +11,6 @@ it, the directory fsynced; a link in its place is refused, never followed.
 from __future__ import annotations
 
 import datetime as dt
-import errno
 import os
 import secrets
 from pathlib import Path
@@ -26,6 +25,7 @@ from nodeconsole.actions.runner import ActionHost
 from nodeconsole.actions.safe_files import ensure_dir, open_file
 from nodeconsole.console.drains import DRAINS_FILE, parse, reason_problem, render, who_name
 from nodeconsole.console.model import HostSnapshot
+from nodeconsole.console.outfile import fsync_dir
 from nodeconsole.console.pciaddr import parse_pci_address
 from nodeconsole.console.root import Root
 
@@ -63,7 +63,7 @@ def write_drains(root: Root, entries: dict[str, dict[str, Any]]) -> None:
     if not entries:
         if os.path.lexists(path):
             os.unlink(path)
-            _sync_dir(path.parent)
+            fsync_dir(path.parent)
         return
     ensure_dir(path.parent, DIR_MODE)
     tmp = path.with_name(f".{path.name}.{secrets.token_hex(4)}")
@@ -80,21 +80,7 @@ def write_drains(root: Root, entries: dict[str, dict[str, Any]]) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
-    _sync_dir(path.parent)
-
-
-def _sync_dir(d: Path) -> None:
-    try:
-        fd = os.open(d, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError as e:  # some filesystems cannot sync a directory: the rename is still done
-        if e.errno not in (errno.EINVAL, errno.EROFS):
-            raise
-    finally:
-        os.close(fd)
+    fsync_dir(path.parent)
 
 
 # -- the step kind ----------------------------------------------------------------------------------------

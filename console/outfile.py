@@ -2,10 +2,24 @@
 (a temporary file beside it, renamed over it), with an explicit mode, never through a symbolic link."""
 from __future__ import annotations
 
+import errno
 import os
 import stat
 import tempfile
 from pathlib import Path
+
+
+def fsync_dir(path: str | os.PathLike[str]) -> None:
+    """Make a directory's entries (a file created or renamed in it) durable. A filesystem that cannot
+    sync a directory (EINVAL, EROFS) is no error; any other failure is raised."""
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        os.fsync(fd)
+    except OSError as e:
+        if e.errno not in (errno.EINVAL, errno.EROFS):
+            raise
+    finally:
+        os.close(fd)
 
 
 class OutputError(Exception):

@@ -5,11 +5,12 @@ is somebody's directory (NODECONSOLE_STATE_DIR=/root by mistake): refused, nothi
 A symbolic link in place of the directory or the marker is refused too."""
 from __future__ import annotations
 
-import errno
 import json
 import os
 import stat
 from pathlib import Path
+
+from nodeconsole.console.outfile import fsync_dir
 
 MARKER = ".nodeconsole-demo"
 MARKER_TEXT = b"This directory holds nodeconsole's demo host; `nodeconsole demo reset` regenerates it.\n"
@@ -79,11 +80,4 @@ def claim(d: Path) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
-    dfd = os.open(d, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-    try:
-        os.fsync(dfd)
-    except OSError as e:
-        if e.errno != errno.EINVAL:  # a filesystem that cannot sync directories
-            raise
-    finally:
-        os.close(dfd)
+    fsync_dir(d)
