@@ -183,6 +183,13 @@ def _health(handle: Any, gpu: dict[str, Any], unsupported: list[str]) -> None:
 def _clocks_links(handle: Any, gpu: dict[str, Any], unsupported: list[str]) -> None:
     """Clocks (maximum; the current ones and the clock-event mask as captured), the PCIe replay counter,
     NVLink (each link's remote end, state and error counters) and the fabric state."""
+    _clocks(handle, gpu, unsupported)
+    _nvlinks(handle, gpu)
+    _fabric(handle, gpu)
+
+
+def _clocks(handle: Any, gpu: dict[str, Any], unsupported: list[str]) -> None:
+    """Maximum clocks; the current ones, the clock-event mask (under "captured"); the PCIe replay counter."""
     captured = gpu.setdefault("captured", {})
     clocks: dict[str, int] = {}
     for key, fn, domain in (("sm_max", pynvml.nvmlDeviceGetMaxClockInfo, pynvml.NVML_CLOCK_SM),
@@ -208,6 +215,10 @@ def _clocks_links(handle: Any, gpu: dict[str, Any], unsupported: list[str]) -> N
         unsupported.append("pcie_replay")
     elif isinstance(replay, int):
         gpu["pcie_replay"] = replay
+
+
+def _nvlinks(handle: Any, gpu: dict[str, Any]) -> None:
+    """Each NVLink's remote end and type, the links down and their nonzero error counters."""
     links: dict[str, Any] = {"remotes": [], "remote_types": [], "down": [], "errors": {}}
     for link in range(pynvml.NVML_NVLINK_MAX_LINKS):
         try:
@@ -234,6 +245,10 @@ def _clocks_links(handle: Any, gpu: dict[str, Any], unsupported: list[str]) -> N
             links["errors"][str(link)] = errors
     if links["remotes"]:
         gpu["nvlink"] = links
+
+
+def _fabric(handle: Any, gpu: dict[str, Any]) -> None:
+    """The GPU fabric's state (NVSwitch systems): the v2 call first, the older one where it is missing."""
     info: Any = pynvml.c_nvmlGpuFabricInfo_v2_t()
     got = _call(pynvml.nvmlDeviceGetGpuFabricInfoV, handle, ctypes.byref(info))
     if got is _NA:

@@ -72,57 +72,21 @@ def take_capture(seams: Seams, *, changes: Sequence[Mapping[str, Any]] = (), aud
     command seam finds each program plans look for (replay.PLAN_PROGRAMS)."""
     started = clock()
     rec = RecordingRoot(seams.root.path)
-    rseams = replace(seams, root=rec)
     sources: dict[str, Any] = {}
     versions: dict[str, str] = {"nodeconsole": __version__}
     entries: dict[str, Entry] = {}
 
     progress("reading the host (sysfs, NVML, libvirt, load)")
-    snap = _snapshot(rseams, sources)
-    _context(rec)
-    if snap is not None:
-        versions["kernel"] = snap.host.kernel
-        if snap.nvml_driver_version:
-            versions["driver"] = snap.nvml_driver_version
-    try:
-        module_version = rec.read(NVIDIA_VERSION)
-    except PermissionError:
-        module_version = None
-    if module_version and "driver" not in versions:
-        versions["driver"] = module_version
-
+    snap = _read_host(replace(seams, root=rec), rec, sources, versions)
     progress("running the doctor")
-    if snap is not None:
-        try:
-            from nodeconsole.console.doctor.run import run_doctor
-
-            report = run_doctor(snap, rec, changes=changes)
-            entries[DOCTOR] = Entry(FILE, _json(report.to_json()))
-            sources["doctor"] = {"status": "ok", **report.counts()}
-        except Exception as e:  # the doctor must never cost the capture
-            sources["doctor"] = _failed(e)
-    else:
-        sources["doctor"] = {"status": "skipped", "reason": "no snapshot"}
-
+    _doctor(snap, rec, changes, entries, sources)
     progress("reading the kernel log")
-    tree = Tree(seams.root)
-    tree.add_recording(rec)
-    _kernel_log(seams, tree, sources)
-    for path, entry in tree.entries.items():
-        entries[f"{ROOT_DIR}/{path}"] = entry
-    files = sum(1 for e in tree.entries.values() if e.kind == FILE)
-    links = sum(1 for e in tree.entries.values() if e.kind == LINK)
-    sources["tree"] = {"status": "ok", "files": files, "links": links, "entries": len(tree.entries),
-                       "links_out_of_root": tree.links_out}
-
+    _tree(seams, rec, entries, sources)
     progress("dumping the NVML state")
     nvml_clock = _nvml(seams, entries, sources)
 
+    hostnames = _hostnames(snap, rec)
     vm_names: list[str] = []
-    hostnames = [snap.host.hostname] if snap is not None and snap.host.hostname else []
-    for rel in ("proc/sys/kernel/hostname", "etc/hostname"):  # both, when they differ (an FQDN)
-        text = (rec.files.get(rel) or b"").decode("utf-8", "replace").strip()
-        hostnames += text.split()[:1]
     if seams.libvirt_uri is None:
         sources["libvirt"] = {"status": "skipped", "reason": "no libvirt URI for this host"}
     else:
@@ -130,14 +94,7 @@ def take_capture(seams: Seams, *, changes: Sequence[Mapping[str, Any]] = (), aud
         vm_names, libvirt_host = _libvirt(seams.libvirt_uri, entries, sources, versions)
         if libvirt_host:
             hostnames.append(libvirt_host)
-
-    if audit is not None:
-        entries[AUDIT] = Entry(FILE, audit)
-        sources["audit"] = {"status": "ok", "records": len(changes)}
-        vm_names += [str(r["request"]["vm"]) for r in changes
-                     if isinstance(r.get("request"), dict) and r["request"].get("vm")]
-    else:
-        sources["audit"] = {"status": "skipped", "reason": "no audit log on this host"}
+    vm_names += _audit(audit, changes, entries, sources)
 
     manifest = {
         "format": FORMAT,
@@ -161,6 +118,75 @@ def take_capture(seams: Seams, *, changes: Sequence[Mapping[str, Any]] = (), aud
         manifest = json.loads(entries[MANIFEST].data)
     progress("writing the archive")
     return Capture(archive_bytes(entries), manifest, len(entries))
+
+
+def _read_host(rseams: Seams, rec: RecordingRoot, sources: dict[str, Any], versions: dict[str, str]) -> Any:
+    """One snapshot through the recording root, what plans read beyond it, and the kernel's and the
+    driver's versions (the NVIDIA module's own when NVML gave none). The snapshot, or None."""
+    snap = _snapshot(rseams, sources)
+    _context(rec)
+    if snap is not None:
+        versions["kernel"] = snap.host.kernel
+        if snap.nvml_driver_version:
+            versions["driver"] = snap.nvml_driver_version
+    try:
+        module_version = rec.read(NVIDIA_VERSION)
+    except PermissionError:
+        module_version = None
+    if module_version and "driver" not in versions:
+        versions["driver"] = module_version
+    return snap
+
+
+def _doctor(snap: Any, rec: RecordingRoot, changes: Sequence[Mapping[str, Any]], entries: dict[str, Entry],
+            sources: dict[str, Any]) -> None:
+    """The doctor's report over the snapshot (skipped without one; a failure never costs the capture)."""
+    if snap is None:
+        sources["doctor"] = {"status": "skipped", "reason": "no snapshot"}
+        return
+    try:
+        from nodeconsole.console.doctor.run import run_doctor
+
+        report = run_doctor(snap, rec, changes=changes)
+        entries[DOCTOR] = Entry(FILE, _json(report.to_json()))
+        sources["doctor"] = {"status": "ok", **report.counts()}
+    except Exception as e:  # the doctor must never cost the capture
+        sources["doctor"] = _failed(e)
+
+
+def _tree(seams: Seams, rec: RecordingRoot, entries: dict[str, Entry], sources: dict[str, Any]) -> None:
+    """Every file and link read so far, and the kernel logs kept, as the archive's root/ members."""
+    tree = Tree(seams.root)
+    tree.add_recording(rec)
+    _kernel_log(seams, tree, sources)
+    for path, entry in tree.entries.items():
+        entries[f"{ROOT_DIR}/{path}"] = entry
+    files = sum(1 for e in tree.entries.values() if e.kind == FILE)
+    links = sum(1 for e in tree.entries.values() if e.kind == LINK)
+    sources["tree"] = {"status": "ok", "files": files, "links": links, "entries": len(tree.entries),
+                       "links_out_of_root": tree.links_out}
+
+
+def _hostnames(snap: Any, rec: RecordingRoot) -> list[str]:
+    """The host's names as read (the snapshot's, /proc's and /etc/hostname's: both when they differ, an
+    FQDN), for redaction."""
+    hostnames = [snap.host.hostname] if snap is not None and snap.host.hostname else []
+    for rel in ("proc/sys/kernel/hostname", "etc/hostname"):  # both, when they differ (an FQDN)
+        text = (rec.files.get(rel) or b"").decode("utf-8", "replace").strip()
+        hostnames += text.split()[:1]
+    return hostnames
+
+
+def _audit(audit: bytes | None, changes: Sequence[Mapping[str, Any]], entries: dict[str, Entry],
+           sources: dict[str, Any]) -> list[str]:
+    """The audit log's bytes as a member; the VM names its records' requests name (for redaction)."""
+    if audit is None:
+        sources["audit"] = {"status": "skipped", "reason": "no audit log on this host"}
+        return []
+    entries[AUDIT] = Entry(FILE, audit)
+    sources["audit"] = {"status": "ok", "records": len(changes)}
+    return [str(r["request"]["vm"]) for r in changes
+            if isinstance(r.get("request"), dict) and r["request"].get("vm")]
 
 
 def _context(rec: RecordingRoot) -> None:
