@@ -1,14 +1,7 @@
 """NIC VFs for VMs: how many VFs a NIC has (`nic vfs`), one VF given to a VM (`nic passthrough`), and the
-VF that goes with a GPU (`passthrough GPU --vm VM --with-nic`).
-
-Step kinds (each records the state it changes as its inverse, so `undo` and a failed run put it back):
-- `sriov_autoprobe`: the PF's sriov_drivers_autoprobe (0: new VFs stay without a driver, for VMs);
-- `sriov_numvfs`: the PF's VF count. Linux takes a new count only from 0, so a change from a nonzero count
-  writes 0 first: every VF is removed and created again. The operation may name VFs and the
-  (driver_override, driver) each must have afterwards; the inverse names every VF there was, so an undo
-  brings the VFs back on the drivers they had.
-A VF itself is bound with actions/host_steps.py's `pci_driver` step and added to a VM with
-actions/libvirt_edit.py's `vm_hostdev` step.
+VF that goes with a GPU (`passthrough GPU --vm VM --with-nic`). The plans use the SR-IOV step kinds of
+actions/nic_steps.py (`sriov_autoprobe`, `sriov_numvfs`), host_steps.py's `pci_driver` and libvirt_edit.py's
+`vm_hostdev`.
 
 Persistence (`nic vfs --persist`) is a udev rule, /etc/udev/rules.d/70-nodeconsole-sriov.rules: on the
 PF's driver `bind` event it sets sriov_drivers_autoprobe, then sriov_numvfs. A rule rather than a systemd
@@ -21,17 +14,14 @@ from typing import Any
 
 from nodeconsole.actions.acs_path import acs_note
 from nodeconsole.actions.gpu_holders import STUB_DRIVERS
-from nodeconsole.actions.host_steps import pci_state, read_raw
+from nodeconsole.actions.host_steps import read_raw
+from nodeconsole.actions.nic_steps import vf_address, who
 from nodeconsole.actions.passthrough import VFIO, add_steps, resolve_vm, source_checks, vms_with
 from nodeconsole.actions.plan import (
     Check,
     Op,
     Plan,
     RequestError,
-    Step,
-    StepError,
-    build_step,
-    step_kind,
     unreadable_vm_check,
     vms_known_check,
 )
@@ -48,188 +38,12 @@ from nodeconsole.console.nics import (
     vm_gpu_addresses,
     vm_nic_functions,
 )
-from nodeconsole.console.pciaddr import format_pci_address, parse_pci_address
+from nodeconsole.console.pciaddr import parse_pci_address
 
 UDEV_FILE = "etc/udev/rules.d/70-nodeconsole-sriov.rules"
 _RULE_PF = re.compile(r'KERNEL=="([0-9a-fA-F:.]+)"')
 _DEV = "sys/bus/pci/devices"
 NEAR = ("PIX", "PXB", "PHB", "NODE")  # what --with-nic takes without --allow-far-nic
-
-
-# -- reading the host ---------------------------------------------------------------------------------
-
-def numvfs(host: ActionHost, pf: str) -> int | None:
-    return host.root.read_int(f"{_DEV}/{pf}/sriov_numvfs")
-
-
-def vf_addresses(host: ActionHost, pf: str) -> list[str]:
-    """The PF's VFs in virtfn order, from its virtfnN links."""
-    names = [n for n in host.root.listdir(f"{_DEV}/{pf}") if n.startswith("virtfn") and n[6:].isdigit()]
-    out = []
-    for n in sorted(names, key=lambda n: int(n[6:])):
-        target = host.root.link_name(f"{_DEV}/{pf}/{n}")
-        try:
-            out.append(parse_pci_address(target or ""))
-        except ValueError:
-            continue
-    return out
-
-
-def vf_address(host: ActionHost, pf: str, index: int) -> str | None:
-    """Where VF `index` of the PF appears once created: the PF's routing id plus sriov_offset and
-    index × sriov_stride (None when the PF does not say)."""
-    offset = host.root.read_int(f"{_DEV}/{pf}/sriov_offset")
-    stride = host.root.read_int(f"{_DEV}/{pf}/sriov_stride")
-    if offset is None or stride is None:
-        return None
-    dom, bus, rest = pf.split(":")
-    dev, fn = rest.split(".")
-    rid = (int(bus, 16) << 8 | int(dev, 16) << 3 | int(fn)) + offset + index * stride
-    return format_pci_address(int(dom, 16), rid >> 8, (rid >> 3) & 0x1F, rid & 7)
-
-
-def _states(host: ActionHost, addresses: list[str]) -> dict[str, list[str | None]]:
-    return {a: list(pci_state(host.root, a)) for a in addresses}
-
-
-# -- step kinds ---------------------------------------------------------------------------------------
-
-@step_kind("sriov_autoprobe")
-def sriov_autoprobe_step(host: ActionHost, op: Op) -> Step | None:
-    """`{"kind": "sriov_autoprobe", "device": PF, "value": 0|1}`: whether host drivers probe new VFs."""
-    pf = parse_pci_address(op["device"])
-    value = int(op["value"])
-    if value not in (0, 1):
-        raise StepError(f"sriov_drivers_autoprobe takes 0 or 1, not {value}")
-    path = f"{_DEV}/{pf}/sriov_drivers_autoprobe"
-    current = host.root.read_int(path)
-    if current is None:
-        raise StepError(f"{pf} has no sriov_drivers_autoprobe (not an SR-IOV physical function)")
-    if current == value:
-        return None
-
-    def apply() -> None:
-        host.kernel.write(path, str(value))
-
-    def verify() -> str | None:
-        now = host.root.read_int(path)
-        return None if now == value else f"sriov_drivers_autoprobe of {pf} is {now}, expected {value}"
-
-    if value == 0:
-        title = f"Keep host drivers off new VFs of {pf} (sriov_drivers_autoprobe=0)"
-        why = ("the VFs are meant for VMs: with autoprobe on, the host's driver takes each new VF (an RDMA device "
-               "and a netdev on the host) and passthrough has to take it back")
-    else:
-        title = f"Let host drivers probe new VFs of {pf} again (sriov_drivers_autoprobe=1)"
-        why = "as it was before"
-    return Step(title, why, (f"echo {value} > /{path}",), dict(op, device=pf),
-                {"kind": "sriov_autoprobe", "device": pf, "value": current}, apply, verify)
-
-
-def _want_states(op: Op) -> dict[str, tuple[str | None, str | None]]:
-    raw = op.get("vfs") or {}
-    if not isinstance(raw, dict):
-        raise StepError("malformed sriov_numvfs operation: 'vfs' must map VF addresses to [override, driver]")
-    out = {}
-    for a, st in raw.items():
-        if not (isinstance(st, list | tuple) and len(st) == 2 and all(x is None or isinstance(x, str) for x in st)):
-            raise StepError(f"malformed sriov_numvfs operation: the state of {a} must be [override, driver]")
-        out[parse_pci_address(a)] = (st[0], st[1])
-    return out
-
-
-@step_kind("sriov_numvfs")
-def sriov_numvfs_step(host: ActionHost, op: Op) -> Step | None:
-    """`{"kind": "sriov_numvfs", "device": PF, "count": N, "vfs": {VF: [override, driver], ...}}`: the PF
-    has N VFs, and each VF named is on that override and driver (driver null: none)."""
-    pf = parse_pci_address(op["device"])
-    count = int(op["count"])
-    want = _want_states(op)
-    base = f"{_DEV}/{pf}"
-    if not host.root.exists(base):
-        raise StepError(f"PCI device {pf} is gone from this host")
-    current = numvfs(host, pf)
-    if current is None:
-        raise StepError(f"{pf} has no sriov_numvfs (not an SR-IOV physical function)")
-    total = host.root.read_int(f"{base}/sriov_totalvfs")
-    if count < 0 or (total is not None and count > total):
-        raise StepError(f"{pf} takes 0 to {total} VFs, not {count}")
-    if current == count and all(tuple(pci_state(host.root, a)) == st for a, st in want.items()):
-        return None
-    existing = vf_addresses(host, pf)
-    inverse = {"kind": "sriov_numvfs", "device": pf, "count": current, "vfs": _states(host, existing)}
-
-    def bind(address: str, state: tuple[str | None, str | None]) -> None:
-        override, driver = state
-        group = host.root.link_name(f"{_DEV}/{address}/iommu_group")
-        step = build_step(host, {"kind": "pci_driver", "device": address, "override": override, "driver": driver,
-                                 "group": int(group) if group and group.isdigit() else None,
-                                 "vfio_node": driver == VFIO})
-        if step is not None:
-            step.apply()
-
-    def apply() -> None:
-        now = numvfs(host, pf)
-        if now != count:
-            if now:
-                held = _defined_holders(host, vf_addresses(host, pf))
-                if held:  # checked now: an earlier step of the same run may just have taken them out
-                    raise StepError(f"{_who(held)}: removing the VFs of {pf} would take them from the VM")
-                host.kernel.write(f"{base}/sriov_numvfs", "0")
-            if count:
-                host.kernel.write(f"{base}/sriov_numvfs", str(count))
-        for address, state in want.items():
-            bind(address, state)
-
-    def verify() -> str | None:
-        now = numvfs(host, pf)
-        if now != count:
-            return f"{pf} has {now} VFs, expected {count}"
-        for address, (override, driver) in want.items():
-            got = pci_state(host.root, address)
-            if got != (override, driver):
-                return (f"VF {address} is on {got[1] or 'no driver'} (override {got[0] or 'none'}), expected "
-                        f"{driver or 'no driver'} (override {override or 'none'})")
-        return None
-
-    cmds = []
-    if current != count:
-        if current and count:
-            cmds.append(f"echo 0 > /{base}/sriov_numvfs  # Linux changes a nonzero count only from 0")
-        cmds.append(f"echo {count} > /{base}/sriov_numvfs")
-    for address, (override, driver) in want.items():
-        if override:
-            cmds.append(f"echo {override} > /{_DEV}/{address}/driver_override")
-        if driver:
-            cmds.append(f"echo {address} > /sys/bus/pci/drivers_probe  # onto {driver}")
-    if current == count:
-        title, why = f"Put the VFs of {pf} back on their drivers", "as they were before"
-    elif count == 0:
-        title, why = f"Remove the {current} VFs of {pf}", "sriov_numvfs=0 removes every VF of the PF"
-    elif current == 0:
-        title, why = f"Create {count} VF(s) on {pf}", "each VF is a PCI function a VM can be given"
-    else:
-        title = f"Change the VFs of {pf} from {current} to {count}"
-        why = "Linux takes a new count only from 0: every VF is removed, then the new ones are created"
-    if want and current != count:
-        why += "; " + ", ".join(f"{a} then goes to {st[1] or 'no driver'}" for a, st in list(want.items())[:4])
-    return Step(title, why, tuple(cmds), dict(op, device=pf), inverse, apply, verify)
-
-
-def _defined_holders(host: ActionHost, addresses: list[str]) -> dict[str, list[str]]:
-    """VM name → which of `addresses` its persistent definition holds (every domain libvirt defines)."""
-    cfg = host.domains
-    if cfg is None or not addresses:
-        return {}
-    out = {}
-    for name in cfg.names():
-        try:
-            hit = sorted(set(addresses) & cfg.pci_hostdevs(name))
-        except Exception:  # an unreadable definition: the planners refuse over it; here it holds nothing
-            continue
-        if hit:
-            out[name] = hit
-    return out
 
 
 # -- resolving a NIC or a VF ------------------------------------------------------------------------
@@ -265,9 +79,6 @@ def resolve_pf(snap: HostSnapshot, text: str) -> Nic:
         raise RequestError(f"{nic.label} {nic.address} ({nic.name}) does not support SR-IOV (no sriov_totalvfs)")
     return nic
 
-
-def _who(holders: dict[str, list[str]]) -> str:
-    return "; ".join(f"{', '.join(addrs)} in VM {name}'s definition" for name, addrs in sorted(holders.items()))
 
 
 # -- nic vfs ------------------------------------------------------------------------------------------
@@ -309,29 +120,7 @@ def plan_nic_vfs(host: ActionHost, snap: HostSnapshot, pf_text: str, count: int,
     plan = Plan(action="nic vfs", title=title,
                 request={"pf": pf, "given": pf_text, "count": count, "persist": persist, "host_driver": host_driver},
                 rebuild=lambda: plan_nic_vfs(host, host.snapshot(), pf, count, persist, host_driver))
-    plan.checks += source_checks(snap)
-    if current != count and current:
-        plan.checks += vms_known_check(snap, f"the VFs of {pf}")
-    if not plan.ok:
-        return plan
-    if not nic.driver:
-        plan.checks.append(Check(f"{pf} has a driver", False, "SR-IOV is enabled through the PF's driver, and it has none",
-                                 f"bind it to its driver first (echo {pf} > /sys/bus/pci/drivers_probe)"))
-        return plan
-    going = [v.address for v in nic.vfs] if current != count and current else []
-    unreadable: dict[str, str] = {}
-    held = vms_with(host, snap, set(going), unreadable)
-    if held:
-        plan.checks.append(Check(
-            "no VM holds a VF that goes away", False,
-            f"{_who(held)}: changing the count removes every VF of {pf} (Linux takes a new count only from 0)",
-            "take the VFs out of those VMs first (`nodeconsole undo` of the change that gave them, or virsh "
-            "detach-device VM --config), then plan again"))
-        return plan
-    plan.checks += unreadable_vm_check(unreadable)
-    if going:
-        plan.checks.append(Check("no VM holds a VF that goes away", True,
-                                 f"none of the {len(going)} VF(s) of {pf} is in a VM's definition"))
+    going = _vfs_checks(host, snap, plan, nic, count)
     if not plan.ok:
         return plan
     ops: list[Op] = []
@@ -353,6 +142,47 @@ def plan_nic_vfs(host: ActionHost, snap: HostSnapshot, pf_text: str, count: int,
         if v.rdma or v.netdevs:
             plan.notes.append(f"VF {v.address} goes away with its host RDMA device {', '.join(v.rdma) or '-'} and "
                               f"netdev {', '.join(v.netdevs) or '-'}")
+    ops += _persistence(host, plan, pf, count, current, autoprobe, persist)
+    add_steps(host, plan, ops)
+    return plan
+
+
+def _vfs_checks(host: ActionHost, snap: HostSnapshot, plan: Plan, nic: Nic, count: int) -> list[str]:
+    """`nic vfs`'s checks, added to `plan` (the PF's driver, no VM holding a VF that goes away); the VFs
+    that go away (a change of a nonzero count removes them all)."""
+    pf = nic.address
+    current = nic.sriov_numvfs or 0
+    plan.checks += source_checks(snap)
+    if current != count and current:
+        plan.checks += vms_known_check(snap, f"the VFs of {pf}")
+    if not plan.ok:
+        return []
+    if not nic.driver:
+        plan.checks.append(Check(f"{pf} has a driver", False, "SR-IOV is enabled through the PF's driver, and it has none",
+                                 f"bind it to its driver first (echo {pf} > /sys/bus/pci/drivers_probe)"))
+        return []
+    going = [v.address for v in nic.vfs] if current != count and current else []
+    unreadable: dict[str, str] = {}
+    held = vms_with(host, snap, set(going), unreadable)
+    if held:
+        plan.checks.append(Check(
+            "no VM holds a VF that goes away", False,
+            f"{who(held)}: changing the count removes every VF of {pf} (Linux takes a new count only from 0)",
+            "take the VFs out of those VMs first (`nodeconsole undo` of the change that gave them, or virsh "
+            "detach-device VM --config), then plan again"))
+        return []
+    plan.checks += unreadable_vm_check(unreadable)
+    if going:
+        plan.checks.append(Check("no VM holds a VF that goes away", True,
+                                 f"none of the {len(going)} VF(s) of {pf} is in a VM's definition"))
+    return going
+
+
+def _persistence(host: ActionHost, plan: Plan, pf: str, count: int, current: int, autoprobe: int,
+                 persist: bool) -> list[Op]:
+    """With `persist`, the udev rules file with the PF's rule; without it, a note saying what a reboot
+    brings back (the rule still there, or the boot configuration)."""
+    ops: list[Op] = []
     if persist:
         current_rules = read_raw(host.root, UDEV_FILE)
         content = render_udev(current_rules, pf, count, autoprobe)
@@ -372,8 +202,7 @@ def plan_nic_vfs(host: ActionHost, snap: HostSnapshot, pf_text: str, count: int,
         else:
             plan.notes.append("not persistent: after a reboot the PF has the VFs its boot configuration gives it "
                               "(--persist writes a udev rule)")
-    add_steps(host, plan, ops)
-    return plan
+    return ops
 
 
 # -- nic passthrough ----------------------------------------------------------------------------------
@@ -448,7 +277,7 @@ def plan_nic_passthrough(host: ActionHost, snap: HostSnapshot, vf_text: str, vm:
     unreadable: dict[str, str] = {}
     others = {n: a for n, a in vms_with(host, snap, {vf.address}, unreadable).items() if n != vm}
     if others:
-        plan.checks.append(Check("the VF is free", False, _who(others),
+        plan.checks.append(Check("the VF is free", False, who(others),
                                  "take it out of that VM first, or pick a free VF (nodeconsole nic list)"))
     plan.checks += unreadable_vm_check(unreadable)
     if not plan.ok:
@@ -550,4 +379,3 @@ def nic_release_keys(records: list[dict[str, Any]]) -> list[str]:
         if isinstance(nic, dict):
             out += [a for a in (nic.get("vf"), nic.get("pf")) if isinstance(a, str) and a not in out]
     return out
-

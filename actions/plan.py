@@ -26,7 +26,7 @@ Op = dict[str, Any]  # JSON-able: it is stored in the audit log
 KIND_MODULES = ("nodeconsole.actions.host_steps", "nodeconsole.actions.libvirt_edit", "nodeconsole.actions.mig_steps",
                 "nodeconsole.actions.mig_persist",
                 "nodeconsole.actions.vgpu", "nodeconsole.actions.pin_steps", "nodeconsole.actions.boot_steps",
-                "nodeconsole.actions.live_steps", "nodeconsole.actions.nic",
+                "nodeconsole.actions.live_steps", "nodeconsole.actions.nic_steps",
                 "nodeconsole.actions.drain")
 
 
