@@ -216,23 +216,7 @@ def plan_passthrough(host: ActionHost, snap: HostSnapshot, gpu_text: str, vm: st
     plan = Plan(action="passthrough", title=title, request=request,
                 rebuild=lambda: plan_passthrough(host, host.snapshot(), gpu.address, vm, persist, with_nic,
                                                  allow_far_nic))
-    plan.checks += source_checks(snap)
-    plan.checks.append(_iommu_check(snap, gpu))
-    if not plan.ok:
-        return plan
-    members = group_members(snap, gpu)
-    plan.checks.append(_group_check(snap, gpu, members))
-    in_configs = vms_with(host, snap, set(members))
-    plan.checks += holder_checks(host, snap, gpu, members,
-                                 config_only(host, snap, gpu.address, members, in_configs))
-    from nodeconsole.actions.passthrough_mig import mig_off_first
-
-    mig_ops = mig_off_first(host, snap, gpu, plan)  # MIG mode on: off first, or who holds its instances
-    if vm is not None or gpu.vgpu.instances:  # a VM is named, or VMs may hold its vGPUs
-        plan.checks += vms_known_check(snap, f"GPU {gpu.address}")
-    if vm is not None and host.domains is None:
-        plan.checks.append(Check("libvirt reachable", False, "this host has no libvirt connection",
-                                 "pass --libvirt URI"))
+    members, in_configs, mig_ops = _passthrough_checks(host, snap, gpu, vm, plan)
     if not plan.ok:
         return plan
     ops: list[Op] = list(mig_ops)
@@ -260,6 +244,39 @@ def plan_passthrough(host: ActionHost, snap: HostSnapshot, gpu_text: str, vm: st
                 if not (loading and op["kind"] == "module")]
         if not plan.ok:
             return plan
+    _other_configs_note(plan, gpu, vm, in_configs)
+    add_steps(host, plan, ops)
+    return plan
+
+
+def _passthrough_checks(host: ActionHost, snap: HostSnapshot, gpu: Gpu, vm: str | None,
+                        plan: Plan) -> tuple[list[str], dict[str, list[str]], list[Op]]:
+    """Passthrough's checks, added to `plan` (the IOMMU and the GPU's group, who holds its members, MIG,
+    libvirt); the group's members, the VM definitions holding any of them, and the operations that turn
+    MIG off first. Stops at the first failing part (the plan is then not ok)."""
+    plan.checks += source_checks(snap)
+    plan.checks.append(_iommu_check(snap, gpu))
+    if not plan.ok:
+        return [], {}, []
+    members = group_members(snap, gpu)
+    plan.checks.append(_group_check(snap, gpu, members))
+    in_configs = vms_with(host, snap, set(members))
+    plan.checks += holder_checks(host, snap, gpu, members,
+                                 config_only(host, snap, gpu.address, members, in_configs))
+    from nodeconsole.actions.passthrough_mig import mig_off_first
+
+    mig_ops = mig_off_first(host, snap, gpu, plan)  # MIG mode on: off first, or who holds its instances
+    if vm is not None or gpu.vgpu.instances:  # a VM is named, or VMs may hold its vGPUs
+        plan.checks += vms_known_check(snap, f"GPU {gpu.address}")
+    if vm is not None and host.domains is None:
+        plan.checks.append(Check("libvirt reachable", False, "this host has no libvirt connection",
+                                 "pass --libvirt URI"))
+    return members, in_configs, mig_ops
+
+
+def _other_configs_note(plan: Plan, gpu: Gpu, vm: str | None, in_configs: dict[str, list[str]]) -> None:
+    """What the other VM definitions holding the GPU mean; with a VM named, the admin types the GPU's
+    address to confirm (two VM definitions with one GPU)."""
     others = sorted(n for n in in_configs if n != vm)
     if others and vm is not None:
         # two VM configs with one GPU: the admin types the address to show this is meant
@@ -269,8 +286,6 @@ def plan_passthrough(host: ActionHost, snap: HostSnapshot, gpu_text: str, vm: st
     elif others:
         plan.notes.append(f"VM {', '.join(others)} has this GPU in its config and can start with it "
                           "once it is on vfio-pci")
-    add_steps(host, plan, ops)
-    return plan
 
 
 def _persist_ops(host: ActionHost, snap: HostSnapshot, gpu: Gpu, members: list[str], plan: Plan) -> list[Op]:
