@@ -47,6 +47,7 @@ from nodeconsole.console.demo.nvml_sim_board import BoardSymbols
 from nodeconsole.console.demo.nvml_sim_ci import MigComputeSymbols
 from nodeconsole.console.demo.nvml_sim_device import DeviceSymbols
 from nodeconsole.console.demo.nvml_sim_health import HealthSymbols
+from nodeconsole.console.demo.nvml_sim_metrics import METRIC_SYMBOLS
 from nodeconsole.console.demo.nvml_sim_mig import MigSymbols
 from nodeconsole.console.demo.nvml_sim_system import SystemSymbols
 from nodeconsole.console.demo.nvml_sim_vgpu import VgpuSymbols
@@ -55,34 +56,6 @@ from nodeconsole.console.root import Root
 
 __all__ = ["SimulatedNvml", "NvmlAbiError", "install", "uninstall", "METRIC_SYMBOLS"]
 
-# Names accepted in a GPU's "not_supported" list, and the symbols that then answer NOT_SUPPORTED.
-# A raw symbol name is accepted too.
-METRIC_SYMBOLS: dict[str, tuple[str, ...]] = {
-    "utilization": ("nvmlDeviceGetUtilizationRates",),
-    "memory": ("nvmlDeviceGetMemoryInfo", "nvmlDeviceGetMemoryInfo_v2"),
-    "temperature": ("nvmlDeviceGetTemperature", "nvmlDeviceGetTemperatureV"),
-    "power": ("nvmlDeviceGetPowerUsage",),
-    "power_limit": ("nvmlDeviceGetEnforcedPowerLimit",),
-    "ecc": ("nvmlDeviceGetTotalEccErrors",),
-    "retired_pages": ("nvmlDeviceGetRetiredPages",),
-    "remapped_rows": ("nvmlDeviceGetRemappedRows",),
-    "pcie": ("nvmlDeviceGetCurrPcieLinkGeneration", "nvmlDeviceGetCurrPcieLinkWidth"),
-    "pcie_max": ("nvmlDeviceGetMaxPcieLinkGeneration", "nvmlDeviceGetMaxPcieLinkWidth"),
-    "serial": ("nvmlDeviceGetSerial",),
-    "processes": ("nvmlDeviceGetComputeRunningProcesses_v3", "nvmlDeviceGetGraphicsRunningProcesses_v3"),
-    "clocks": ("nvmlDeviceGetClockInfo", "nvmlDeviceGetMaxClockInfo", "nvmlDeviceGetClock"),
-    "clock_events": ("nvmlDeviceGetCurrentClocksEventReasons", "nvmlDeviceGetCurrentClocksThrottleReasons",
-                     "nvmlDeviceGetSupportedClocksEventReasons"),
-    "pcie_replay": ("nvmlDeviceGetPcieReplayCounter",),
-    "nvlink": ("nvmlDeviceGetNvLinkState", "nvmlDeviceGetNvLinkVersion", "nvmlDeviceGetNvLinkRemotePciInfo_v2",
-               "nvmlDeviceGetNvLinkRemoteDeviceType", "nvmlDeviceGetNvLinkErrorCounter",
-               "nvmlDeviceGetNvLinkCapability"),
-    "fabric": ("nvmlDeviceGetGpuFabricInfo", "nvmlDeviceGetGpuFabricInfoV"),
-    # what a board without fans (an SXM module) answers NOT_SUPPORTED for; "display" for a board whose
-    # display queries fail
-    "fan": ("nvmlDeviceGetFanSpeed", "nvmlDeviceGetFanSpeed_v2", "nvmlDeviceGetNumFans"),
-    "display": ("nvmlDeviceGetDisplayActive", "nvmlDeviceGetDisplayMode"),
-}
 _NO_INIT = {"nvmlInitWithFlags", "nvmlInit_v2", "nvmlInit", "nvmlErrorString"}
 _DEVICE_T = pynvml.c_nvmlDevice_t
 _VOIDP = ctypes.c_void_p.from_buffer
