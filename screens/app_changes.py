@@ -8,18 +8,17 @@ from typing import TYPE_CHECKING
 from textual import work
 
 from nodeconsole.screens.app_polling import PollingApp
-from nodeconsole.screens.messages import GpuSelected, VmSelected
+from nodeconsole.screens.messages import GpuSelected, PlanChange, VmSelected
 
 if TYPE_CHECKING:  # the actions are imported on first use
     from nodeconsole.actions.plan import Plan
-    from nodeconsole.actions.runner import Progress, RunResult
+    from nodeconsole.actions.runner import Progress
     from nodeconsole.actions.session import ActionSession, Request
 
 
 class ChangesApp(PollingApp):
     """The guided changes' half of the app (its state is made in NodeConsoleApp.__init__)."""
 
-    action_results: list[RunResult]
     selected_gpu: str | None
     selected_vm: str | None
 
@@ -29,6 +28,9 @@ class ChangesApp(PollingApp):
     def on_vm_selected(self, message: VmSelected) -> None:
         self.selected_vm = message.name
 
+    def on_plan_change(self, message: PlanChange) -> None:
+        """A screen's change (the Changes screen's undo/redo, the Setup screen's fixes)."""
+        self._plan_worker(message.request)
 
     # -- guided changes --------------------------------------------------------------------------
     def _selected_gpu(self) -> str | None:
@@ -51,9 +53,25 @@ class ChangesApp(PollingApp):
             self._plan_worker(Release(addr))
 
     def action_drain(self) -> None:
-        from nodeconsole.screens.drain_prompt import drain_or_undrain
+        """`D` on the GPUs screen: the selected GPU's undrain plan when it is drained, else the reason
+        prompt (screens/drain_prompt.py) and then its drain plan."""
+        from nodeconsole.actions.session import Drain, Undrain
+        from nodeconsole.screens.drain_prompt import DrainReasonModal
 
-        drain_or_undrain(self)
+        addr = self._selected_gpu()
+        if not addr:
+            return
+        g = self.snapshot.gpu(addr) if self.snapshot is not None else None
+        if g is not None and g.drain is not None:
+            self._plan_worker(Undrain(addr))
+            return
+
+        def answered(reason: str | None) -> None:
+            if reason is not None:
+                self._plan_worker(Drain(addr, reason))
+
+        label = f"GPU {g.index} ({addr})" if g is not None else addr
+        self.push_screen(DrainReasonModal(label), answered)
 
     def action_mig_edit(self) -> None:
         """The MIG layout editor for the selected GPU; the request it hands back is planned, shown in

@@ -13,6 +13,7 @@ from textual.widgets import Input
 from nodeconsole.screens.app_changes import ChangesApp
 from nodeconsole.screens.base import SnapshotScreen
 from nodeconsole.screens.commands import COMMANDS
+from nodeconsole.screens.messages import ShowRow
 from nodeconsole.themes import NAMES
 
 # (action name, parameters) -> the screens (modes) the registry says the action works on
@@ -42,6 +43,14 @@ class CommandsApp(ChangesApp):
     def action_show(self, mode: str) -> None:
         if self.current_mode != mode:
             self.switch_mode(mode)
+
+    def on_show_row(self, message: ShowRow) -> None:
+        """A screen's way to another screen's row (the Overview's `f` and `s`): the cursor goes there now,
+        or once the row is shown."""
+        self.switch_mode(message.mode)
+        screen = self.screen
+        if message.key and isinstance(screen, SnapshotScreen):
+            screen.select_row(message.key)
 
     def action_toggle_pause(self) -> None:
         self.paused = not self.paused
@@ -111,4 +120,4 @@ class CommandsApp(ChangesApp):
     def action_diff_against(self) -> None:
         from nodeconsole.screens.modals.diff import DiffModal
 
-        self.push_screen(DiffModal())
+        self.push_screen(DiffModal(lambda: self.seams))

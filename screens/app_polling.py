@@ -21,6 +21,7 @@ from nodeconsole.screens.messages import HostView, SnapshotUpdated
 from nodeconsole.screens.poller import Bars, Poller
 
 if TYPE_CHECKING:
+    from nodeconsole.actions.runner import RunResult
     from nodeconsole.console.collector import Collector
     from nodeconsole.console.seams import Seams
 
@@ -43,6 +44,7 @@ class PollingApp(App):
     poller: Poller
     _ui_context: contextvars.Context | None
     _first_poll: Timer | None
+    action_results: list[RunResult]  # the guided changes' outcomes (ChangesApp): the view counts them
 
     def on_unmount(self) -> None:
         """The app is closing: no poll is started any more (the next one's timer is the event loop's,
@@ -180,7 +182,7 @@ class PollingApp(App):
 
     def host_view(self) -> HostView:
         history = {name: bars.values() for name, bars in self.vm_history.items()}
-        return HostView(self.snapshot, history, self.paused, self.note, self.seams)
+        return HostView(self.snapshot, history, self.paused, self.note, self.seams, len(self.action_results))
 
     def render_current(self) -> None:
         """Post the latest view to the screen the user sees (the one below a modal, if one is on top)."""
