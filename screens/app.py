@@ -251,7 +251,7 @@ class _ShadowedUpdate(CompositorUpdate):
             return self.update.render_segments(console)
 
 
-def run_app(seams: Seams | Callable[[], Seams], interval: float = 1.0, theme: str | None = None) -> int:
+def run_app(seams: Seams | Callable[[], Seams] | FirstLook, interval: float = 1.0, theme: str | None = None) -> int:
     from nodeconsole.console.cli import UsageError
 
     try:
