@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.text import Text
 from textual import work
@@ -25,9 +25,13 @@ from textual.widgets import DataTable, Static
 from nodeconsole.console.hosttext import show, visible
 from nodeconsole.console.model import HostSnapshot
 from nodeconsole.screens.base import SnapshotScreen
+from nodeconsole.screens.messages import PlanChange
 from nodeconsole.screens.widgets.hanging import hanging
 from nodeconsole.screens.widgets.keyed_table import KeyedTable
 from nodeconsole.screens.widgets.text import plain_text
+
+if TYPE_CHECKING:
+    from nodeconsole.console.seams import Seams
 
 COLS = [("id", "Id"), ("when", "When (UTC)"), ("who", "Who"), ("action", "Action"), ("result", "Result"),
         ("state", "State"), ("title", "Title")]
@@ -249,19 +253,22 @@ class ChangesScreen(SnapshotScreen):
 
     def refresh_log(self) -> None:
         """Read the log again when it may have changed: a change was applied here since the last read,
-        or a few seconds passed."""
-        changes = len(getattr(self.app, "action_results", ()))
+        or a few seconds passed. Not before the app's view says which host (its first poll)."""
+        changes, seams = self.view.changes, self.view.seams
+        if seams is None:
+            return
         if changes != self._read_for or time.monotonic() - self._read_at >= REFRESH_S:
             self._read_for, self._read_at = changes, time.monotonic()
-            self._read_log()
+            self._read_log(seams)
 
     @work(thread=True, exclusive=True, group="changes", exit_on_error=False)
-    def _read_log(self) -> None:
+    def _read_log(self, seams: Seams) -> None:
+        from nodeconsole.actions.audit import host_audit
+
         try:
-            host = self.app.new_session().host  # type: ignore[attr-defined]
-            log = host.audit
+            log = host_audit(seams)
             records = log.records()
-            boot_id = host.root.read(BOOT_ID) or ""
+            boot_id = seams.root.read(BOOT_ID) or ""
         except Exception as exc:  # an unreadable log degrades this screen, never the console
             self.app.call_from_thread(self._read_failed, exc)
             return
@@ -319,7 +326,7 @@ class ChangesScreen(SnapshotScreen):
         if rid is None:
             self.notify(why, severity="warning")
             return
-        self.app._plan_worker(Undo(rid))  # type: ignore[attr-defined]
+        self.app.post_message(PlanChange(Undo(rid)))
 
     def action_redo_selected(self) -> None:
         from nodeconsole.actions.session import Redo
@@ -331,4 +338,4 @@ class ChangesScreen(SnapshotScreen):
         if rid is None:
             self.notify(why, severity="warning")
             return
-        self.app._plan_worker(Redo(rid))  # type: ignore[attr-defined]
+        self.app.post_message(PlanChange(Redo(rid)))

@@ -1,8 +1,7 @@
-"""The GPUs screen's `D`: drain the selected GPU (a prompt asks the reason) or, when it is drained, plan
-lifting the drain. Either way the plan is shown and applied as every change is (screens/app.py)."""
+"""The prompt behind the GPUs screen's `D`: why the selected GPU is drained. The app plans the drain
+with that reason, or, for a drained GPU, plans lifting it without asking (screens/app_changes.py);
+either way the plan is shown and applied as every change is."""
 from __future__ import annotations
-
-from typing import TYPE_CHECKING
 
 from rich.text import Text
 from textual.app import ComposeResult
@@ -13,9 +12,6 @@ from textual.widgets import Input, Static
 
 from nodeconsole.console.drains import REASON_MAX, reason_problem
 from nodeconsole.console.hosttext import visible
-
-if TYPE_CHECKING:
-    from nodeconsole.screens.app import NodeConsoleApp
 
 
 class DrainReasonModal(ModalScreen[str | None]):
@@ -55,23 +51,3 @@ class DrainReasonModal(ModalScreen[str | None]):
     def action_cancel(self) -> None:
         self.dismiss(None)
 
-
-def drain_or_undrain(app: NodeConsoleApp) -> None:
-    """`D` on the GPUs screen: the selected GPU's undrain plan when it is drained, else the reason prompt
-    and then its drain plan."""
-    from nodeconsole.actions.session import Drain, Undrain
-
-    addr = app._selected_gpu()
-    if not addr:
-        return
-    g = app.snapshot.gpu(addr) if app.snapshot is not None else None
-    if g is not None and g.drain is not None:
-        app._plan_worker(Undrain(addr))
-        return
-
-    def answered(reason: str | None) -> None:
-        if reason is not None:
-            app._plan_worker(Drain(addr, reason))
-
-    label = f"GPU {g.index} ({addr})" if g is not None else addr
-    app.push_screen(DrainReasonModal(label), answered)

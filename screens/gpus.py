@@ -66,9 +66,9 @@ def gpu_panel(snap: HostSnapshot, address: str | None):
     if g.vgpu.types or g.vgpu.instances:
         avail = ", ".join(f"{show(t.name, LINE_MAX)} ({metric(t.available)} free)" for t in g.vgpu.types[:4])
         parts.append(Text(f"vGPU types: {avail or '-'}"))
-        for i in g.vgpu.instances:
-            parts.append(Text(f"  vGPU {show(i.type_name, LINE_MAX)} {show(i.uuid, LINE_MAX)} "
-                              f"→ VM {show(i.vm or '-', LINE_MAX)}"))
+        for v in g.vgpu.instances:
+            parts.append(Text(f"  vGPU {show(v.type_name, LINE_MAX)} {show(v.uuid, LINE_MAX)} "
+                              f"→ VM {show(v.vm or '-', LINE_MAX)}"))
     if g.processes:
         parts.append(Text("processes: " + ", ".join(f"{p.pid} {show(p.name, LINE_MAX)} {metric(p.used_memory_mib)}MiB"
                                                     for p in g.processes)))

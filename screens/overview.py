@@ -1,6 +1,7 @@
 """1 Overview: GPUs, VMs and the most important problems."""
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from typing import ClassVar
 
 from rich.text import Text
@@ -13,6 +14,7 @@ from textual.widgets import Static
 from nodeconsole.console.hosttext import LINE_MAX, show, visible
 from nodeconsole.console.model import HostSnapshot
 from nodeconsole.screens.base import SnapshotScreen
+from nodeconsole.screens.messages import ShowRow
 from nodeconsole.screens.widgets.details import gpu_details, vm_details
 from nodeconsole.screens.widgets.drain_text import owner_cell
 from nodeconsole.screens.widgets.gpu_text import link_text, memory_text, short_name
@@ -43,7 +45,7 @@ def gpu_rows(snap: HostSnapshot):
 _MARKS = {"cross-numa": "✖ cross", "aligned": "ok", "unpinned": "unpinned"}
 
 
-def vm_rows(snap: HostSnapshot, history: dict[str, list], sparks: Sparks | None = None,
+def vm_rows(snap: HostSnapshot, history: Mapping[str, Sequence[float | None]], sparks: Sparks | None = None,
             facts: VmFacts | None = None, memo: dict[str, tuple] | None = None):
     """(name, cells) of each VM. `memo`: each VM's last row and what it was made from; an unchanged VM
     gets the very same row (the table then sees at once that nothing moved). With `facts`, a VM whose
@@ -298,17 +300,7 @@ class OverviewScreen(SnapshotScreen):
         self._go(target[0], target[1])
 
     def _go(self, mode: str, key: str | None) -> None:
-        self.app.switch_mode(mode)
-        if not key:
-            return
-        screen = self.app.screen
-        if mode == "setup":
-            from nodeconsole.screens.setup import SetupScreen
-
-            if isinstance(screen, SetupScreen):
-                screen.show_check(key)
-        elif isinstance(screen, SnapshotScreen):
-            screen.select_row(key)
+        self.app.post_message(ShowRow(mode, key))
 
     def on_problem_list_open(self, message: ProblemList.Open) -> None:
         snap = self.snapshot
@@ -366,12 +358,12 @@ class OverviewScreen(SnapshotScreen):
         self._more[message.table.id or ""] = (message.above, message.below)
         self._titles()
 
-    def details_for(self, table, key):
+    def details_for(self, table: KeyedTable, key: str) -> tuple[str, str] | None:
         snap = self.snapshot
         if snap is None:
             return None
-        if table.id == "gpus" and snap.gpu(key):
-            return f"GPU {snap.gpu(key).index} {key}", gpu_details(snap, snap.gpu(key))
-        if table.id == "vms" and snap.vm(key):
-            return f"VM {key}", vm_details(snap, snap.vm(key))
+        if table.id == "gpus" and (g := snap.gpu(key)) is not None:
+            return f"GPU {g.index} {key}", gpu_details(snap, g)
+        if table.id == "vms" and (v := snap.vm(key)) is not None:
+            return f"VM {key}", vm_details(snap, v)
         return None

@@ -13,7 +13,7 @@ from rich.text import Text
 from nodeconsole.console.checks import vm_alignment, vm_gpu_nodes
 from nodeconsole.console.cpulist import format_cpulist
 from nodeconsole.console.hosttext import show
-from nodeconsole.console.model import HostSnapshot
+from nodeconsole.console.model import Cpu, HostSnapshot
 
 LETTERS = string.ascii_uppercase + string.ascii_lowercase
 _INACTIVE = ("shut off", "crashed")
@@ -48,7 +48,7 @@ def placements(snap: HostSnapshot) -> list[Placement]:
     online CPU is no pin)."""
     online = {c.id for c in snap.cpus if c.online}
     node = snap.cpu_node()
-    out = []
+    out: list[Placement] = []
     for v in sorted(snap.vms, key=lambda v: v.name):
         cpus = sorted({c for p in v.pins if not online <= set(p.cpus) for c in p.cpus})
         mark = LETTERS[len(out)] if len(out) < len(LETTERS) else "+"
@@ -75,49 +75,11 @@ def rebalance_map(snap: HostSnapshot, per_line: int = 32) -> Text:
     red: a vCPU off its GPU's node), then one line per VM and the legend."""
     places = placements(snap)
     shared = overlaps(places)
-    owner: dict[int, Placement] = {}
-    for p in places:
-        for c in p.cpus:
-            owner.setdefault(c, p)
     out = Text("Rebalance: VMs' vCPU pins", style="bold")
     out.append("  n: pin VM · N: pin all unpinned\n", style="dim")
-    by_node: dict[int | None, list] = {}
-    for c in snap.cpus:
-        by_node.setdefault(c.numa_node, []).append(c)
-    for node, cpus in sorted(by_node.items(), key=lambda kv: (kv[0] is None, kv[0] or 0)):
-        gpus = " ".join(f"GPU{g.index}" for g in snap.gpus if g.numa_node == node)
-        out.append(f"node {node if node is not None else '?'}" + (f"  ({gpus})" if gpus else "") + "\n",
-                   style="bold")
-        for i, c in enumerate(sorted(cpus, key=lambda c: c.id)):
-            if i and i % per_line == 0:
-                out.append("\n")
-            p = owner.get(c.id)
-            if not c.online:
-                out.append("x", style="dim strike")
-            elif c.id in shared:
-                out.append("!", style="bold white on red")
-            elif p is not None:
-                off = bool(p.gpu_nodes) and node not in p.gpu_nodes
-                out.append(p.mark, style=("italic white on red" if p.stopped else "bold white on red") if off
-                           else p.style)
-            else:
-                out.append("·", style="dim")
-        out.append("\n")
+    _node_blocks(out, snap, places, shared, per_line)
     for p in places:
-        out.append(p.mark, style=p.style)
-        out.append(f" {show(p.vm)}", style="bold")
-        if p.state != "running":
-            out.append(f"  ({p.state})", style=p.style)
-        if not p.cpus:
-            line = "  unpinned" + ("  (GPU VM: n proposes a pinning)" if p.gpu_nodes else "")
-            out.append(line + "\n", style="yellow" if p.gpu_nodes else "dim")
-            continue
-        where = f"  CPU {format_cpulist(p.cpus)} on node {format_cpulist(p.nodes)}"
-        if p.status == "cross-numa":
-            out.append(where)
-            out.append(f"  ✖ GPU on node {format_cpulist(p.gpu_nodes)}\n", style="bold red")
-        else:
-            out.append(where + ("  ok" if p.status == "aligned" else "") + "\n")
+        _vm_line(out, p)
     if shared:
         out.append("shared CPUs: " + "; ".join(f"{c} {'+'.join(map(show, names))}" for c, names in shared.items()) + "\n",
                    style="bold red")
@@ -130,3 +92,52 @@ def rebalance_map(snap: HostSnapshot, per_line: int = 32) -> Text:
     out.append(" (its CPUs held for its next start)  ! two VMs pinned  red: off its GPU's node  · free  "
                "x offline", style="dim")
     return out
+
+
+def _node_blocks(out: Text, snap: HostSnapshot, places: list[Placement], shared: dict[int, tuple[str, ...]],
+                 per_line: int) -> None:
+    """One block per NUMA node (its GPUs named), one cell per CPU, `per_line` cells a line."""
+    owner: dict[int, Placement] = {}
+    for p in places:
+        for c in p.cpus:
+            owner.setdefault(c, p)
+    by_node: dict[int | None, list[Cpu]] = {}
+    for cpu in snap.cpus:
+        by_node.setdefault(cpu.numa_node, []).append(cpu)
+    for node, cpus in sorted(by_node.items(), key=lambda kv: (kv[0] is None, kv[0] or 0)):
+        gpus = " ".join(f"GPU{g.index}" for g in snap.gpus if g.numa_node == node)
+        out.append(f"node {node if node is not None else '?'}" + (f"  ({gpus})" if gpus else "") + "\n",
+                   style="bold")
+        for i, cpu in enumerate(sorted(cpus, key=lambda c: c.id)):
+            if i and i % per_line == 0:
+                out.append("\n")
+            held = owner.get(cpu.id)
+            if not cpu.online:
+                out.append("x", style="dim strike")
+            elif cpu.id in shared:
+                out.append("!", style="bold white on red")
+            elif held is not None:
+                off = bool(held.gpu_nodes) and node not in held.gpu_nodes
+                out.append(held.mark, style=("italic white on red" if held.stopped else "bold white on red") if off
+                           else held.style)
+            else:
+                out.append("·", style="dim")
+        out.append("\n")
+
+
+def _vm_line(out: Text, p: Placement) -> None:
+    """The VM's letter and name, its pinned CPUs and their nodes, and whether they are off its GPU's node."""
+    out.append(p.mark, style=p.style)
+    out.append(f" {show(p.vm)}", style="bold")
+    if p.state != "running":
+        out.append(f"  ({p.state})", style=p.style)
+    if not p.cpus:
+        line = "  unpinned" + ("  (GPU VM: n proposes a pinning)" if p.gpu_nodes else "")
+        out.append(line + "\n", style="yellow" if p.gpu_nodes else "dim")
+        return
+    where = f"  CPU {format_cpulist(p.cpus)} on node {format_cpulist(p.nodes)}"
+    if p.status == "cross-numa":
+        out.append(where)
+        out.append(f"  ✖ GPU on node {format_cpulist(p.gpu_nodes)}\n", style="bold red")
+    else:
+        out.append(where + ("  ok" if p.status == "aligned" else "") + "\n")

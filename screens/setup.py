@@ -26,6 +26,7 @@ from textual.widgets import DataTable, Static
 from nodeconsole.console.doctor.model import CHECK_IDS, ROLES, CheckResult, DoctorReport
 from nodeconsole.console.hosttext import visible
 from nodeconsole.screens.base import SnapshotScreen
+from nodeconsole.screens.messages import PlanChange
 from nodeconsole.screens.widgets.keyed_table import KeyedTable
 from nodeconsole.screens.widgets.text import host_text, plain_text
 
@@ -145,7 +146,7 @@ class SetupScreen(SnapshotScreen):
 
     # -- the doctor, off the UI thread -------------------------------------------------------------
     def render_snapshot(self, snap: HostSnapshot) -> None:
-        changes = len(getattr(self.app, "action_results", ()))
+        changes = self.view.changes
         key = (snap.taken_at, changes, self.role)
         due = self._ran_for is None or key[1:] != self._ran_for[1:] or (
             key != self._ran_for and time.monotonic() - self._ran_at >= REFRESH_S)
@@ -160,20 +161,12 @@ class SetupScreen(SnapshotScreen):
         from nodeconsole.console.doctor.run import run_doctor
 
         try:
-            changes = self._audit_records()
+            changes = _audit_records(seams)
             report = run_doctor(snap, seams.root, role=role, changes=changes)
         except Exception as exc:  # a broken read degrades this screen, never the console
             self.app.call_from_thread(self._doctor_failed, exc)
             return
         self.app.call_from_thread(self._got_report, report)
-
-    def _audit_records(self) -> list[dict]:
-        """The audit log's records (the doctor marks fixes waiting for a reboot). Unreadable: none."""
-        try:
-            log = self.app.new_session().host.audit  # type: ignore[attr-defined]
-            return list(log.records())
-        except Exception:
-            return []
 
     def _doctor_failed(self, exc: Exception) -> None:
         self.query_one("#setup-summary", Static).update(plain_text(f"the doctor could not read the host: {exc}"))
@@ -209,9 +202,9 @@ class SetupScreen(SnapshotScreen):
         # screen is laid out again
         table.show_row(row)
 
-    def show_check(self, check_id: str) -> None:
-        """Put the cursor on a check (now, or when the doctor has read the host)."""
-        self._wanted = check_id
+    def select_row(self, key: str) -> None:
+        """Put the cursor on the check `key` (now, or when the doctor has read the host)."""
+        self._wanted = key
         if self.report is not None:
             self._show_report(self.report)
 
@@ -260,7 +253,7 @@ class SetupScreen(SnapshotScreen):
     def _plan_fix(self, ids: tuple[str, ...]) -> None:
         from nodeconsole.actions.session import DoctorFix
 
-        self.app._plan_worker(DoctorFix(ids, role=self.role))  # type: ignore[attr-defined]
+        self.app.post_message(PlanChange(DoctorFix(ids, role=self.role)))
 
     def action_role(self) -> None:
         self.role = ROLES[(ROLES.index(self.role) + 1) % len(ROLES)]
@@ -268,3 +261,13 @@ class SetupScreen(SnapshotScreen):
         if self.snapshot is not None:
             self.render_snapshot(self.snapshot)
 
+
+
+def _audit_records(seams: Seams) -> list[dict]:
+    """The audit log's records (the doctor marks fixes waiting for a reboot). Unreadable: none."""
+    from nodeconsole.actions.audit import host_audit
+
+    try:
+        return list(host_audit(seams).records())
+    except Exception:
+        return []

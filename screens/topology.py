@@ -116,7 +116,7 @@ class TopologyScreen(SnapshotScreen):
             yield Static("PCIe tree", classes="section")
             yield Static(id="tree")
         yield Static(id="topo-scroll-more", classes="more")  # lines out of sight, when some are
-        self._sig = None
+        self._sig: tuple[object, ...] | None = None  # what the views were last made from
 
     def render_snapshot(self, snap: HostSnapshot) -> None:
         # The topology is static: re-render only when devices or drivers change.
@@ -126,7 +126,7 @@ class TopologyScreen(SnapshotScreen):
                tuple((n.address, n.vm) for n in snap.nics),
                tuple((v.address, v.vm) for n in snap.nics for v in n.vfs),
                tuple((p.device, p.state, p.rate) for n in snap.nics for p in n.ports))
-        if sig == getattr(self, "_sig", None):
+        if sig == self._sig:
             return
         self._sig = sig
         self.query_one("#matrix", Static).update(matrix_table(snap))

@@ -54,7 +54,7 @@ def vm_panel(snap: HostSnapshot, name: str | None):
                                      for g in vm_gpus(snap, v)) or "-")
                 + ("  paths: " + ", ".join(f"{p.a}↔{show(p.b)} {p.level}" for p in paths) if paths else ""))
     devs = Text("hostdevs: " + (", ".join(
-        show(h.address or h.uuid or "?") + (f"→GPU{snap.gpu(h.gpu).index}" if h.gpu and snap.gpu(h.gpu) else "")
+        show(h.address or h.uuid or "?") + (f"→GPU{hg.index}" if h.gpu and (hg := snap.gpu(h.gpu)) is not None else "")
         for h in v.hostdevs) or "-"))
     return Group(head, gpus, devs, cpu_map(snap, v))
 

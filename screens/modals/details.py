@@ -14,7 +14,7 @@ from nodeconsole.screens.widgets.text import host_text, plain_text
 
 
 class DetailsModal(ModalScreen[None]):
-    BINDINGS = [Binding("escape,enter,q", "dismiss", "Close"), *scroll_bindings("scroll_body")]
+    BINDINGS = [Binding("escape,enter,q", "close", "Close"), *scroll_bindings("scroll_body")]
 
     def __init__(self, title: str, body: str) -> None:
         super().__init__()
@@ -32,5 +32,5 @@ class DetailsModal(ModalScreen[None]):
     def action_scroll_body(self, lines: int) -> None:
         self.query_one("#details-scroll", HintedScroll).scroll_relative(y=lines, animate=False)
 
-    def action_dismiss(self) -> None:
+    def action_close(self) -> None:
         self.dismiss(None)

@@ -5,6 +5,8 @@ host's GPUs, VMs and files."""
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from rich.text import Text
 from textual import work
@@ -15,6 +17,9 @@ from textual.screen import ModalScreen
 from textual.widgets import Input, Static
 
 from nodeconsole.console.hosttext import LINE_MAX, visible
+
+if TYPE_CHECKING:
+    from nodeconsole.console.seams import Seams
 
 STYLES = {"heading": "bold", "note": "yellow", "detail": "dim"}
 
@@ -44,8 +49,10 @@ class DiffModal(ModalScreen[None]):
     """
     BINDINGS = [Binding("escape", "close", "Close")]
 
-    def __init__(self, path: str = "") -> None:
+    def __init__(self, seams: Callable[[], Seams | None], path: str = "") -> None:
+        """`seams`: the console's host when the path is given (None until the first poll has read it)."""
         super().__init__()
+        self._seams = seams
         self._path = path
         self.result: list[tuple[str, str]] | None = None  # the last diff's lines (for tests)
 
@@ -74,7 +81,7 @@ class DiffModal(ModalScreen[None]):
         if not os.path.isfile(path):
             self._status(f"{path[:LINE_MAX]}: no such file")
             return
-        seams = getattr(self.app, "seams", None)
+        seams = self._seams()
         if seams is None:
             self._status("the host is not read yet: try again in a moment")
             return
@@ -83,7 +90,7 @@ class DiffModal(ModalScreen[None]):
         self._compare(path, seams)
 
     @work(thread=True, exclusive=True, group="diff", exit_on_error=False)
-    def _compare(self, path: str, seams: object) -> None:
+    def _compare(self, path: str, seams: Seams) -> None:
         from nodeconsole.console.capture.diff import DiffError, compare, live_side, load_side, render
 
         try:

@@ -44,7 +44,7 @@ def help_text() -> Table:
 
 
 class HelpModal(ModalScreen[None]):
-    BINDINGS = [Binding("escape,q,question_mark", "dismiss", "Close"),
+    BINDINGS = [Binding("escape,q,question_mark", "close", "Close"),
                 Binding("j,down", "scroll(1)", "Down", show=False),
                 Binding("k,up", "scroll(-1)", "Up", show=False),
                 Binding("pagedown,space", "scroll(10)", "Page down", show=False),
@@ -62,5 +62,5 @@ class HelpModal(ModalScreen[None]):
     def action_scroll(self, lines: int) -> None:
         self.query_one("#help", VerticalScroll).scroll_relative(y=lines, animate=False)
 
-    def action_dismiss(self) -> None:
+    def action_close(self) -> None:
         self.dismiss(None)

@@ -22,8 +22,8 @@ def cpu_map(snap: HostSnapshot, vm: Vm | None, per_line: int = 32) -> Text:
         gpu_nodes = vm_gpu_nodes(snap, vm)
     others = {c for v in snap.vms if v is not vm and v.state == "running" for p in v.pins for c in p.cpus}
     groups: dict[tuple, list] = {}
-    for c in snap.cpus:
-        groups.setdefault((c.numa_node, c.package), []).append(c)
+    for cpu in snap.cpus:
+        groups.setdefault((cpu.numa_node, cpu.package), []).append(cpu)
     out = Text()
     for (node, pkg), cpus in sorted(groups.items(), key=lambda kv: (kv[0][0] is None, kv[0])):
         gpus = [f"GPU{g.index}" for g in snap.gpus if g.numa_node == node]

@@ -48,8 +48,8 @@ def gpu_details(snap: HostSnapshot, g: Gpu, events: Sequence[KernelEvent] | None
         lines.append(f"  MIG {i.profile} slices {i.start}-{i.start + i.size - 1}  {i.uuid or ''}  VM {i.vm or '-'}")
     for t in g.vgpu.types:
         lines.append(f"  vGPU type {t.id} {t.name} available {metric(t.available)} ({t.via} on {t.parent})")
-    for i in g.vgpu.instances:
-        lines.append(f"  vGPU {i.uuid} {i.type_name} on {i.parent} VM {i.vm or '-'}")
+    for v in g.vgpu.instances:
+        lines.append(f"  vGPU {v.uuid} {v.type_name} on {v.parent} VM {v.vm or '-'}")
     for p in g.processes:
         lines.append(f"  process {p.pid} {p.name} {metric(p.used_memory_mib)} MiB")
     group = gpu_group_text(snap, g)
@@ -79,7 +79,7 @@ def vm_details(snap: HostSnapshot, v: Vm) -> str:
         lines.append(f"  path {path.a} (node {metric(path.a_node)}) ↔ {path.b} (node {metric(path.b_node)}): "
                      f"{path.level}")
     for p in v.pins:
-        nodes = sorted({node.get(c) for c in p.cpus if node.get(c) is not None})
+        nodes = sorted({n for c in p.cpus if (n := node.get(c)) is not None})
         lines.append(f"  vCPU {p.vcpu:>3} → CPUs {format_cpulist(p.cpus)}  (node {','.join(map(str, nodes))})")
     if not v.pins:
         lines.append("  vCPUs not pinned (float over all host CPUs)")

@@ -8,7 +8,7 @@ from typing import ClassVar
 
 from textual.binding import Binding, BindingType
 from textual.containers import VerticalScroll
-from textual.widget import Widget
+from textual.dom import DOMNode
 from textual.widgets import Static
 
 
@@ -22,7 +22,7 @@ def hint_line(above: int, below: int, unit: Callable[[int], str], keys: str) -> 
     return "  ".join(parts) + f": {keys}" if parts else ""
 
 
-def put_hint(node: Widget, owner_id: str, text: str) -> bool:
+def put_hint(node: DOMNode, owner_id: str, text: str) -> bool:
     """Show `text` in the line below the view `owner_id` (the Static `#<owner_id>-more`), hidden when
     empty; False when there is no such line."""
     found = False

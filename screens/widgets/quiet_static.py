@@ -17,5 +17,6 @@ def update_static(widget: Static, content) -> None:
     widget.update(content, layout=False)
     if widget.styles.height is not None and not widget.styles.height.is_auto:
         return  # a fixed height: the content cannot change the size
-    if widget.visual.get_height(widget.styles, width) != widget.content_size.height:
+    # Textual annotates get_height's rules as RulesMap but passes the widget's styles itself (Widget's box model)
+    if widget.visual.get_height(widget.styles, width) != widget.content_size.height:  # type: ignore[arg-type]
         widget.refresh(layout=True)

@@ -152,8 +152,9 @@ class _LeanStylesCache(StylesCache):
     _lean = False
     _inner: Style = _NULL
 
-    def render(self, styles, size, base_background, background, render_content_line, filters, border_title,
-               border_subtitle, content_size=None, padding=None, crop=None, opacity=1.0, **kw):
+    # Textual's later parameters (ansi_theme, native_ansi) come by keyword, as Textual passes them: **kw
+    def render(self, styles, size, base_background, background, render_content_line,  # type: ignore[override]
+               filters, border_title, border_subtitle, content_size=None, padding=None, crop=None, opacity=1.0, **kw):
         spacing = styles.padding if padding is None else padding
         self._lean = lean = (
             opacity == 1.0 and (content_size is None or content_size == size) and not any(spacing)
@@ -222,7 +223,8 @@ class QuietTable(DataTable):
         except LookupError:
             return Strip.blank(width, base_style)
         cursor, hover = self.cursor_coordinate, self.hover_coordinate
-        index = self._row_locations.get(row_key) if row_key in self._row_locations else -1
+        found = self._row_locations.get(row_key)
+        index = -1 if found is None else found
         key = (y, x1, x2, width, cursor.row == index, hover.row == index, base_style, self.show_cursor,
                self._show_hover_cursor, self._update_count, self._pseudo_class_state)
         kept = self._row_lines.get(row_key)
@@ -293,7 +295,9 @@ class QuietTable(DataTable):
         if style is None:
             style = self.rich_style
         scroll_x, scroll_y = self.scroll_offset
-        fixed_height = sum(self.get_row_height(self._row_locations.get_key(i)) for i in range(self.fixed_rows))
+        # as DataTable.render_line: a fixed row always has a key (Textual's get_key says it may be None)
+        fixed_height = sum(self.get_row_height(self._row_locations.get_key(i))  # type: ignore[misc, arg-type]
+                           for i in range(self.fixed_rows))
         if self.show_header:
             fixed_height += self.get_row_height(self._header_row_key)
         if y >= fixed_height:
@@ -314,7 +318,8 @@ class QuietTable(DataTable):
         if cache_key in cache:
             return cache[cache_key]
         highlight, render_cell = self._should_highlight, self._render_cell
-        row_index = self._row_locations.get(row_key) if row_key in self._row_locations else -1
+        found = self._row_locations.get(row_key)
+        row_index = -1 if found is None else found
         columns, widths = self._columns_and_widths()
         n_fixed = self.fixed_columns
         row_style = self._get_row_style(row_index, base_style)
@@ -449,6 +454,8 @@ class QuietTable(DataTable):
         header = row_index == -1
         row_key = self._header_row_key if header else self._row_locations.get_key(row_index)
         column_key = self._column_locations.get_key(column_index)
+        if row_key is None or column_key is None:  # no such cell: Textual's way
+            return super()._render_cell(row_index, column_index, base_style, width, cursor, hover)
         # DataTable's cache and key (the cache is a _CellRenders: _forget_cell drops one cell's renders)
         key = (row_key, column_key, base_style, cursor, hover, self._show_hover_cursor, self._update_count,
                self._pseudo_class_state)

@@ -13,9 +13,9 @@ def slice_bar(mig: Mig, slices: int = 8, cell: int = 8) -> Text:
     """Two lines: the bar with one box per instance ([start, start+size)), and slice numbers."""
     slices = mig.memory_slices or slices
     owner: list[int | None] = [None] * slices
-    for k, inst in enumerate(mig.instances):
+    for n, inst in enumerate(mig.instances):
         for s in range(inst.start, min(slices, inst.start + inst.size)):
-            owner[s] = k
+            owner[s] = n
     bar = Text()
     s = 0
     while s < slices:

@@ -20,7 +20,7 @@ class Facts:
 
 
 def facts_of(snap: HostSnapshot, vm: Vm) -> Facts:
-    gpus = sorted({f"GPU{snap.gpu(h.gpu).index}" for h in vm.hostdevs if h.gpu and snap.gpu(h.gpu)})
+    gpus = sorted({f"GPU{g.index}" for h in vm.hostdevs if h.gpu and (g := snap.gpu(h.gpu)) is not None})
     return Facts(vm_alignment(snap, vm), ",".join(gpus), format_cpulist(c for p in vm.pins for c in p.cpus))
 
 

@@ -8,6 +8,7 @@ from textual.widgets import Input, Static
 from nodeconsole.actions.session import Passthrough
 from nodeconsole.screens.app import NodeConsoleApp
 from nodeconsole.screens.changes import ChangesScreen, latest_redo, record_text, redo_target, undo_target
+from nodeconsole.screens.messages import PlanChange
 from nodeconsole.screens.modals.plan import PlanModal
 from nodeconsole.screens.widgets.keyed_table import KeyedTable
 from tests.screens.helpers import wait_until
@@ -41,7 +42,7 @@ async def test_undo_and_redo_a_console_passthrough_from_the_changes_screen(demo_
     app = NodeConsoleApp(demo_seams, interval=60)  # polls: at start and after each change
     async with app.run_test(size=(120, 40)) as pilot:
         assert await wait_until(pilot, lambda: app.polls >= 1)
-        app._plan_worker(Passthrough(GPU, vm=VM))  # two VM configs with the GPU: its address is typed
+        app.post_message(PlanChange(Passthrough(GPU, vm=VM)))  # two VM configs with the GPU: its address is typed
         assert await wait_until(pilot, lambda: isinstance(app.screen, PlanModal), tries=200)
         app.screen.query_one("#plan-typed", Input).value = GPU
         await pilot.press("enter")

@@ -32,9 +32,9 @@ async def test_bars_average_five_seconds_of_polls(demo_seams):
 def test_bars_are_the_same_tuple_while_unchanged():
     """A VM whose figure holds hands the screens the very same history (recognised at once by the
     sparkline and the table); any change, and each new bar, makes a new one with the right means."""
-    from nodeconsole.screens.app import _Bars
+    from nodeconsole.screens.poller import Bars
 
-    bars = _Bars()
+    bars = Bars()
     bars.add(None, True)
     assert bars.values() == (None,)
     bars.add(100.00001, False)
@@ -54,9 +54,9 @@ def test_bars_are_the_same_tuple_while_unchanged():
 def test_a_full_history_shifts_even_when_the_new_bar_equals_the_last():
     """Once 30 bars are kept, a new bar drops the oldest: the history moves on even when the new bar's
     mean is the previous one's (a VM busy for a while, then shut off, ends with no bars in sight)."""
-    from nodeconsole.screens.app import HISTORY, _Bars
+    from nodeconsole.screens.poller import HISTORY, Bars
 
-    bars = _Bars()
+    bars = Bars()
     for i in range(HISTORY + 3):
         bars.add(50.0 if i < HISTORY else None, True)
     assert bars.values() == (*(50.0,) * (HISTORY - 3), None, None, None)

@@ -8,7 +8,8 @@ from dataclasses import replace
 
 import pytest
 
-from nodeconsole.screens.app import NodeConsoleApp, Poller
+from nodeconsole.screens.app import NodeConsoleApp
+from nodeconsole.screens.poller import Poller
 
 from .conftest import FIXED_IDS
 from .helpers import until as _until
