@@ -5,15 +5,22 @@ from __future__ import annotations
 import errno
 import os
 import re
-from typing import TYPE_CHECKING
+from pathlib import Path
+from typing import Protocol
 
 from nodeconsole.console.demo import sim_rdma
 from nodeconsole.console.demo import sysfs_ops as ops
 from nodeconsole.console.demo.fstree import TreeWriter
 from nodeconsole.console.demo.spec import vf_address_at
 
-if TYPE_CHECKING:
-    from nodeconsole.console.demo.kernel import SimulatedKernel
+
+class SimulatedKernel(Protocol):
+    """What these reactions need of the simulated kernel (console/demo/kernel.py, which calls them): its
+    tree's base directory and driver probing. A protocol, so this module does not import the kernel back."""
+    base: Path
+
+    def probe(self, addr: str) -> None: ...
+
 
 _UUID = re.compile(r"^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$")
 
