@@ -17,7 +17,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar
 
 from nodeconsole.actions.plan import Plan, RequestError, StepError, needs_typed_confirmation
-from nodeconsole.actions.runner import ActionHost, Confirm, ProgressFn, Runner, RunResult
+from nodeconsole.actions.progress import ProgressFn, RunResult
+from nodeconsole.actions.runner import ActionHost, Confirm, Runner
 
 if TYPE_CHECKING:
     from nodeconsole.actions.mig_steps import MigState

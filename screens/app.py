@@ -40,7 +40,7 @@ from nodeconsole.themes import CSS_PATH, NAMES, all_themes, resolve
 
 if TYPE_CHECKING:  # the actions, the NCCL screen and the collector are imported on first use
     from nodeconsole.actions.plan import Plan
-    from nodeconsole.actions.runner import Progress, RunResult
+    from nodeconsole.actions.progress import Progress, RunResult
     from nodeconsole.actions.session import ActionSession, Request
     from nodeconsole.console.collector import Collector
     from nodeconsole.console.seams import Seams

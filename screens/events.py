@@ -23,12 +23,12 @@ from nodeconsole.console.hosttext import show
 from nodeconsole.console.model import HostSnapshot
 from nodeconsole.console.xid import lookup
 from nodeconsole.screens.base import SnapshotScreen
+from nodeconsole.screens.cadence import REFRESH_S
 from nodeconsole.screens.widgets.keyed_table import KeyedTable
 from nodeconsole.screens.widgets.text import plain_text
 
 COLS = [("when", "When"), ("kind", "What"), ("gpu", "GPU"), ("vm", "VM"), ("severity", "Severity"),
         ("meaning", "Meaning"), ("action", "Action")]
-REFRESH_S = 5.0
 TEXT_MAX = 100
 
 
