@@ -11,7 +11,6 @@ Conventions:
 from __future__ import annotations
 
 import dataclasses
-import json
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -555,10 +554,9 @@ class HostSnapshot:
         return {c.id: c.numa_node for c in self.cpus}
 
     def to_dict(self) -> dict[str, Any]:
+        """The snapshot as JSON-able data (`snapshot --json` prints it); every record's `to_dict` is
+        data, the JSON text is made where it is written."""
         return to_jsonable(self)
-
-    def to_json(self, indent: int | None = 2) -> str:
-        return json.dumps(self.to_dict(), indent=indent, sort_keys=False)
 
 
 @dataclass(frozen=True)

@@ -97,7 +97,7 @@ def take_capture(seams: Seams, *, changes: Sequence[Mapping[str, Any]] = (), aud
             from nodeconsole.console.doctor.run import run_doctor
 
             report = run_doctor(snap, rec, changes=changes)
-            entries[DOCTOR] = Entry(FILE, _json(report.to_json()))
+            entries[DOCTOR] = Entry(FILE, _json(report.to_dict()))
             sources["doctor"] = {"status": "ok", **report.counts()}
         except Exception as e:  # the doctor must never cost the capture
             sources["doctor"] = _failed(e)

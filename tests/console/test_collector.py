@@ -2,7 +2,6 @@
 mapping, problems — and a collector that keeps going when a source raises."""
 from __future__ import annotations
 
-import json
 from dataclasses import replace
 
 from nodeconsole.console.collector import Collector, assemble
@@ -106,7 +105,7 @@ def test_problems_name_what_is_wrong():
 
 def test_json_shape_uses_numbers_and_lists():
     snap = assemble(_sysfs(), _nvml(), _libvirt(), Load(), Sources())
-    d = json.loads(snap.to_json())
+    d = snap.to_dict()
     assert d["schema"] == 1
     for key in ("host", "cpus", "numa_nodes", "pci_devices", "iommu", "gpus", "vms", "sources"):
         assert key in d

@@ -136,7 +136,7 @@ def test_host_pressure(snap):
     steal = {v.name: v.steal_percent for v in snap.vms}
     assert steal["train-c"] is None and steal["vgpu-desk-2"] is None  # shut off, paused
     assert 0 < steal["train-a"] < 2 < steal["web-1"]  # pinned vs floating over every host CPU
-    data = json.loads(snap.to_json())
+    data = snap.to_dict()
     assert data["load"]["nodes"][0]["hugepages"][0]["free"] == 16 and "steal_percent" in data["vms"][0]
 
 
