@@ -16,10 +16,10 @@ import shlex
 import stat
 import time
 from collections import deque
-from dataclasses import dataclass
 
 from nodeconsole.console.event_time import boot_time, on_wall_clock
 from nodeconsole.console.events import AER, HOST, XID, KernelEvent, gpu_of, tie_to_vms
+from nodeconsole.console.gpu_events import SourceChange
 from nodeconsole.console.health import in_window
 from nodeconsole.console.host_failures import failure
 from nodeconsole.console.model import Gpu, HostSnapshot, Problem
@@ -32,19 +32,6 @@ KEEP = 200  # events held (newest)
 TAIL = 4 << 20  # a log seen for the first time is read from this many bytes before its end
 STEP = 8 << 20  # at most this much new text per poll (the rest at the next)
 SOURCE_KEEP = 50
-
-
-@dataclass(frozen=True)
-class SourceChange:
-    """A source the console lost or got back: `was` → `now` (ok, pending, a reason)."""
-    at: float  # time.time()
-    source: str
-    was: str
-    now: str
-
-    @property
-    def lost(self) -> bool:
-        return self.now not in ("ok", "pending")
 
 
 def is_alarm(ev: KernelEvent) -> bool:

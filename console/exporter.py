@@ -88,7 +88,7 @@ class Sampler:
                 report = run_doctor(snap, self.collector.seams.root)
             except Exception:  # the checks guard themselves; an unexpected failure costs only them
                 report = None
-        counts = self._counter.update(self.collector.watch.read, self.collector.gpu_events, snap)
+        counts = self._counter.update(self.collector.watch.read, snap.kernel_events, snap)
         sample = Sample(snap, counts, report, time.monotonic() - t0, self.collector.libvirt_version)
         self.latest = sample
         self.ready.set()

@@ -118,3 +118,16 @@ class Drain:
     def summary(self) -> str:
         """'drained: RMA ticket 42 (alice, 2026-12-02T09:15:03Z)' (host text: show it through visible)."""
         return f"drained: {self.reason} ({self.who}, {self.when})"
+
+
+@dataclass(frozen=True)
+class SourceChange:
+    """A source the console lost or got back: `was` → `now` (ok, pending, a reason)."""
+    at: float  # time.time()
+    source: str
+    was: str
+    now: str
+
+    @property
+    def lost(self) -> bool:
+        return self.now not in ("ok", "pending")

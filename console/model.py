@@ -14,10 +14,11 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
-from nodeconsole.console.gpu_events import Drain, Health, KernelEvent
+from nodeconsole.console.gpu_events import Drain, Health, KernelEvent, SourceChange
 
 SCHEMA = 1
 NA = "N/A"
+NOT_JSON = {"json": False}  # a field's metadata: left out of to_jsonable (the snapshot's JSON)
 
 # A value NVML may not support: a number, NA when not supported, None when not read at all.
 Metric = int | float | str | None
@@ -517,6 +518,12 @@ class HostSnapshot:
     nvml_driver_version: str | None = None
     problems: tuple[Problem, ...] = ()
     nics: tuple[Nic, ...] = ()  # network controllers (physical functions) with their VFs
+    # -- the kernel log as the console's poll read it (not in the JSON: each GPU's events are, and
+    # `nodeconsole events --json` writes the log's; a sysfs-only first frame has none of them) --
+    # the host's and the guests' GPU events tied to the VMs, oldest first (the newest few hundred)
+    kernel_events: tuple[KernelEvent, ...] = field(default=(), metadata=NOT_JSON)
+    source_changes: tuple[SourceChange, ...] = field(default=(), metadata=NOT_JSON)  # sources lost, got back
+    kernel_log_error: str = field(default="", metadata=NOT_JSON)  # why the log cannot be read, else ""
 
     # -- lookups (cheap, used by screens and actions) --
     def pci(self, address: str) -> PciDevice | None:
@@ -571,9 +578,11 @@ class Problem:
 
 
 def to_jsonable(obj: Any) -> Any:
-    """Dataclasses → dicts, tuples → lists; recursion without copying twice."""
+    """Dataclasses → dicts (but the fields marked NOT_JSON), tuples → lists; recursion without copying
+    twice."""
     if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
-        return {f.name: to_jsonable(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
+        return {f.name: to_jsonable(getattr(obj, f.name)) for f in dataclasses.fields(obj)
+                if f.metadata.get("json", True)}
     if isinstance(obj, (list, tuple)):
         return [to_jsonable(x) for x in obj]
     if isinstance(obj, dict):

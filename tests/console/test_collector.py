@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from nodeconsole.console.collector import Collector, assemble
+from nodeconsole.console.assembly import assemble
+from nodeconsole.console.collector import Collector
 from nodeconsole.console.model import (
     NA,
     Cpu,
@@ -156,9 +157,9 @@ def test_a_pin_to_every_cpu_is_no_pin():
 def test_with_is_dataclasses_replace_without_init(state_ro) -> None:
     """The collector's fast replace gives the same value (equal, same hash, same fields) as
     dataclasses.replace on the model's frozen dataclasses."""
-    from nodeconsole.console.collector import _with
     from nodeconsole.console.demo.nvml_sim import SimulatedNvml
     from nodeconsole.console.demo.state import ensure_demo
+    from nodeconsole.console.gpu_merge import with_fields as _with
 
     host = ensure_demo(state_ro)
     root = Root(host.root)
