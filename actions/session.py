@@ -286,7 +286,7 @@ def _check_names(request: Request, snap: HostSnapshot) -> None:
     by every planner through `resolve_gpu`, which offers the closest GPU names the same way. While
     libvirt does not answer, each planner says so in its own words."""
     vm = getattr(request, "vm", None)
-    if isinstance(vm, str) and snap.sources.libvirt == "ok":
+    if isinstance(vm, str) and snap.sources.libvirt.ok:
         from nodeconsole.actions.passthrough import resolve_vm
 
         resolve_vm(snap, vm)

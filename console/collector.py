@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, TypeVar
 from nodeconsole.console.assembly import NVIDIA, Derived, Marks, assemble, is_gpu, with_fields
 from nodeconsole.console.drains import DrainReader
 from nodeconsole.console.health import HealthBook
-from nodeconsole.console.model import HostSnapshot, Load, Sources, Vm
+from nodeconsole.console.model import SOURCE_OK, SOURCE_PENDING, HostSnapshot, Load, Sources, SourceState, Vm
 from nodeconsole.console.seams import Seams
 from nodeconsole.console.sources.types import LibvirtData, NvmlData, SourceError, SysfsData
 
@@ -37,7 +37,6 @@ if TYPE_CHECKING:  # the sources (and the kernel-log watch) are imported on firs
 
 T = TypeVar("T")
 
-PENDING = "pending"  # a source not read yet (only in the console's very first, sysfs-only frame)
 
 
 def describe_error(exc: BaseException) -> str:
@@ -251,23 +250,23 @@ class Collector:
 
         return replace(load, nodes=read_node_memory(self._fs_root()))
 
-    def _guard(self, name: str, fn: Callable[[], T]) -> tuple[T | None, str]:
+    def _guard(self, name: str, fn: Callable[[], T]) -> tuple[T | None, SourceState]:
         if name in self.disabled:
-            return None, f"unavailable: {self.disabled[name]}"
+            return None, SourceState.unavailable(self.disabled[name])
         try:
-            return fn(), "ok"
+            return fn(), SOURCE_OK
         except Exception as exc:
-            return None, f"unavailable: {describe_error(exc)}"
+            return None, SourceState.unavailable(describe_error(exc))
 
     # -- assembly ---------------------------------------------------------------------------------
     def collect(self, partial: bool = False) -> HostSnapshot:
         """One snapshot. `partial` reads sysfs alone (GPUs, topology, IOMMU) and marks the other
-        sources PENDING: the console shows that first, while NVML and libvirt open."""
+        sources pending: the console shows that first, while NVML and libvirt open."""
         with self._lock, self.seams.root.one_pass():
             sysfs, s_sysfs = self._guard("sysfs", self._read_sysfs)
             if partial:
                 nvml = virt = load = None
-                s_nvml = s_virt = s_load = PENDING
+                s_nvml = s_virt = s_load = SOURCE_PENDING
             else:
                 nvml, s_nvml = self._guard("nvml", self._read_nvml)
                 virt, s_virt = self._guard("libvirt", self._read_libvirt)
@@ -302,7 +301,7 @@ class Collector:
         from nodeconsole.console.event_watch import event_problems, events_by_gpu
 
         gpus = self._drains.mark_gpus(self.seams.root, facts.gpus)
-        self.watch.note_sources(dict(vars(facts.sources)))  # its four fields (asdict copies deeply)
+        self.watch.note_sources(dict(facts.sources.items()))
         now = self.seams.clock()
         self.watch.poll(self.seams.root, self.seams.is_this_machine, now)
         events = self._guest_events(facts, self.watch.tied(facts))

@@ -140,8 +140,8 @@ def families(sample: Sample | None, now: float | None = None) -> Iterator[Metric
     snap = sample.snap
     for s in SOURCES:
         state = getattr(snap.sources, s)
-        if state != "pending":  # not read yet: no series
-            up.add_metric([s], 1 if state == "ok" else 0)
+        if not state.pending:  # not read yet: no series
+            up.add_metric([s], 1 if state.ok else 0)
     yield up
     yield GaugeMetricFamily("nodeconsole_snapshot_collection_seconds",
                             "time the latest snapshot (and doctor run) took", value=sample.seconds)

@@ -12,6 +12,8 @@ import datetime as dt
 from dataclasses import dataclass
 from typing import Any
 
+from nodeconsole.console.source_state import SourceState
+
 XID, AER, HOST = "xid", "aer", "host"  # HOST: the host's own failures around a GPU (console/host_failures.py)
 # How an event's time compares: seconds since boot (dmesg `[ 12.3]`, kmsg), a date with a year
 # (dmesg -T, ISO stamps), a syslog date without a year (journalctl -k, kern.log).
@@ -130,4 +132,4 @@ class SourceChange:
 
     @property
     def lost(self) -> bool:
-        return self.now not in ("ok", "pending")
+        return SourceState(self.now).lost

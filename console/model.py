@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from nodeconsole.console.gpu_events import Drain, Health, KernelEvent, SourceChange
+from nodeconsole.console.source_state import SOURCE_NAMES, SOURCE_OK, SOURCE_PENDING, SourceState  # noqa: F401
 
 SCHEMA = 1
 NA = "N/A"
@@ -492,12 +493,22 @@ class Load:
 
 @dataclass(frozen=True)
 class Sources:
-    """Each source's state: "ok", "pending" or "unavailable: reason"."""
+    """Each source's state (a SourceState; a str given is made one)."""
 
-    sysfs: str = "ok"
-    nvml: str = "ok"
-    libvirt: str = "ok"
-    psutil: str = "ok"
+    sysfs: SourceState = SOURCE_OK
+    nvml: SourceState = SOURCE_OK
+    libvirt: SourceState = SOURCE_OK
+    psutil: SourceState = SOURCE_OK
+
+    def __post_init__(self) -> None:
+        for name in SOURCE_NAMES:
+            value = getattr(self, name)
+            if type(value) is not SourceState:
+                object.__setattr__(self, name, SourceState(value))
+
+    def items(self) -> tuple[tuple[str, SourceState], ...]:
+        """(name, state) of each source, in their order."""
+        return tuple((name, getattr(self, name)) for name in SOURCE_NAMES)
 
 
 @dataclass(frozen=True)
