@@ -165,7 +165,7 @@ def _health_problems(g: Gpu, label: str) -> list[Problem]:
     if slow:
         out.append(Problem("warning", g.address, f"{label}: clocks held down by {', '.join(slow)}",
                            "check cooling and power delivery (`nvidia-smi -q -d PERFORMANCE,TEMPERATURE,POWER`)"))
-    if isinstance(g.nvlinks, tuple) and g.nvlinks:
+    if g.nvlinks:
         down = [lk.link for lk in g.nvlinks if not lk.active]
         if down and len(down) < len(g.nvlinks):
             out.append(Problem("warning", g.address,

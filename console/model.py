@@ -10,13 +10,13 @@ Conventions:
 """
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
 from nodeconsole.console.gpu_events import KernelEvent, SourceChange
 from nodeconsole.console.model_gpu import (  # noqa: F401 (the model's names, importable from here)
     CLOCK_EVENT_NAMES,
+    LINKS_READ,
     NA,
     Gpu,
     GpuMetrics,
@@ -44,11 +44,11 @@ from nodeconsole.console.model_host import (  # noqa: F401
     PciDevice,
     PciLink,
 )
+from nodeconsole.console.model_json import NOT_JSON, to_jsonable
 from nodeconsole.console.model_net import NetFunction, Nic, NicGpu, NicVf, RdmaPort  # noqa: F401
 from nodeconsole.console.source_state import SOURCE_NAMES, SOURCE_OK, SOURCE_PENDING, SourceState  # noqa: F401
 
 SCHEMA = 1
-NOT_JSON = {"json": False}  # a field's metadata: left out of to_jsonable (the snapshot's JSON)
 
 
 @dataclass(frozen=True)
@@ -225,16 +225,3 @@ class Problem:
     message: str
     fix: str = ""
     check: str = ""  # the doctor check (`nodeconsole doctor`, the Setup screen) that covers it, if any
-
-
-def to_jsonable(obj: Any) -> Any:
-    """Dataclasses → dicts (but the fields marked NOT_JSON), tuples → lists; recursion without copying
-    twice."""
-    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
-        return {f.name: to_jsonable(getattr(obj, f.name)) for f in dataclasses.fields(obj)
-                if f.metadata.get("json", True)}
-    if isinstance(obj, (list, tuple)):
-        return [to_jsonable(x) for x in obj]
-    if isinstance(obj, dict):
-        return {str(k): to_jsonable(v) for k, v in obj.items()}
-    return obj

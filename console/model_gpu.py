@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
+from typing import Any
 
 from nodeconsole.console.gpu_events import Drain, Health, KernelEvent
 from nodeconsole.console.model_host import PciLink
+from nodeconsole.console.model_json import NOT_JSON, json_as, to_jsonable
 
 NA = "N/A"
+LINKS_READ = "read"  # GpuMetrics.nvlink_state: NVML listed the GPU's NVLinks
 
 # A value NVML may not support: a number, NA when not supported, None when not read at all.
 Metric = int | float | str | None
@@ -144,10 +147,22 @@ class GpuMetrics:
     remapped_rows_correctable: Metric = None  # rows remapped for correctable / uncorrectable errors
     remapped_rows_uncorrectable: Metric = None
     pcie_replay_count: Metric = None
-    nvlinks: tuple[NvLink, ...] | str | None = None  # each link; NA when the GPU has no NVLink
+    # each NVLink of the GPU; `nvlink_state` says whether NVML listed them (the JSON writes the links, or
+    # the state when there are none: N/A without NVLink, null when not read)
+    nvlinks: tuple[NvLink, ...] = field(default=(), metadata=json_as(lambda g: _nvlinks_json(g)))
     fabric_state: Metric = None  # NVLink fabric: "completed", "in progress", "not started"; NA before Hopper
     fabric_status: Metric = None  # "ok", or why the GPU could not join the fabric
     fabric_clique_id: Metric = None
+    nvlink_state: str | None = field(default=None, metadata=NOT_JSON)  # LINKS_READ, NA (no NVLink), None: not read
+
+    @property
+    def nvlinks_read(self) -> bool:
+        """NVML answered about NVLink: the links, or that the GPU has none."""
+        return bool(self.nvlinks) or self.nvlink_state is not None
+
+
+def _nvlinks_json(g: GpuMetrics) -> Any:
+    return to_jsonable(g.nvlinks) if g.nvlinks or g.nvlink_state == LINKS_READ else g.nvlink_state
 
 
 # nvmlClocksEventReason* bits → the names `clock_events` uses (nvidia-smi -q, "Clocks Event Reasons").
@@ -167,7 +182,7 @@ def nvlink_peers(a: Gpu, b: Gpu) -> int:
     """NVLinks joining two GPUs, as `nvidia-smi topo -m` counts them (its NV#): the active links of `a`
     that end on `b`, or on a switch that `b` also has an active link to (NVSwitch: each GPU reaches every
     other through all of its links). 0 when NVML does not report NVLink for either."""
-    if not isinstance(a.nvlinks, tuple) or not isinstance(b.nvlinks, tuple) or a.address == b.address:
+    if not a.nvlinks or not b.nvlinks or a.address == b.address:
         return 0
     b_switches = {lk.remote for lk in b.nvlinks if lk.active and lk.remote_type == "switch"}
     return sum(1 for lk in a.nvlinks if lk.active and lk.remote is not None

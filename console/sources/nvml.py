@@ -24,12 +24,12 @@ import pynvml
 from nodeconsole.console import nvml_mig
 from nodeconsole.console.mig_profiles import table_for_pci_device_id
 from nodeconsole.console.model import (
+    LINKS_READ,
     NA,
     GpuProcess,
     Metric,
     Mig,
     MigInstance,
-    NvLink,
     VgpuInstance,
     VgpuType,
 )
@@ -291,14 +291,15 @@ class NvmlSource:
             remapped_rows_correctable=rows[0] if isinstance(rows, tuple) else rows,
             remapped_rows_uncorrectable=rows[1] if isinstance(rows, tuple) else rows,
             pcie_replay_count=nvml_call(pynvml.nvmlDeviceGetPcieReplayCounter, handle),
-            nvlinks=self._nvlinks(handle, static), **ecc, **fabric(handle))
+            **self._nvlinks(handle, static), **ecc, **fabric(handle))
 
-    def _nvlinks(self, handle: Any, static: _Static) -> tuple[NvLink, ...] | str | None:
+    def _nvlinks(self, handle: Any, static: _Static) -> dict[str, Any]:
+        """The GPU's `nvlinks` and `nvlink_state`."""
         if static.nvlinks is None:
             static.nvlinks = link_ends(handle)
         if not isinstance(static.nvlinks, tuple):
-            return static.nvlinks
-        return self.links.read(handle, static.address, static.nvlinks)
+            return dict(nvlinks=(), nvlink_state=static.nvlinks)
+        return dict(nvlinks=self.links.read(handle, static.address, static.nvlinks), nvlink_state=LINKS_READ)
 
     def _retired_pages(self, handle: Any) -> Metric:
         total = 0

@@ -71,7 +71,7 @@ def test_not_supported_answers(host):
     g["not_supported"] = g["not_supported"] + ["clocks", "clock_events", "pcie_replay", "nvlink", "fabric"]
     gpu = read_nvml(SimulatedNvml(state, clock=lambda: 1000.0)).gpus[0]
     assert (gpu.clock_sm_mhz, gpu.clock_sm_max_mhz, gpu.clock_events, gpu.pcie_replay_count) == (NA, NA, NA, NA)
-    assert (gpu.nvlinks, gpu.fabric_state, gpu.fabric_status) == (NA, NA, NA)
+    assert (gpu.nvlinks, gpu.nvlink_state, gpu.fabric_state, gpu.fabric_status) == ((), NA, NA, NA)
     uninstall()
 
 
