@@ -341,7 +341,7 @@ def _fix_nouveau(ctx: _Ctx, parts: _Parts) -> None:
 
 def _fix_nvidia_driver(ctx: _Ctx, parts: _Parts) -> None:
     snap = ctx.snap
-    if snap.sources.nvml != "ok":
+    if not snap.sources.nvml.ok:
         parts.checks.append(Check("NVML answers", False, f"NVML {snap.sources.nvml}",
                                   "by hand: install or load the NVIDIA driver (modprobe nvidia; nvidia-smi), "
                                   "then plan again"))

@@ -43,9 +43,9 @@ def holder_checks(host: ActionHost, snap: HostSnapshot, gpu: Gpu, members: list[
         checks.append(Check("no process uses the GPU", False, "; ".join(busy),
                             "stop those processes (nvidia-smi shows them), then plan again"))
     elif on_host:
-        reason = "NVML lists no process" if snap.sources.nvml == "ok" else \
+        reason = "NVML lists no process" if snap.sources.nvml.ok else \
             f"NVML {snap.sources.nvml}: processes could not be listed"
-        checks.append(Check("no process uses the GPU", snap.sources.nvml == "ok" or gpu.driver != "nvidia",
+        checks.append(Check("no process uses the GPU", snap.sources.nvml.ok or gpu.driver != "nvidia",
                             reason, "make NVML work (nvidia-smi) so running processes can be checked"))
     if on_host:
         users = device_users(host, [a for a in members if snap.gpu(a) is not None])

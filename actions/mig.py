@@ -45,7 +45,7 @@ def mig_state_for(host: ActionHost, snap: HostSnapshot, g: Gpu) -> MigState:
 
 
 def _gpu_checks(snap: HostSnapshot, g: Gpu) -> list[Check]:
-    if snap.sources.nvml != "ok":
+    if not snap.sources.nvml.ok:
         return [Check("NVML answers", False, f"NVML {snap.sources.nvml}",
                       "MIG is managed through the NVIDIA driver: make nvidia-smi work first")]
     if g.driver != "nvidia" or g.nvml_index is None:

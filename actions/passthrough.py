@@ -96,7 +96,7 @@ def _by_smi_index(snap: HostSnapshot, smi: int) -> Gpu:
     seen = ", ".join(f"smi:{g.nvml_index} = {g.index} ({g.address})" for g in snap.gpus if g.nvml_index is not None)
     hidden = ", ".join(f"{g.index} ({g.address}, {g.driver or 'no driver'})" for g in snap.gpus if g.nvml_index is None)
     why = f"; NVML does not see {hidden}: name those by console index or PCI address" if hidden else ""
-    if snap.sources.nvml != "ok":
+    if not snap.sources.nvml.ok:
         why += f" (NVML {snap.sources.nvml})"
     raise RequestError(f"nvidia-smi has no GPU smi:{smi} on this host; its GPUs: {seen or 'none'}{why}")
 
@@ -106,7 +106,7 @@ def resolve_vm(snap: HostSnapshot, name: str) -> Vm:
     vm = snap.vm(name)
     if vm is not None:
         return vm
-    if snap.sources.libvirt != "ok":
+    if not snap.sources.libvirt.ok:
         raise RequestError(f"no VM named {visible(repr(name))} (libvirt {snap.sources.libvirt})")
     known = sorted(v.name for v in snap.vms)
     raise RequestError(f"unknown VM {visible(name)}{did_you_mean(name, known)}; known VMs: "
@@ -140,7 +140,7 @@ def gpu_label(gpu: Gpu) -> str:
 
 
 def source_checks(snap: HostSnapshot) -> list[Check]:
-    if snap.sources.sysfs != "ok":
+    if not snap.sources.sysfs.ok:
         return [Check("host readable", False, f"sysfs {snap.sources.sysfs}",
                       "run on the host itself (or --demo)")]
     return []

@@ -41,7 +41,7 @@ def resolve_vm(snap: HostSnapshot, name: str) -> Vm:
     """The VM called `name`. RequestError listing the known ones otherwise."""
     vm = snap.vm((name or "").strip())
     if vm is None:
-        why = f"libvirt {snap.sources.libvirt}" if snap.sources.libvirt != "ok" else \
+        why = f"libvirt {snap.sources.libvirt}" if not snap.sources.libvirt.ok else \
             f"known VMs: {', '.join(sorted(v.name for v in snap.vms)) or 'none'}"
         raise RequestError(f"no VM named {name!r} ({why})")
     return vm
@@ -67,10 +67,10 @@ def _reserve(host: ActionHost, snap: HostSnapshot, topo: Topology, text: str | N
 
 def _host_checks(host: ActionHost, snap: HostSnapshot) -> list[Check]:
     out = []
-    if snap.sources.sysfs != "ok":
+    if not snap.sources.sysfs.ok:
         out.append(Check("host topology readable", False, f"sysfs {snap.sources.sysfs}",
                          "run on the host itself (or --demo)"))
-    if host.domains is None or snap.sources.libvirt != "ok":
+    if host.domains is None or not snap.sources.libvirt.ok:
         why = "this host has no libvirt connection" if host.domains is None else f"libvirt {snap.sources.libvirt}"
         out.append(Check("libvirt reachable", False, why, "start libvirtd, or pass --libvirt URI"))
     return out

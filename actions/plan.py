@@ -50,7 +50,7 @@ class Check:
 def vms_known_check(snap: HostSnapshot, what: str) -> list[Check]:
     """Which VMs hold a device is known only while libvirt answers: a plan that must not take a device
     from a VM refuses when libvirt is down, naming it, instead of planning as if no VM held `what`."""
-    if snap.sources.libvirt == "ok":
+    if snap.sources.libvirt.ok:
         return []
     return [Check("libvirt answers", False,
                   f"libvirt {snap.sources.libvirt}: which VMs hold {what} cannot be known",

@@ -39,19 +39,22 @@ from nodeconsole.actions.interrupt import (
 )
 from nodeconsole.actions.lock import LOCK_NAME, HostLock, LockHeld
 from nodeconsole.actions.plan import Plan, Step, StepError
+from nodeconsole.actions.progress import (
+    CANCELLED,
+    DONE,
+    FAILED_RESULT,
+    NOTHING,
+    REFUSED,
+    Progress,
+    ProgressFn,
+    RunResult,
+)
 from nodeconsole.console.doctor.facts import BOOT_ID
 from nodeconsole.console.root import Root
 from nodeconsole.console.seams import Seams
 
 if TYPE_CHECKING:
     from nodeconsole.console.model import HostSnapshot
-
-# results of a run
-DONE = "applied"
-NOTHING = "nothing to do"
-REFUSED = "refused"
-CANCELLED = "cancelled"
-FAILED_RESULT = "failed"
 
 
 @dataclass
@@ -134,36 +137,7 @@ class ActionHost:
             self.on_changed()
 
 
-@dataclass(frozen=True)
-class Progress:
-    """One progress event: step `index` (1-based) of `total`; phase is "apply", "verify", "ok",
-    "failed", "undo", "undone", "undo-failed"."""
-    index: int
-    total: int
-    title: str
-    phase: str
-    message: str = ""
-
-
-@dataclass
-class RunResult:
-    status: str  # DONE, NOTHING, REFUSED, CANCELLED, FAILED_RESULT
-    message: str
-    record_id: str | None = None
-    failed_step: str | None = None
-    error: str | None = None
-    undone: list[str] = field(default_factory=list)
-    undo_failed: list[str] = field(default_factory=list)
-    interrupted: str | None = None  # the signal that stopped the run (SIGINT, SIGTERM)
-    warnings: list[str] = field(default_factory=list)  # e.g. a lock left by a dead process
-
-    @property
-    def ok(self) -> bool:
-        return self.status in (DONE, NOTHING)
-
-
 Confirm = Callable[[Plan], bool]
-ProgressFn = Callable[[Progress], None]
 
 
 class Runner:

@@ -17,7 +17,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar
 
 from nodeconsole.actions.plan import Plan, RequestError, StepError, needs_typed_confirmation
-from nodeconsole.actions.runner import ActionHost, Confirm, ProgressFn, Runner, RunResult
+from nodeconsole.actions.progress import ProgressFn, RunResult
+from nodeconsole.actions.runner import ActionHost, Confirm, Runner
 
 if TYPE_CHECKING:
     from nodeconsole.actions.mig_steps import MigState
@@ -285,7 +286,7 @@ def _check_names(request: Request, snap: HostSnapshot) -> None:
     by every planner through `resolve_gpu`, which offers the closest GPU names the same way. While
     libvirt does not answer, each planner says so in its own words."""
     vm = getattr(request, "vm", None)
-    if isinstance(vm, str) and snap.sources.libvirt == "ok":
+    if isinstance(vm, str) and snap.sources.libvirt.ok:
         from nodeconsole.actions.passthrough import resolve_vm
 
         resolve_vm(snap, vm)

@@ -125,7 +125,7 @@ def _check_vm(host: ActionHost, snap: HostSnapshot, vm: str) -> Vm:
     found = snap.vm(vm)
     if found is None:
         known = ", ".join(sorted(v.name for v in snap.vms)) or "none"
-        why = f"libvirt {snap.sources.libvirt}" if snap.sources.libvirt != "ok" else f"known VMs: {known}"
+        why = f"libvirt {snap.sources.libvirt}" if not snap.sources.libvirt.ok else f"known VMs: {known}"
         raise RequestError(f"no VM named {vm!r} ({why})")
     return found
 

@@ -91,12 +91,11 @@ def find_problems(snap: HostSnapshot) -> tuple[Problem, ...]:
 def _host_problems(snap: HostSnapshot) -> list[Problem]:
     """Sources that do not answer, and the IOMMU's state."""
     out: list[Problem] = []
-    for name in ("sysfs", "nvml", "libvirt", "psutil"):
-        status = getattr(snap.sources, name)
-        if status not in ("ok", "pending"):
+    for name, status in snap.sources.items():
+        if status.lost:
             out.append(Problem("error" if name == "sysfs" else "warning", name,
                                f"{name} {status}", _source_fix(name)))
-    if snap.sources.sysfs == "ok" and not snap.iommu.enabled:
+    if snap.sources.sysfs.ok and not snap.iommu.enabled:
         out.append(Problem("warning", "iommu", "IOMMU is off: no GPU can be passed through to a VM",
                            snap.iommu.how_to_enable, check="iommu"))
     if snap.iommu.acs_override:
@@ -166,7 +165,7 @@ def _health_problems(g: Gpu, label: str) -> list[Problem]:
     if slow:
         out.append(Problem("warning", g.address, f"{label}: clocks held down by {', '.join(slow)}",
                            "check cooling and power delivery (`nvidia-smi -q -d PERFORMANCE,TEMPERATURE,POWER`)"))
-    if isinstance(g.nvlinks, tuple) and g.nvlinks:
+    if g.nvlinks:
         down = [lk.link for lk in g.nvlinks if not lk.active]
         if down and len(down) < len(g.nvlinks):
             out.append(Problem("warning", g.address,

@@ -10,34 +10,16 @@ from __future__ import annotations
 import errno
 import threading
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable
 from dataclasses import replace
 from typing import TYPE_CHECKING, TypeVar
 
+from nodeconsole.console.assembly import NVIDIA, Derived, Marks, assemble, is_gpu, with_fields
 from nodeconsole.console.drains import DrainReader
 from nodeconsole.console.health import HealthBook
-from nodeconsole.console.model import (
-    SCHEMA,
-    Gpu,
-    GpuOwner,
-    Hostdev,
-    HostInfo,
-    HostSnapshot,
-    Iommu,
-    Load,
-    Mig,
-    MigInstance,
-    PciDevice,
-    PciLink,
-    Sources,
-    Vgpu,
-    VgpuInstance,
-    VgpuType,
-    Vm,
-    metric_names,
-)
+from nodeconsole.console.model import SOURCE_OK, SOURCE_PENDING, HostSnapshot, Load, Sources, SourceState, Vm
 from nodeconsole.console.seams import Seams
-from nodeconsole.console.sources.types import LibvirtData, NvmlData, NvmlGpu, SourceError, SysfsData
+from nodeconsole.console.sources.types import LibvirtData, NvmlData, SourceError, SysfsData
 
 SYSFS_FULL_S = 300.0  # the whole sysfs tree is read again at least this often
 SYSFS_REFRESH_S = 30.0  # what can change in it without moving a sign (sysfs.refresh_sysfs), this often
@@ -55,10 +37,6 @@ if TYPE_CHECKING:  # the sources (and the kernel-log watch) are imported on firs
 
 T = TypeVar("T")
 
-NVIDIA = 0x10DE
-PENDING = "pending"  # a source not read yet (only in the console's very first, sysfs-only frame)
-VFIO_DRIVERS = ("vfio-pci", "pci-stub")
-HOST_GPU_DRIVERS = ("nvidia", "nouveau")
 
 
 def describe_error(exc: BaseException) -> str:
@@ -71,16 +49,6 @@ def describe_error(exc: BaseException) -> str:
     if isinstance(exc, SourceError):
         return text
     return f"{type(exc).__name__}: {text}"
-
-
-def is_gpu(dev: PciDevice) -> bool:
-    """NVIDIA display/3D controllers (not their audio functions, not NVSwitches)."""
-    return dev.vendor_id == NVIDIA and dev.base_class == 0x03 and dev.physfn is None
-
-
-def slot_of(address: str) -> str:
-    """`dddd:bb:dd.f` → `dddd:bb:dd` (all functions of one card)."""
-    return address.rsplit(".", 1)[0]
 
 
 class Collector:
@@ -122,11 +90,10 @@ class Collector:
         # starts with the sources its capture could not read (Seams.unavailable)
         self.disabled: dict[str, str] = dict(seams.unavailable)
         # GPU events from the kernel log, read incrementally at each full poll (console/event_watch.py),
-        # tied to the VMs of the latest snapshot; replaced whole, so the UI thread may read them
-        # (made at the first full poll: the first, sysfs-only look at the host does not need it)
+        # tied to the VMs and handed on in each snapshot (made at the first full poll: the first,
+        # sysfs-only look at the host does not need it)
         self._watch: EventWatch | None = None
         self._watch_lock = threading.Lock()
-        self.gpu_events: tuple[KernelEvent, ...] = ()
         self._health = HealthBook()
         self.guests: GuestWatch | None = None  # the guests' GPU events (console/guest_watch.py)
         self.guest_wait_s = 0.0  # how long a poll waits for the guests' answers (a one-shot command's)
@@ -235,7 +202,7 @@ class Collector:
         model = self.seams.vm_load
         if model is not None:
             now = time.time()
-            data = LibvirtData(tuple(_with(v, cpu_percent=model(v.name, v.state, v.vcpus, now)) for v in data.vms))
+            data = LibvirtData(tuple(with_fields(v, cpu_percent=model(v.name, v.state, v.vcpus, now)) for v in data.vms))
         return LibvirtData(self._steal(data.vms))
 
     def _steal(self, vms: tuple[Vm, ...]) -> tuple[Vm, ...]:
@@ -243,7 +210,7 @@ class Collector:
         if self.seams.vm_steal is not None:
             now = time.time()
             model = self.seams.vm_steal
-            return tuple(_with(v, steal_percent=model(v, now)) for v in vms)
+            return tuple(with_fields(v, steal_percent=model(v, now)) for v in vms)
         if self.seams.replay is not None:
             return vms  # a capture has no live threads to measure
         if self._waits is None:
@@ -266,7 +233,7 @@ class Collector:
                 out.append(v)
                 continue
             hit = kept.get(v.name)
-            with_steal = hit[2] if hit is not None and hit[0] is v and hit[1] is s else _with(v, steal_percent=s)
+            with_steal = hit[2] if hit is not None and hit[0] is v and hit[1] is s else with_fields(v, steal_percent=s)
             stolen[v.name] = (v, s, with_steal)
             out.append(with_steal)
         self._stolen = stolen
@@ -283,23 +250,23 @@ class Collector:
 
         return replace(load, nodes=read_node_memory(self._fs_root()))
 
-    def _guard(self, name: str, fn: Callable[[], T]) -> tuple[T | None, str]:
+    def _guard(self, name: str, fn: Callable[[], T]) -> tuple[T | None, SourceState]:
         if name in self.disabled:
-            return None, f"unavailable: {self.disabled[name]}"
+            return None, SourceState.unavailable(self.disabled[name])
         try:
-            return fn(), "ok"
+            return fn(), SOURCE_OK
         except Exception as exc:
-            return None, f"unavailable: {describe_error(exc)}"
+            return None, SourceState.unavailable(describe_error(exc))
 
     # -- assembly ---------------------------------------------------------------------------------
     def collect(self, partial: bool = False) -> HostSnapshot:
         """One snapshot. `partial` reads sysfs alone (GPUs, topology, IOMMU) and marks the other
-        sources PENDING: the console shows that first, while NVML and libvirt open."""
+        sources pending: the console shows that first, while NVML and libvirt open."""
         with self._lock, self.seams.root.one_pass():
             sysfs, s_sysfs = self._guard("sysfs", self._read_sysfs)
             if partial:
                 nvml = virt = load = None
-                s_nvml = s_virt = s_load = PENDING
+                s_nvml = s_virt = s_load = SOURCE_PENDING
             else:
                 nvml, s_nvml = self._guard("nvml", self._read_nvml)
                 virt, s_virt = self._guard("libvirt", self._read_libvirt)
@@ -311,9 +278,8 @@ class Collector:
         sources = Sources(sysfs=s_sysfs, nvml=s_nvml, libvirt=s_virt, psutil=s_load)
         if nvml is not None:  # remember NVML's names: a GPU keeps its name after going to vfio-pci
             self._names.update({g.address: g.name for g in nvml.gpus if g.name})
-        snap = assemble(sysfs, nvml, virt, load, sources, known_names=self._names, derived=self._derived)
-        snap = self._drains.mark(self.seams.root, snap)
-        return snap if partial else self._with_events(snap)
+        return assemble(sysfs, nvml, virt, load, sources, known_names=self._names, derived=self._derived,
+                        marks=self._drained if partial else self._marks)
 
     @property
     def watch(self) -> EventWatch:
@@ -324,21 +290,23 @@ class Collector:
                 self._watch = EventWatch()
             return self._watch
 
-    def _with_events(self, snap: HostSnapshot) -> HostSnapshot:
-        """The kernel log's new events read (cheap: from where the last poll stopped), tied to this
-        snapshot's VMs and put on their GPUs, with each GPU's health verdict (console/health.py); an
-        unhealthy GPU adds a problem."""
+    def _drained(self, facts: HostSnapshot) -> Marks:
+        """Each GPU with the admin's drain mark (console/drains.py), read on every snapshot."""
+        return Marks(self._drains.mark_gpus(self.seams.root, facts.gpus))
+
+    def _marks(self, facts: HostSnapshot) -> Marks:
+        """The drains, and the kernel log's new events read (cheap: from where the last poll stopped), tied
+        to this snapshot's VMs and put on their GPUs, with each GPU's health verdict (console/health.py);
+        an unhealthy GPU adds a problem."""
         from nodeconsole.console.event_watch import event_problems, events_by_gpu
 
-        self.watch.note_sources(dict(vars(snap.sources)))  # its four fields (asdict copies deeply)
+        gpus = self._drains.mark_gpus(self.seams.root, facts.gpus)
+        self.watch.note_sources(dict(facts.sources.items()))
         now = self.seams.clock()
         self.watch.poll(self.seams.root, self.seams.is_this_machine, now)
-        self.gpu_events = self._guest_events(snap, self.watch.tied(snap))
-        gpus = self._health.judge_all(snap.gpus, events_by_gpu(self.gpu_events, snap), self.watch.btime, now)
-        extra = event_problems(gpus, snap)
-        if gpus == snap.gpus and all(a is b for a, b in zip(gpus, snap.gpus)) and not extra:
-            return snap
-        return replace(snap, gpus=gpus, problems=(*extra, *snap.problems))
+        events = self._guest_events(facts, self.watch.tied(facts))
+        gpus = self._health.judge_all(gpus, events_by_gpu(events, facts), self.watch.btime, now)
+        return Marks(gpus, events, tuple(self.watch.sources), self.watch.error, tuple(event_problems(gpus, facts)))
 
     def _guest_events(self, snap: HostSnapshot, host: tuple[KernelEvent, ...]) -> tuple[KernelEvent, ...]:
         """The host's events and the guests' (asked at most every minute per VM, on threads of their own)."""
@@ -374,261 +342,3 @@ class Collector:
         if not stale:
             return nvml
         return NvmlData(nvml.driver_version, tuple(g for g in nvml.gpus if g.address not in stale))
-
-
-class Derived:
-    """What assembling a snapshot derives from parts that rarely change, kept for the next poll and used
-    again while those parts are the same: the PCI index (one sysfs read), each VM's host devices mapped
-    to their GPUs (one domain definition, one sysfs read), the NICs and the problems (kept while
-    `nics.nic_inputs` / `checks.problem_inputs` are equal, i.e. while only the per-poll figures
-    moved). Between their reads the sources hand back the very same objects, so most of these
-    comparisons are identity checks. Used by one assemble at a time (`lock`)."""
-
-    def __init__(self) -> None:
-        self.lock = threading.Lock()
-        self.pci: tuple[PciDevice, ...] | None = None
-        self.mdevs: tuple[VgpuInstance, ...] | None = None
-        self.vgpu_types: tuple[VgpuType, ...] | None = None
-        self.by_addr: dict[str, PciDevice] = {}
-        self.gpu_of = _GpuIndex({})
-        self.gpu_addrs: set[str] = set()  # the GPUs among the PCI functions
-        # sysfs vGPU types and instances by the GPU they live on (directly or through a VF), in order
-        self.types_of: dict[str, tuple[VgpuType, ...]] = {}
-        self.insts_of: dict[str, tuple[VgpuInstance, ...]] = {}
-        # id(a VM's hostdevs) → (those hostdevs, mapped to their GPUs), for the last poll's VMs
-        self.hostdevs: dict[int, tuple[tuple[Hostdev, ...], tuple[Hostdev, ...]]] = {}
-        self.mapped_vms: dict[str, tuple[Vm, Vm]] = {}  # name → (the source's record, mapped), last poll's
-        self._kept: dict[str, tuple[object, object]] = {}
-
-    def index(self, pci: tuple[PciDevice, ...], mdevs: tuple[VgpuInstance, ...],
-              vgpu_types: tuple[VgpuType, ...]) -> None:
-        """Index the PCI functions and sysfs vGPUs (again only when sysfs was read again)."""
-        if pci is self.pci and mdevs is self.mdevs and vgpu_types is self.vgpu_types:
-            return
-        self.pci, self.mdevs, self.vgpu_types = pci, mdevs, vgpu_types
-        self.by_addr = {d.address: d for d in pci}
-        self.gpu_of = gpu_of = _GpuIndex(self.by_addr)
-        self.gpu_addrs = {d.address for d in pci if is_gpu(d)}
-        types: dict[str | None, list[VgpuType]] = {}
-        for t in vgpu_types:
-            types.setdefault(gpu_of(t.parent), []).append(t)
-        insts: dict[str | None, list[VgpuInstance]] = {}
-        for i in mdevs:
-            insts.setdefault(gpu_of(i.parent), []).append(i)
-        self.types_of = {a: tuple(v) for a, v in types.items() if a is not None}
-        self.insts_of = {a: tuple(v) for a, v in insts.items() if a is not None}
-        self.hostdevs = {}
-        self.mapped_vms = {}
-
-    def keep(self, slot: str, key: object, make: Callable[[], T]) -> T:
-        """`make()`, or what it made last time for an equal `key`."""
-        kept = self._kept.get(slot)
-        if kept is not None and kept[0] == key:
-            return kept[1]  # type: ignore[return-value]
-        value = make()
-        self._kept[slot] = (key, value)
-        return value
-
-
-def assemble(sysfs: SysfsData | None, nvml: NvmlData | None, virt: LibvirtData | None,
-             load: Load | None, sources: Sources, known_names: dict[str, str] | None = None,
-             derived: Derived | None = None) -> HostSnapshot:
-    """Pure merge of source data into a snapshot (tested directly). `derived`: what the previous
-    snapshot derived (see Derived); without it everything is derived afresh."""
-    d = derived if derived is not None else Derived()
-    with d.lock:
-        return _assemble(sysfs, nvml, virt, load, sources, known_names or {}, d)
-
-
-def _assemble(sysfs: SysfsData | None, nvml: NvmlData | None, virt: LibvirtData | None,
-              load: Load | None, sources: Sources, known_names: dict[str, str], d: Derived) -> HostSnapshot:
-    pci = sysfs.pci_devices if sysfs else ()
-    d.index(pci, sysfs.vgpu_instances if sysfs else (), sysfs.vgpu_types if sysfs else ())
-    vms = virt.vms if virt else ()
-    vms = _map_hostdevs(vms, d.gpu_of, d.mdevs or (), d.hostdevs, d.mapped_vms)
-    gpus = _merge_gpus(d, nvml, vms, known_names)
-    snap = HostSnapshot(
-        schema=SCHEMA,
-        taken_at=time.time(),
-        host=sysfs.host if sysfs else HostInfo(),
-        cpus=sysfs.cpus if sysfs else (),
-        numa_nodes=sysfs.numa_nodes if sysfs else (),
-        pci_devices=pci,
-        iommu=sysfs.iommu if sysfs else Iommu(enabled=False),
-        gpus=gpus,
-        vms=vms,
-        load=load or Load(),
-        sources=sources,
-        nvml_driver_version=nvml.driver_version if nvml else None,
-    )
-    from nodeconsole.console.checks import find_problems, problem_inputs
-    from nodeconsole.console.nics import build_nics, nic_inputs
-
-    net = sysfs.net_functions if sysfs else ()
-    nics = d.keep("nics", nic_inputs(snap, net), lambda: build_nics(snap, net))
-    snap = replace(snap, nics=nics)
-    return replace(snap, problems=d.keep("problems", problem_inputs(snap), lambda: find_problems(snap)))
-
-
-class _GpuIndex:
-    """Which GPU a host PCI function belongs to: the GPU itself, a companion function on the same
-    card (audio, USB-C), or an SR-IOV VF of the GPU. Built once per snapshot (lookups are O(1))."""
-
-    def __init__(self, by_addr: dict[str, PciDevice]) -> None:
-        self.by_addr = by_addr
-        self.slot_gpu = {slot_of(d.address): d.address for d in by_addr.values() if is_gpu(d)}
-
-    def __call__(self, address: str) -> str | None:
-        dev = self.by_addr.get(address)
-        if dev is not None and dev.physfn:
-            parent = self.by_addr.get(dev.physfn)
-            return dev.physfn if parent is not None and is_gpu(parent) else None
-        return self.slot_gpu.get(slot_of(address))
-
-
-def _map_hostdevs(vms: Iterable[Vm], gpu_of: _GpuIndex, vgpu_instances: Iterable[VgpuInstance],
-                  memo: dict[int, tuple[tuple[Hostdev, ...], tuple[Hostdev, ...]]],
-                  mapped_vms: dict[str, tuple[Vm, Vm]] | None = None) -> tuple[Vm, ...]:
-    """Each VM's host devices with the GPU each belongs to. `memo` (made with the same `gpu_of` and
-    `vgpu_instances`): the last poll's mappings by hostdevs tuple, replaced by this poll's;
-    `mapped_vms`: the last poll's records by name (the source's, the mapped one), replaced by this
-    poll's."""
-    mdev_parent: dict[str, str] | None = None
-    out = []
-    seen: dict[int, tuple[tuple[Hostdev, ...], tuple[Hostdev, ...]]] = {}
-    mapped_vms = {} if mapped_vms is None else mapped_vms
-    now_mapped: dict[str, tuple[Vm, Vm]] = {}
-    for vm in vms:
-        if not vm.hostdevs:  # most VMs of a big host: nothing to map
-            out.append(vm)
-            continue
-        hit = memo.get(id(vm.hostdevs))
-        if hit is not None and hit[0] is vm.hostdevs:
-            mapped = hit[1]
-        else:
-            if mdev_parent is None:
-                mdev_parent = {v.uuid: v.parent for v in vgpu_instances}
-            devs = []
-            for h in vm.hostdevs:
-                gpu = None
-                if h.type == "pci" and h.address:
-                    gpu = gpu_of(h.address)
-                elif h.type == "mdev" and h.uuid and h.uuid in mdev_parent:
-                    gpu = gpu_of(mdev_parent[h.uuid])
-                devs.append(replace(h, gpu=gpu) if gpu != h.gpu else h)
-            changed = any(a is not b for a, b in zip(devs, vm.hostdevs))
-            mapped = tuple(devs) if changed else vm.hostdevs
-        seen[id(vm.hostdevs)] = (vm.hostdevs, mapped)
-        if mapped is vm.hostdevs:
-            out.append(vm)
-            continue
-        last = mapped_vms.get(vm.name)
-        # the same record with the same mapping: the very same mapped record as the last poll's
-        vm_mapped = last[1] if last is not None and last[0] is vm and last[1].hostdevs is mapped else \
-            _with(vm, hostdevs=mapped)
-        now_mapped[vm.name] = (vm, vm_mapped)
-        out.append(vm_mapped)
-    memo.clear()
-    memo.update(seen)
-    mapped_vms.clear()
-    mapped_vms.update(now_mapped)
-    return tuple(out)
-
-
-def _with(obj: T, **changes: object) -> T:
-    """dataclasses.replace for the model's frozen dataclasses (no __post_init__, no slots), without
-    running __init__ again: a 500-VM poll replaces a field of every VM, and replace() was a fifth of it."""
-    new = object.__new__(type(obj))
-    new.__dict__.update(obj.__dict__)
-    new.__dict__.update(changes)
-    return new
-
-
-def _merge_gpus(d: Derived, nvml: NvmlData | None, vms: Sequence[Vm], known_names: dict[str, str]) -> tuple[Gpu, ...]:
-    by_addr = d.by_addr
-    nv = {g.address: g for g in (nvml.gpus if nvml else ())}
-    addrs = sorted(d.gpu_addrs | set(nv))
-    users: dict[str, list[str]] = {}
-    mdev_vm: dict[str | None, str] = {}  # the VM holding each mdev, and each PCI function
-    vf_vm: dict[str | None, str] = {}
-    for vm in vms:
-        for h in vm.hostdevs:
-            if h.gpu and vm.name not in users.setdefault(h.gpu, []):
-                users[h.gpu].append(vm.name)
-            if h.type == "mdev":
-                mdev_vm[h.uuid] = vm.name
-            elif h.type == "pci":
-                vf_vm[h.address] = vm.name
-
-    by_uuid: dict[str, str] | None = None
-
-    def vm_by_uuid() -> dict[str, str]:  # VM names by UUID, made when a MIG or NVML vGPU instance asks
-        nonlocal by_uuid
-        if by_uuid is None:
-            by_uuid = {vm.uuid: vm.name for vm in vms if vm.uuid}
-        return by_uuid
-
-    gpus = []
-    for index, addr in enumerate(addrs):
-        dev = by_addr.get(addr)
-        n: NvmlGpu | None = nv.get(addr)
-        driver = dev.driver if dev else ("nvidia" if n else None)
-        # vGPU types/instances from sysfs, attached to the GPU they live on (directly or via a VF)
-        types = d.types_of.get(addr, ())
-        insts = tuple(_with_vm(i, i.vm or mdev_vm.get(i.uuid) or vf_vm.get(i.uuid)) for i in d.insts_of.get(addr, ()))
-        if n is not None:
-            types = types or n.vgpu_types
-            if not insts and n.vgpu_instances:
-                names = vm_by_uuid()
-                insts = tuple(_with_vm(i, names.get(i.vm or "", i.vm)) for i in n.vgpu_instances)
-        mig = n.mig if n else Mig()
-        if mig.instances:
-            names = vm_by_uuid()
-            mig = replace(mig, instances=tuple(_mig_vm(mi, names) for mi in mig.instances))
-        vm_names = list(users.get(addr, []))
-        for i in insts:
-            if i.vm and i.vm not in vm_names:
-                vm_names.append(i.vm)
-        for mi in mig.instances:
-            if mi.vm and mi.vm not in vm_names:
-                vm_names.append(mi.vm)
-        kind = _owner_kind(driver, mig, insts)
-        name = ((n.name if n else "") or known_names.get(addr) or (dev.device_name if dev else "")
-                or "NVIDIA GPU")
-        gpu = Gpu(
-            address=addr, name=name, uuid=n.uuid if n else None, driver=driver,
-            numa_node=dev.numa_node if dev else None, owner=GpuOwner(kind, tuple(vm_names)),
-            mig=mig, vgpu=Vgpu(types=types, instances=insts), index=index,
-            nvml_index=n.nvml_index if n else None,
-            iommu_group=dev.iommu_group if dev else None,
-            link=dev.link if dev else PciLink(),
-            processes=n.processes if n else (), nvml_error=n.error if n else "",
-            **({k: getattr(n, k) for k in _NVML_METRICS} if n else {}),
-        )
-        gpus.append(gpu)
-    return tuple(gpus)
-
-
-_NVML_METRICS = metric_names()
-
-
-def _with_vm(inst: VgpuInstance, vm: str | None) -> VgpuInstance:
-    return inst if vm == inst.vm else _with(inst, vm=vm)
-
-
-def _mig_vm(mi: MigInstance, vm_by_uuid: dict[str, str]) -> MigInstance:
-    if mi.vm and mi.vm in vm_by_uuid:
-        return replace(mi, vm=vm_by_uuid[mi.vm])
-    return mi
-
-
-def _owner_kind(driver: str | None, mig: Mig, insts: tuple[VgpuInstance, ...]) -> str:
-    if driver in VFIO_DRIVERS:
-        return "vfio"
-    if driver is None:
-        return "unbound"
-    if mig.mode == "enabled":
-        return "mig"
-    if insts:
-        return "vgpu"
-    return "host"

@@ -21,7 +21,7 @@ from typing import Any
 
 from nodeconsole.console.gpu_events import Drain
 from nodeconsole.console.hosttext import visible
-from nodeconsole.console.model import HostSnapshot
+from nodeconsole.console.model import Gpu
 from nodeconsole.console.pciaddr import parse_pci_address
 from nodeconsole.console.root import Root
 
@@ -124,11 +124,11 @@ class DrainReader:
             self._sign = sign
         return self._drains
 
-    def mark(self, root: Root, snap: HostSnapshot) -> HostSnapshot:
-        """`snap` with each GPU's drain set from the file (the very same snapshot when nothing changes)."""
+    def mark_gpus(self, root: Root, gpus: tuple[Gpu, ...]) -> tuple[Gpu, ...]:
+        """`gpus` each with its drain set from the file (the very same tuple when nothing changes)."""
         drains = self.drains(root)
-        if not drains and all(g.drain is None for g in snap.gpus):
-            return snap
-        gpus = tuple(g if g.drain == drains.get(g.address) else replace(g, drain=drains.get(g.address))
-                     for g in snap.gpus)
-        return snap if all(a is b for a, b in zip(gpus, snap.gpus)) else replace(snap, gpus=gpus)
+        if not drains and all(g.drain is None for g in gpus):
+            return gpus
+        marked = tuple(g if g.drain == drains.get(g.address) else replace(g, drain=drains.get(g.address))
+                       for g in gpus)
+        return gpus if all(a is b for a, b in zip(marked, gpus)) else marked

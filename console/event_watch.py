@@ -16,13 +16,13 @@ import shlex
 import stat
 import time
 from collections import deque
-from dataclasses import dataclass
 
 from nodeconsole.console.event_time import boot_time, on_wall_clock
 from nodeconsole.console.events import AER, HOST, XID, KernelEvent, gpu_of, tie_to_vms
+from nodeconsole.console.gpu_events import SourceChange
 from nodeconsole.console.health import in_window
 from nodeconsole.console.host_failures import failure
-from nodeconsole.console.model import Gpu, HostSnapshot, Problem
+from nodeconsole.console.model import Gpu, HostSnapshot, Problem, SourceState
 from nodeconsole.console.reboot_impact import impact_sentence
 from nodeconsole.console.root import Root
 from nodeconsole.console.sources.kernel_log import KMSG, KernelLog, LogDenied, host_sources
@@ -32,19 +32,6 @@ KEEP = 200  # events held (newest)
 TAIL = 4 << 20  # a log seen for the first time is read from this many bytes before its end
 STEP = 8 << 20  # at most this much new text per poll (the rest at the next)
 SOURCE_KEEP = 50
-
-
-@dataclass(frozen=True)
-class SourceChange:
-    """A source the console lost or got back: `was` → `now` (ok, pending, a reason)."""
-    at: float  # time.time()
-    source: str
-    was: str
-    now: str
-
-    @property
-    def lost(self) -> bool:
-        return self.now not in ("ok", "pending")
 
 
 def is_alarm(ev: KernelEvent) -> bool:
@@ -138,7 +125,7 @@ class EventWatch:
         self.read = 0  # events read since the watch began (only grows; `events` keeps the newest KEEP)
         self.btime: float | None = None  # the host's boot time, as read with the last new events
         self.sources: deque[SourceChange] = deque(maxlen=SOURCE_KEEP)
-        self._last_sources: dict[str, str] = {}
+        self._last_sources: dict[str, SourceState] = {}
 
     @property
     def events(self) -> tuple[KernelEvent, ...]:
@@ -229,11 +216,11 @@ class EventWatch:
                 break
         return self.log.text(b"".join(r if r.endswith(b"\n") else r + b"\n" for r in records if r))
 
-    def note_sources(self, sources: dict[str, str]) -> None:
+    def note_sources(self, sources: dict[str, SourceState]) -> None:
         """Record each source whose state changed since the last snapshot (the first one is the start)."""
         for name, now in sources.items():
             was = self._last_sources.get(name)
-            if was is not None and was != now and not (was == "pending" and now == "ok"):
+            if was is not None and was != now and not (was.pending and now.ok):
                 self.sources.append(SourceChange(time.time(), name, was, now))
             self._last_sources[name] = now
 

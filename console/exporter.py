@@ -88,7 +88,7 @@ class Sampler:
                 report = run_doctor(snap, self.collector.seams.root)
             except Exception:  # the checks guard themselves; an unexpected failure costs only them
                 report = None
-        counts = self._counter.update(self.collector.watch.read, self.collector.gpu_events, snap)
+        counts = self._counter.update(self.collector.watch.read, snap.kernel_events, snap)
         sample = Sample(snap, counts, report, time.monotonic() - t0, self.collector.libvirt_version)
         self.latest = sample
         self.ready.set()
@@ -140,8 +140,8 @@ def families(sample: Sample | None, now: float | None = None) -> Iterator[Metric
     snap = sample.snap
     for s in SOURCES:
         state = getattr(snap.sources, s)
-        if state != "pending":  # not read yet: no series
-            up.add_metric([s], 1 if state == "ok" else 0)
+        if not state.pending:  # not read yet: no series
+            up.add_metric([s], 1 if state.ok else 0)
     yield up
     yield GaugeMetricFamily("nodeconsole_snapshot_collection_seconds",
                             "time the latest snapshot (and doctor run) took", value=sample.seconds)

@@ -81,7 +81,7 @@ class Host:
     def value(self, name: str) -> str:
         return self.mig_layout if name == "mig" else str(getattr(self, name))
 
-    def to_json(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, Any]:
         return {"instance": self.instance, "hostname": self.hostname,
                 "versions": {"driver": self.driver, "kernel": self.kernel, "libvirt": self.libvirt},
                 "gpus_by_owner": dict(sorted(self.gpus_by_owner.items())),
@@ -193,7 +193,7 @@ def fleet_report(fetch: Fetch) -> dict[str, Any]:
             if h.doctor.get(c, "absent") != maj:
                 h.drift.append({"field": f"doctor:{c}", "value": h.doctor.get(c, "absent"), "majority": maj})
     majority["doctor"] = doctor_major
-    return {"hosts": [h.to_json() for h in ordered], "majority": majority}
+    return {"hosts": [h.to_dict() for h in ordered], "majority": majority}
 
 
 def render_text(report: dict[str, Any]) -> list[str]:

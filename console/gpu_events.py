@@ -12,6 +12,8 @@ import datetime as dt
 from dataclasses import dataclass
 from typing import Any
 
+from nodeconsole.console.source_state import SourceState
+
 XID, AER, HOST = "xid", "aer", "host"  # HOST: the host's own failures around a GPU (console/host_failures.py)
 # How an event's time compares: seconds since boot (dmesg `[ 12.3]`, kmsg), a date with a year
 # (dmesg -T, ISO stamps), a syslog date without a year (journalctl -k, kern.log).
@@ -118,3 +120,16 @@ class Drain:
     def summary(self) -> str:
         """'drained: RMA ticket 42 (alice, 2026-12-02T09:15:03Z)' (host text: show it through visible)."""
         return f"drained: {self.reason} ({self.who}, {self.when})"
+
+
+@dataclass(frozen=True)
+class SourceChange:
+    """A source the console lost or got back: `was` → `now` (ok, pending, a reason)."""
+    at: float  # time.time()
+    source: str
+    was: str
+    now: str
+
+    @property
+    def lost(self) -> bool:
+        return SourceState(self.now).lost

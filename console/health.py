@@ -123,7 +123,7 @@ def _num(v: object) -> float:
 
 
 def _nvlink_down(g: Gpu) -> list[int]:
-    if not isinstance(g.nvlinks, tuple) or not g.nvlinks:
+    if not g.nvlinks:
         return []
     down = [lk.link for lk in g.nvlinks if not lk.active]
     in_fabric = g.fabric_state not in (None, NA)

@@ -37,7 +37,7 @@ def reboot_impact(snap: HostSnapshot) -> list[HitVm]:
 def impact_sentence(snap: HostSnapshot) -> str:
     """'a reboot stops 9 running VMs: train-a (GPU 1), …' — '' when no VM runs (or libvirt is down: then
     it says that it cannot tell)."""
-    if snap.sources.libvirt != "ok":
+    if not snap.sources.libvirt.ok:
         return f"a reboot stops every running VM (which ones is unknown: libvirt {snap.sources.libvirt})"
     hit = reboot_impact(snap)
     if not hit:

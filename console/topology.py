@@ -97,7 +97,7 @@ def matrix(snap: HostSnapshot) -> tuple[list[MatrixDevice], list[list[str]]]:
     for g in snap.gpus:
         d = index.get(g.address)
         devs.append(MatrixDevice(f"GPU{g.index}", g.address, g.numa_node, d.local_cpus if d else (),
-                                 owners.get(g.address, ()), g.nvml_index, g.nvlinks is not None))
+                                 owners.get(g.address, ()), g.nvml_index, g.nvlinks_read))
     nics = [d for d in snap.pci_devices if is_nic(d)]
     for i, d in enumerate(nics):
         devs.append(MatrixDevice(f"NIC{i}", d.address, d.numa_node, d.local_cpus, owners.get(d.address, ())))

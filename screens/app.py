@@ -38,7 +38,7 @@ from nodeconsole.screens.terminal import ScreenShadow
 from nodeconsole.themes import CSS_PATH, all_themes, resolve
 
 if TYPE_CHECKING:  # the collector is imported by the first poll
-    from nodeconsole.actions.runner import RunResult
+    from nodeconsole.actions.progress import RunResult
     from nodeconsole.console.collector import Collector
     from nodeconsole.console.seams import Seams
 

@@ -12,7 +12,7 @@ from nodeconsole.screens.messages import GpuSelected, PlanChange, VmSelected
 
 if TYPE_CHECKING:  # the actions are imported on first use
     from nodeconsole.actions.plan import Plan
-    from nodeconsole.actions.runner import Progress
+    from nodeconsole.actions.progress import Progress
     from nodeconsole.actions.session import ActionSession, Request
 
 

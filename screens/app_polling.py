@@ -21,7 +21,7 @@ from nodeconsole.screens.messages import HostView, SnapshotUpdated
 from nodeconsole.screens.poller import Bars, Poller
 
 if TYPE_CHECKING:
-    from nodeconsole.actions.runner import RunResult
+    from nodeconsole.actions.progress import RunResult
     from nodeconsole.console.collector import Collector
     from nodeconsole.console.seams import Seams
 

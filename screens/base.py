@@ -38,7 +38,7 @@ class Banner(Static):
         if snap is not None:
             for name in ("sysfs", "nvml", "libvirt", "psutil"):
                 status = getattr(snap.sources, name)
-                if status not in ("ok", "pending"):
+                if status.lost:
                     parts.append(f"{name} {status}")  # reasons quote the host (paths, libvirt errors)
         if note:
             parts.append(note)
@@ -255,7 +255,7 @@ def host_line(snap: HostSnapshot, title: str, width: int = 0) -> Text:
     """The tab strip (our markup) and the host's name (plain text, visible escapes, capped). When the
     whole strip and the host's part do not fit in `width` cells, the strip is compacted."""
     states = {n: getattr(snap.sources, n) for n in ("sysfs", "nvml", "libvirt", "psutil")}
-    bad = [n for n, v in states.items() if v not in ("ok", "pending")]
+    bad = [n for n, v in states.items() if v.lost]
     rest = Text("│ ")
     rest.append_text(host_text(snap.host.hostname or "?"))
     rest.append(" IOMMU on" if snap.iommu.enabled else " ")
@@ -263,7 +263,7 @@ def host_line(snap: HostSnapshot, title: str, width: int = 0) -> Text:
         rest.append("IOMMU OFF", style="bold")
     if bad:
         rest.append(f" degraded: {', '.join(bad)}", style="bold")
-    if any(v == "pending" for v in states.values()):
+    if any(v.pending for v in states.values()):
         rest.append(" reading…")
     line = Text.from_markup(tab_strip(title))
     if width and line.cell_len + rest.cell_len > width:

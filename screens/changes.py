@@ -25,6 +25,7 @@ from textual.widgets import DataTable, Static
 from nodeconsole.console.hosttext import show, visible
 from nodeconsole.console.model import HostSnapshot
 from nodeconsole.screens.base import SnapshotScreen
+from nodeconsole.screens.cadence import REFRESH_S
 from nodeconsole.screens.messages import PlanChange
 from nodeconsole.screens.widgets.hanging import hanging
 from nodeconsole.screens.widgets.keyed_table import KeyedTable
@@ -35,7 +36,6 @@ if TYPE_CHECKING:
 
 COLS = [("id", "Id"), ("when", "When (UTC)"), ("who", "Who"), ("action", "Action"), ("result", "Result"),
         ("state", "State"), ("title", "Title")]
-REFRESH_S = 5.0  # the log is re-read at most this often (and right after a change)
 BOOT_ID = "proc/sys/kernel/random/boot_id"
 TITLE_MAX = 100  # a long title widens the table; the panel has it whole
 Record = Mapping[str, Any]

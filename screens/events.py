@@ -2,33 +2,36 @@
 through the audit log, and the sources the console lost or got back, newest first.
 
 The kernel log is read by the collector's poll (in its worker, incrementally: console/event_watch.py);
-the audit log is read here in a thread worker, on show and every few seconds — never on the UI thread.
+its events and the source changes come in the snapshot the screen is handed. The audit log is read here
+in a thread worker, on show and every few seconds — never on the UI thread.
 Host text (process names, log lines, VM names, titles) is plain text.
 """
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.text import Text
 from textual import work
 from textual.app import ComposeResult
 from textual.widgets import Static
 
-from nodeconsole.console.event_watch import SourceChange
 from nodeconsole.console.events import XID, KernelEvent
-from nodeconsole.console.gpu_events import local_text
+from nodeconsole.console.gpu_events import SourceChange, local_text
 from nodeconsole.console.host_failures import FAILURES
 from nodeconsole.console.hosttext import show
 from nodeconsole.console.model import HostSnapshot
 from nodeconsole.console.xid import lookup
 from nodeconsole.screens.base import SnapshotScreen
+from nodeconsole.screens.cadence import REFRESH_S
 from nodeconsole.screens.widgets.keyed_table import KeyedTable
 from nodeconsole.screens.widgets.text import plain_text
 
+if TYPE_CHECKING:
+    from nodeconsole.console.seams import Seams
+
 COLS = [("when", "When"), ("kind", "What"), ("gpu", "GPU"), ("vm", "VM"), ("severity", "Severity"),
         ("meaning", "Meaning"), ("action", "Action")]
-REFRESH_S = 5.0
 TEXT_MAX = 100
 
 
@@ -88,16 +91,10 @@ class EventsScreen(SnapshotScreen):
         yield KeyedTable(COLS, id="events-table")
         yield Static(id="events-table-more", classes="more")  # rows out of sight, when some are
 
-    def _collector_state(self) -> tuple[tuple[KernelEvent, ...], tuple[SourceChange, ...], str]:
-        c = getattr(self.app, "collector", None)
-        if c is None:
-            return (), (), ""
-        return c.gpu_events, tuple(c.watch.sources), c.watch.error
-
     def render_snapshot(self, snap: HostSnapshot) -> None:
-        if time.monotonic() - self._read_at >= REFRESH_S:
+        if self.view.seams is not None and time.monotonic() - self._read_at >= REFRESH_S:
             self._read_at = time.monotonic()
-            self._read_audit()
+            self._read_audit(self.view.seams)
         self._show()
 
     def on_screen_resume(self) -> None:
@@ -105,9 +102,11 @@ class EventsScreen(SnapshotScreen):
         super().on_screen_resume()
 
     @work(thread=True, exclusive=True, group="events", exit_on_error=False)
-    def _read_audit(self) -> None:
+    def _read_audit(self, seams: Seams) -> None:
+        from nodeconsole.actions.audit import host_audit
+
         try:
-            records = self.app.new_session().host.audit.records()  # type: ignore[attr-defined]
+            records = host_audit(seams).records()
         except Exception:  # no audit log (a replay, not read yet): the kernel events still show
             records = []
         self.app.call_from_thread(self._got, [r for r in records if r.get("result") == "applied"])
@@ -117,8 +116,11 @@ class EventsScreen(SnapshotScreen):
         self._show()
 
     def _show(self) -> None:
-        events, sources, error = self._collector_state()
-        rows = event_rows(self.snapshot, events, self.changes, sources)
+        snap = self.snapshot
+        events = snap.kernel_events if snap is not None else ()
+        sources = snap.source_changes if snap is not None else ()
+        error = snap.kernel_log_error if snap is not None else ""
+        rows = event_rows(snap, events, self.changes, sources)
         table = self.query_one("#events-table", KeyedTable)
         if [k for k, _ in rows] != self._keys:  # new rows go on top: rebuild (the list is short)
             self._keys = [k for k, _ in rows]
@@ -129,7 +131,7 @@ class EventsScreen(SnapshotScreen):
         self.query_one("#events-summary", Static).update(plain_text(head + (f"\nwarning: {error}" if error else "")))
 
     def details_for(self, table: KeyedTable, key: str) -> tuple[str, str] | None:
-        events, _, _ = self._collector_state()
+        events = self.snapshot.kernel_events if self.snapshot is not None else ()
         if key.startswith("ev") and key[2:].isdigit() and int(key[2:]) < len(events):
             ev = events[int(key[2:])]
             lines = [f"{ev.what} on {ev.gpu} at {ev.when} (logged as {ev.time or '-'})", f"VM {ev.vm or '-'}",

@@ -32,9 +32,9 @@ from nodeconsole.actions.nccl.run import (
     DEFAULT_STALL,
     DEFAULT_TIMEOUT,
     NcclRun,
-    Progress,
-    RunResult,
     Stall,
+    SweepProgress,
+    SweepResult,
     average_text,
 )
 from nodeconsole.actions.nccl.snapshot_topology import LocalPlan, Preflight, local_check_command, read_preflight
@@ -138,7 +138,7 @@ class NcclScreen(SnapshotScreen):
         self.command: LocalCommand | None = None
         self.command_error = ""
         self.rows: list[Row] = []
-        self.result: RunResult | None = None
+        self.result: SweepResult | None = None
         self.running = False
         self._run: NcclRun | None = None
         self._stop = threading.Event()
@@ -317,11 +317,11 @@ class NcclScreen(SnapshotScreen):
         self.stall = stall
         self._set_status(f"{stall.message()} (c cancels it)")
 
-    def _progress_from_thread(self, p: Progress) -> None:
+    def _progress_from_thread(self, p: SweepProgress) -> None:
         if not self._closing:
             self.app.call_from_thread(self._on_progress, p)
 
-    def _on_progress(self, p: Progress) -> None:
+    def _on_progress(self, p: SweepProgress) -> None:
         self.stall = None
         self.rows.append(p.row)
         table = self.query_one("#nccl-rows", KeyedTable)
@@ -340,7 +340,7 @@ class NcclScreen(SnapshotScreen):
         self._set_status(f"cannot run: {why}")
         self._buttons()
 
-    def _run_done(self, plan: LocalPlan, cmd: LocalCommand, result: RunResult) -> None:
+    def _run_done(self, plan: LocalPlan, cmd: LocalCommand, result: SweepResult) -> None:
         self.result, self.running, self.stall = result, False, None
         if result.exit_code is not None or result.cancelled or result.timed_out:  # it did start
             self.ran = (cmd, plan)

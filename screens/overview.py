@@ -81,7 +81,7 @@ def host_info(snap: HostSnapshot) -> str:
              "IOMMU on" if snap.iommu.enabled else "IOMMU OFF"]
     for n in ("sysfs", "nvml", "libvirt", "psutil"):
         v = getattr(snap.sources, n)
-        if v not in ("ok", "pending"):
+        if v.lost:
             parts.append(f"{n} {v}")
     return " · ".join(parts)
 

@@ -26,6 +26,7 @@ from textual.widgets import DataTable, Static
 from nodeconsole.console.doctor.model import CHECK_IDS, ROLES, CheckResult, DoctorReport
 from nodeconsole.console.hosttext import visible
 from nodeconsole.screens.base import SnapshotScreen
+from nodeconsole.screens.cadence import REFRESH_S
 from nodeconsole.screens.messages import PlanChange
 from nodeconsole.screens.widgets.keyed_table import KeyedTable
 from nodeconsole.screens.widgets.text import host_text, plain_text
@@ -37,7 +38,6 @@ if TYPE_CHECKING:
 COLS = [("step", "#"), ("status", "Status"), ("check", "Check"), ("finding", "Finding")]
 MARK = {"pass": ("✔ pass", "green"), "warn": ("▲ warn", "yellow"), "fail": ("✖ fail", "bold red"),
         "skip": ("– skip", "dim")}
-REFRESH_S = 5.0  # the doctor re-reads the host at most this often (and right after a change)
 _ORDER = {cid: i for i, cid in enumerate(CHECK_IDS)}
 
 

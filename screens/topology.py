@@ -121,8 +121,8 @@ class TopologyScreen(SnapshotScreen):
     def render_snapshot(self, snap: HostSnapshot) -> None:
         # The topology is static: re-render only when devices or drivers change.
         sig = (tuple((d.address, d.driver) for d in snap.pci_devices),
-               tuple((g.address, g.owner, g.nvml_index, tuple(lk.active for lk in g.nvlinks)
-                      if isinstance(g.nvlinks, tuple) else g.nvlinks) for g in snap.gpus),
+               tuple((g.address, g.owner, g.nvml_index, tuple(lk.active for lk in g.nvlinks), g.nvlink_state)
+                     for g in snap.gpus),
                tuple((n.address, n.vm) for n in snap.nics),
                tuple((v.address, v.vm) for n in snap.nics for v in n.vfs),
                tuple((p.device, p.state, p.rate) for n in snap.nics for p in n.ports))

@@ -9,7 +9,7 @@ from nodeconsole.actions.nccl.expect import Expectation, Topology, expected_busb
 from nodeconsole.actions.nccl.finding import Finding
 from nodeconsole.actions.nccl.parse import ParsedOutput, Parser, Row, parse_text
 from nodeconsole.actions.nccl.preflight import PreflightReport, preflight
-from nodeconsole.actions.nccl.run import NcclRun, Progress, RunResult, run_local
+from nodeconsole.actions.nccl.run import NcclRun, SweepProgress, SweepResult, run_local
 
-__all__ = ["Expectation", "Finding", "NcclRun", "ParsedOutput", "Parser", "PreflightReport", "Progress", "Row",
-           "RunResult", "Topology", "expected_busbw", "parse_text", "preflight", "run_local", "verdict"]
+__all__ = ["Expectation", "Finding", "NcclRun", "ParsedOutput", "Parser", "PreflightReport", "SweepProgress", "Row",
+           "SweepResult", "Topology", "expected_busbw", "parse_text", "preflight", "run_local", "verdict"]

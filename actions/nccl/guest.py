@@ -23,7 +23,7 @@ from typing import Protocol
 
 from nodeconsole.actions.nccl.commands import _check_program, sweep_args, validate_env, validate_host
 from nodeconsole.actions.nccl.parse import Parser
-from nodeconsole.actions.nccl.run import DEFAULT_TIMEOUT, Progress, RunResult, sweep_total
+from nodeconsole.actions.nccl.run import DEFAULT_TIMEOUT, SweepProgress, SweepResult, sweep_total
 from nodeconsole.console.argtypes import close_names
 from nodeconsole.console.model import Gpu, HostSnapshot, Vm
 
@@ -256,7 +256,7 @@ class AgentRun:
     guest_argv: list[str]
     timeout: float | None = DEFAULT_TIMEOUT
     poll: float = 1.0
-    on_progress: Callable[[Progress], None] | None = None
+    on_progress: Callable[[SweepProgress], None] | None = None
     call_timeout: float = 30.0  # one virsh call
     clock: Callable[[], float] = time.monotonic
     sleep: Callable[[float], None] = time.sleep
@@ -279,18 +279,18 @@ class AgentRun:
             self.runner.run(agent_exec_argv(self.uri, self.vm, ["env", "kill", "-TERM", str(self.pid)]),
                             self.call_timeout)
 
-    def run(self) -> RunResult:
+    def run(self) -> SweepResult:
         parser = Parser()
         started = self.clock()
         rc, out, err = self.runner.run(self.argv, self.call_timeout)
         if rc != 0:
-            return RunResult(self.argv, parser.out, None, error=(err.strip() or out.strip() or f"virsh exit {rc}"))
+            return SweepResult(self.argv, parser.out, None, error=(err.strip() or out.strip() or f"virsh exit {rc}"))
         try:
             pid = _agent_return(out).get("pid")
             if not isinstance(pid, int):
                 raise ValueError(f"guest-exec gave no pid: {out.strip()[:200]!r}")
         except ValueError as e:
-            return RunResult(self.argv, parser.out, None, error=str(e))
+            return SweepResult(self.argv, parser.out, None, error=str(e))
         self.pid = pid
         timed_out = cancelled = False
         status: dict[str, object] = {}
@@ -316,11 +316,11 @@ class AgentRun:
         for line in stdout.splitlines():
             row = parser.feed(line)
             if row is not None and self.on_progress is not None:
-                self.on_progress(Progress(len(parser.out.rows), total, row))
+                self.on_progress(SweepProgress(len(parser.out.rows), total, row))
         code = status.get("exitcode")
         sig = status.get("signal")
         exit_code = (-sig if isinstance(sig, int) else code if isinstance(code, int) else None) \
             if status.get("exited") else None
-        return RunResult(self.argv, parser.out, exit_code, timed_out=timed_out, cancelled=cancelled,
+        return SweepResult(self.argv, parser.out, exit_code, timed_out=timed_out, cancelled=cancelled,
                          stderr_tail=stderr.splitlines()[-200:], stdout_tail=stdout.splitlines()[-200:],
                          duration_s=self.clock() - started)

@@ -37,7 +37,8 @@ TAIL_LINES = 200
 
 
 @dataclass(frozen=True)
-class Progress:
+class SweepProgress:
+    """A row of an NCCL sweep read: how many so far, of how many."""
     done: int  # rows read so far
     total: int | None  # rows the sweep will print (None when it cannot be told)
     row: Row
@@ -59,7 +60,8 @@ class Stall:
 
 
 @dataclass
-class RunResult:
+class SweepResult:
+    """How an NCCL sweep ended: its rows, exit, tails of its output."""
     argv: list[str]
     parsed: ParsedOutput
     exit_code: int | None  # negative: killed by that signal; None: never started
@@ -187,7 +189,7 @@ class NcclRun:
     thread. `on_progress` is called from the reading thread for every row."""
 
     def __init__(self, argv: Sequence[str], env: Mapping[str, str] | None = None, *,
-                 timeout: float | None = DEFAULT_TIMEOUT, on_progress: Callable[[Progress], None] | None = None,
+                 timeout: float | None = DEFAULT_TIMEOUT, on_progress: Callable[[SweepProgress], None] | None = None,
                  total: int | None = None, kill_grace: float = 3.0, line_buffered: bool = True,
                  base_env: Mapping[str, str] | None = None, stall_after: float | None = DEFAULT_STALL,
                  stall_factor: float = STALL_FACTOR, on_stall: Callable[[Stall], None] | None = None) -> None:
@@ -210,7 +212,7 @@ class NcclRun:
         self._cancelled = threading.Event()
         self._kill_lock = threading.Lock()
         self._started = 0.0
-        self._result: RunResult | None = None
+        self._result: SweepResult | None = None
         self._error = ""
         self.stall_after = stall_after  # None: never report a stall
         self.stall_factor = stall_factor
@@ -257,7 +259,7 @@ class NcclRun:
                     self.total = expected_rows(header.min_bytes, header.max_bytes, header.step_factor or 0,
                                                header.step_bytes or 0)
                 try:
-                    self.on_progress(Progress(len(self.parser.out.rows), self.total, row))
+                    self.on_progress(SweepProgress(len(self.parser.out.rows), self.total, row))
                 except Exception as e:  # a broken callback must not stop the reading
                     self._error = self._error or f"progress callback failed: {e!r}"
 
@@ -307,7 +309,7 @@ class NcclRun:
                     time.sleep(0.02)
             self.proc.poll()
 
-    def wait(self) -> RunResult:
+    def wait(self) -> SweepResult:
         """Block until the command ends, times out or is cancelled; then nothing of it runs any more."""
         if self._result is not None:
             return self._result
@@ -329,24 +331,24 @@ class NcclRun:
         for t in self._readers:
             t.join(timeout=5.0)
         self.proc.wait()
-        self._result = RunResult(
+        self._result = SweepResult(
             argv=self.argv, parsed=self.parser.out, exit_code=self.proc.returncode, timed_out=timed_out,
             cancelled=self._cancelled.is_set() and not timed_out, stderr_tail=list(self._stderr),
             stdout_tail=list(self._stdout), duration_s=time.monotonic() - self._started, error=self._error,
             stalls=self.stalls)
         return self._result
 
-    def run(self) -> RunResult:
+    def run(self) -> SweepResult:
         """start() and wait(); a command that cannot be started gives a result saying why."""
         try:
             self.start()
         except OSError as e:
-            return RunResult(self.argv, self.parser.out, None, error=str(e))
+            return SweepResult(self.argv, self.parser.out, None, error=str(e))
         return self.wait()
 
 
 def run_local(gpus: Sequence[int | str], path: str | None = None, sweep: Sequence[str] | None = None, *,
-              timeout: float | None = DEFAULT_TIMEOUT, on_progress: Callable[[Progress], None] | None = None,
+              timeout: float | None = DEFAULT_TIMEOUT, on_progress: Callable[[SweepProgress], None] | None = None,
               env: Mapping[str, str] | None = None, kill_grace: float = 3.0,
               stall_after: float | None = DEFAULT_STALL, on_stall: Callable[[Stall], None] | None = None,
               **kwargs: Unpack[LocalCommandOptions]) -> tuple[NcclRun, LocalCommand]:

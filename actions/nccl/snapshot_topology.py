@@ -138,7 +138,7 @@ def nvlink_connected(gpus: Sequence[Gpu]) -> bool | None:
     has none or a pair is not joined."""
     if len(gpus) < 2:
         return False
-    if any(g.nvlinks is None for g in gpus):
+    if not all(g.nvlinks_read for g in gpus):
         return None
     return all(nvlink_peers(a, b) > 0 for a, b in combinations(gpus, 2))
 

@@ -225,9 +225,7 @@ def snapshot_nvlinks(snap: HostSnapshot, gpus: list[str]) -> dict[str, list[tupl
     out: dict[str, list[tuple[str, int]]] = {}
     for a in gpus:
         g = snap.gpu(a)
-        links = getattr(g, "nvlinks", None) if g is not None else None
-        if not isinstance(links, tuple):
-            continue
+        links = g.nvlinks if g is not None else ()
         counts: dict[str, int] = {}
         for lk in links:
             if lk.active and lk.remote:

@@ -74,7 +74,7 @@ class Diff:
     changes: list[Change]
     notes: list[str] = field(default_factory=list)  # what the reader should know (redaction, other host)
 
-    def to_json(self) -> list[dict[str, Any]]:
+    def to_dicts(self) -> list[dict[str, Any]]:
         return [c.to_dict() for c in self.changes]
 
     @property

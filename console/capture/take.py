@@ -148,7 +148,7 @@ def _doctor(snap: Any, rec: RecordingRoot, changes: Sequence[Mapping[str, Any]],
         from nodeconsole.console.doctor.run import run_doctor
 
         report = run_doctor(snap, rec, changes=changes)
-        entries[DOCTOR] = Entry(FILE, _json(report.to_json()))
+        entries[DOCTOR] = Entry(FILE, _json(report.to_dict()))
         sources["doctor"] = {"status": "ok", **report.counts()}
     except Exception as e:  # the doctor must never cost the capture
         sources["doctor"] = _failed(e)

@@ -17,7 +17,7 @@ from nodeconsole.console.hosttext import visible
 
 if TYPE_CHECKING:  # the actions are imported when a command runs
     from nodeconsole.actions.plan import Plan
-    from nodeconsole.actions.runner import Progress
+    from nodeconsole.actions.progress import Progress
     from nodeconsole.actions.session import ActionSession, Request
 
 

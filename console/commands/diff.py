@@ -73,7 +73,7 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         for n in diff.notes:
             _note(f"note: {n}")
-        print(json.dumps(diff.to_json(), indent=2, ensure_ascii=False))
+        print(json.dumps(diff.to_dicts(), indent=2, ensure_ascii=False))
     else:
         for _style, line in render(diff):
             print(line)

@@ -59,7 +59,7 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError("--apply and --yes go with --fix ID… (the checks whose fixes to make)")
     report = diagnose(args)
     if args.json:
-        print(json.dumps(report.to_json(), indent=2))
+        print(json.dumps(report.to_dict(), indent=2))
     else:
         print(render(report))
     return report.exit_code

@@ -32,7 +32,7 @@ if TYPE_CHECKING:  # the NCCL checks are imported when a command runs
     from nodeconsole.actions.nccl.guest import GuestPlan
     from nodeconsole.actions.nccl.parse import ParsedOutput
     from nodeconsole.actions.nccl.preflight import PreflightReport
-    from nodeconsole.actions.nccl.run import Progress, RunResult, Stall
+    from nodeconsole.actions.nccl.run import Stall, SweepProgress, SweepResult
     from nodeconsole.actions.nccl.snapshot_topology import LocalPlan
     from nodeconsole.console.model import HostSnapshot
     from nodeconsole.console.seams import Seams
@@ -241,7 +241,7 @@ def run_parse(args: argparse.Namespace) -> int:
 
 
 # -- check -----------------------------------------------------------------------------------------------
-def _progress_line(p: Progress) -> str:
+def _progress_line(p: SweepProgress) -> str:
     r = p.row
     total = "?" if p.total is None else str(p.total)
     halves = [c for c in (r.out_of_place, r.in_place) if c is not None]
@@ -371,7 +371,7 @@ def _run_check(args: argparse.Namespace, plan: LocalPlan, cmd: LocalCommand, out
     return _report_run(args, result, plan.topology, out)
 
 
-def _report_run(args: argparse.Namespace, result: RunResult, topo: Topology, out: dict[str, object]) -> int:
+def _report_run(args: argparse.Namespace, result: SweepResult, topo: Topology, out: dict[str, object]) -> int:
     """The result of a run and its verdict (into `out` with --json); the exit status of the check."""
     from nodeconsole.actions.nccl.run import average_text
 
@@ -482,7 +482,7 @@ def _run_vm_check(args: argparse.Namespace, plan: GuestPlan, topo: Topology, out
 
     progress_out = sys.stderr if args.json else sys.stdout
 
-    def show(p: Progress) -> None:
+    def show(p: SweepProgress) -> None:
         print(_progress_line(p), file=progress_out, flush=True)
 
     run: NcclRun | AgentRun

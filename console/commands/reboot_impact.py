@@ -26,8 +26,8 @@ def run(args: argparse.Namespace) -> int:
     hit = reboot_impact(snap)
     if args.json:
         print(json.dumps({"vms": [h.to_dict() for h in hit], "libvirt": snap.sources.libvirt}, indent=2))
-        return 0 if snap.sources.libvirt == "ok" else 1
-    if snap.sources.libvirt != "ok":
+        return 0 if snap.sources.libvirt.ok else 1
+    if not snap.sources.libvirt.ok:
         print(f"nodeconsole: which VMs run is unknown: libvirt {show(snap.sources.libvirt, LINE_MAX)}")
         return 1
     if not hit:

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 
 from nodeconsole.console.cli import seams_from_args, subcommand
 from nodeconsole.console.hosttext import LINE_MAX, show, visible
@@ -25,7 +26,7 @@ def run(args: argparse.Namespace) -> int:
     collector.collect()  # CPU load and VM CPU % are deltas: prime them, then read for real
     time.sleep(0.25)
     snap = collector.collect()
-    print(snap.to_json() if args.json else summary(snap))
+    print(json.dumps(snap.to_dict(), indent=2) if args.json else summary(snap))
     return 0
 
 

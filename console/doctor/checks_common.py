@@ -173,7 +173,7 @@ class Context:
     def source_down(self, name: str) -> str | None:
         """"libvirt unavailable: …" when that source did not answer, else None."""
         status = getattr(self.snap.sources, name)
-        return None if status == "ok" else f"{name} {status}"
+        return None if status.ok else f"{name} {status}"
 
     # -- VMs ---------------------------------------------------------------------------------------
     @cached_property

@@ -173,7 +173,7 @@ def check_nvidia_driver(ctx: Context) -> CheckResult:
     f = ctx.files
     snap = ctx.snap
     if not snap.gpus:
-        return skipped("nvidia-driver", "no NVIDIA GPU found" + ("" if snap.sources.sysfs == "ok"
+        return skipped("nvidia-driver", "no NVIDIA GPU found" + ("" if snap.sources.sysfs.ok
                                                                  else f" (sysfs {snap.sources.sysfs})"))
     kept = ctx.kept_gpus
     if not kept and ctx.role == "passthrough":

@@ -28,7 +28,7 @@ class Evidence:
     path: str
     value: str
 
-    def to_json(self) -> dict[str, str]:
+    def to_dict(self) -> dict[str, str]:
         return {"path": self.path, "value": self.value}
 
 
@@ -41,7 +41,7 @@ class Fix:
     needs_reboot: bool = False
     plannable: bool = False
 
-    def to_json(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, Any]:
         return {"summary": self.summary, "commands": list(self.commands), "needs_reboot": self.needs_reboot,
                 "plannable": self.plannable}
 
@@ -61,11 +61,11 @@ class CheckResult:
     def group(self) -> str:
         return GROUP_OF.get(self.id, "other")
 
-    def to_json(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, Any]:
         return {"id": self.id, "group": self.group, "title": self.title, "status": self.status,
                 "finding": self.finding, "why": self.why,
-                "evidence": [e.to_json() for e in self.evidence],
-                "fix": self.fix.to_json() if self.fix else None, "pending": self.pending}
+                "evidence": [e.to_dict() for e in self.evidence],
+                "fix": self.fix.to_dict() if self.fix else None, "pending": self.pending}
 
 
 @dataclass(frozen=True)
@@ -93,6 +93,6 @@ class DoctorReport:
         """0 when no check fails, 1 when one does (2 stays for usage errors)."""
         return 1 if self.failed else 0
 
-    def to_json(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, Any]:
         return {"schema": SCHEMA, "role": self.role, "boot_id": self.boot_id, "summary": self.counts(),
-                "checks": [c.to_json() for c in self.checks], "notes": list(self.notes)}
+                "checks": [c.to_dict() for c in self.checks], "notes": list(self.notes)}

@@ -92,7 +92,7 @@ def run_doctor(snap: HostSnapshot, root: Root, role: str = "mixed",
     results = mark_pending(results, changes, boot_id)
     for name in ("sysfs", "nvml", "libvirt"):
         status = getattr(snap.sources, name)
-        if status != "ok":
+        if not status.ok:
             notes.append(f"{name}: {status}")
     if any(c.fix is not None and c.fix.needs_reboot and c.fix.plannable for c in results):
         notes.append(f"boot loader: {ctx.loader.describe()}")

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from nodeconsole.console.iommu import blocker_reasons, slot_of
-from nodeconsole.console.model import NA, Gpu, HostSnapshot
+from nodeconsole.console.model import LINKS_READ, NA, Gpu, HostSnapshot
 from nodeconsole.screens.widgets.text import metric
 
 
@@ -90,10 +90,8 @@ def clocks_text(g: Gpu) -> str:
 def nvlink_text(g: Gpu) -> str:
     """"18/18 active v4 to 4 NVSwitches, errors: link 7 crc_flit 3"; N/A without NVLink, '-' not read."""
     links = g.nvlinks
-    if not isinstance(links, tuple):
-        return metric(links)
     if not links:
-        return "none"
+        return "none" if g.nvlink_state == LINKS_READ else metric(g.nvlink_state)
     active = sum(1 for lk in links if lk.active)
     version = next((lk.version for lk in links if isinstance(lk.version, int)), None)
     switches = {lk.remote for lk in links if lk.remote_type == "switch" and lk.remote}

@@ -14,7 +14,7 @@ import pytest
 
 from nodeconsole.actions.nccl.expect import Topology
 from nodeconsole.actions.nccl.parse import parse_text
-from nodeconsole.actions.nccl.run import NcclRun, Progress, run_local, sweep_total
+from nodeconsole.actions.nccl.run import NcclRun, SweepProgress, run_local, sweep_total
 
 FAKE = Path(__file__).resolve().parent / "fixtures" / "fake_all_reduce_perf.py"
 
@@ -68,10 +68,10 @@ def test_replay_streams_rows_with_progress(shared_dir: Path, fake_bin: Path, tmp
                                            delay: str) -> None:
     src = shared_dir / "nccl" / name
     record, env = _start(fake_bin, tmp_path, output=str(src), delay=delay)
-    events: list[tuple[Progress, bool]] = []
+    events: list[tuple[SweepProgress, bool]] = []
     holder: dict[str, NcclRun] = {}
 
-    def progress(p: Progress) -> None:
+    def progress(p: SweepProgress) -> None:
         events.append((p, holder["run"].proc.poll() is None))  # was the child still running?
 
     run, cmd = run_local([0, 1], search_path=str(fake_bin), env=env, on_progress=progress, timeout=30)
@@ -172,7 +172,7 @@ def test_a_program_that_cannot_start(tmp_path: Path) -> None:
 def test_broken_progress_callback_does_not_stop_reading(shared_dir: Path, fake_bin: Path, tmp_path: Path) -> None:
     _, env = _start(fake_bin, tmp_path, output=str(shared_dir / "nccl" / "4.txt"))
 
-    def boom(p: Progress) -> None:
+    def boom(p: SweepProgress) -> None:
         raise RuntimeError("ui gone")
 
     run, _ = run_local(["0"], search_path=str(fake_bin), env=env, on_progress=boom, timeout=30)
@@ -237,7 +237,7 @@ def test_a_silent_run_is_reported_as_stalled_once_and_keeps_running(fake_bin: Pa
 
 def test_average_wording_of_runs_cut_short() -> None:
     from nodeconsole.actions.nccl.parse import parse_text
-    from nodeconsole.actions.nccl.run import RunResult, average_text
+    from nodeconsole.actions.nccl.run import SweepResult, average_text
     from tests.actions.test_nccl_cli import synthetic_output
 
     text = synthetic_output(3.6, min_bytes=8, max_bytes=64)
@@ -250,5 +250,5 @@ def test_average_wording_of_runs_cut_short() -> None:
     nothing = parse_text("")
     assert average_text(nothing, "cancelled") == "cancelled before any result"
     assert average_text(nothing) == "no result"
-    result = RunResult(["x"], nothing, -15, cancelled=True)
+    result = SweepResult(["x"], nothing, -15, cancelled=True)
     assert result.findings()[0].message == "cancelled before any result"

@@ -287,7 +287,7 @@ def test_versions_kernel_files_doctor_and_audit():
     text = [line for _style, line in render(d)]
     assert "  /proc/cmdline: +intel_iommu=on" in text and "      +X=2" in text
     assert "  iommu status: fail → pass — on" in text and "  r2 doctor fix: Fix iommu (applied, root)" in text
-    assert d.to_json()[-1] == {"topic": "doctor", "subject": "iommu", "what": "status", "before": "fail",
+    assert d.to_dicts()[-1] == {"topic": "doctor", "subject": "iommu", "what": "status", "before": "fail",
                                "after": "pass", "note": "on"}
 
 

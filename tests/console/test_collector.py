@@ -2,10 +2,10 @@
 mapping, problems — and a collector that keeps going when a source raises."""
 from __future__ import annotations
 
-import json
 from dataclasses import replace
 
-from nodeconsole.console.collector import Collector, assemble
+from nodeconsole.console.assembly import assemble
+from nodeconsole.console.collector import Collector
 from nodeconsole.console.model import (
     NA,
     Cpu,
@@ -106,7 +106,7 @@ def test_problems_name_what_is_wrong():
 
 def test_json_shape_uses_numbers_and_lists():
     snap = assemble(_sysfs(), _nvml(), _libvirt(), Load(), Sources())
-    d = json.loads(snap.to_json())
+    d = snap.to_dict()
     assert d["schema"] == 1
     for key in ("host", "cpus", "numa_nodes", "pci_devices", "iommu", "gpus", "vms", "sources"):
         assert key in d
@@ -157,9 +157,9 @@ def test_a_pin_to_every_cpu_is_no_pin():
 def test_with_is_dataclasses_replace_without_init(state_ro) -> None:
     """The collector's fast replace gives the same value (equal, same hash, same fields) as
     dataclasses.replace on the model's frozen dataclasses."""
-    from nodeconsole.console.collector import _with
     from nodeconsole.console.demo.nvml_sim import SimulatedNvml
     from nodeconsole.console.demo.state import ensure_demo
+    from nodeconsole.console.gpu_merge import with_fields as _with
 
     host = ensure_demo(state_ro)
     root = Root(host.root)

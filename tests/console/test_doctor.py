@@ -227,7 +227,7 @@ def test_role_vgpu_without_a_vgpu_manager_fails(t):
 
 
 def test_json_interface(t):
-    d = doctor(t).to_json()
+    d = doctor(t).to_dict()
     assert set(d) == {"schema", "role", "boot_id", "summary", "checks", "notes"}
     assert d["summary"] == {"pass": 16, "warn": 0, "fail": 0, "skip": 1}
     for c in d["checks"]:

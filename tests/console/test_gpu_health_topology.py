@@ -71,7 +71,7 @@ def test_not_supported_answers(host):
     g["not_supported"] = g["not_supported"] + ["clocks", "clock_events", "pcie_replay", "nvlink", "fabric"]
     gpu = read_nvml(SimulatedNvml(state, clock=lambda: 1000.0)).gpus[0]
     assert (gpu.clock_sm_mhz, gpu.clock_sm_max_mhz, gpu.clock_events, gpu.pcie_replay_count) == (NA, NA, NA, NA)
-    assert (gpu.nvlinks, gpu.fabric_state, gpu.fabric_status) == (NA, NA, NA)
+    assert (gpu.nvlinks, gpu.nvlink_state, gpu.fabric_state, gpu.fabric_status) == ((), NA, NA, NA)
     uninstall()
 
 
@@ -136,7 +136,7 @@ def test_host_pressure(snap):
     steal = {v.name: v.steal_percent for v in snap.vms}
     assert steal["train-c"] is None and steal["vgpu-desk-2"] is None  # shut off, paused
     assert 0 < steal["train-a"] < 2 < steal["web-1"]  # pinned vs floating over every host CPU
-    data = json.loads(snap.to_json())
+    data = snap.to_dict()
     assert data["load"]["nodes"][0]["hugepages"][0]["free"] == 16 and "steal_percent" in data["vms"][0]
 
 

@@ -237,6 +237,6 @@ def test_the_collector_never_waits_for_a_guest(state):
         assert g.health.unhealthy and [e.source for e in g.events] == [GUEST_LOG]
         assert len(agent.calls) == 2  # asked once in all those polls (once a minute per VM)
         assert any(p.subject == GPU_A and "VM train-a" in p.message for p in snap.problems)
-        assert all(e.source == HOST_LOG for e in c.gpu_events if e.gpu != GPU_A)
+        assert all(e.source == HOST_LOG for e in snap.kernel_events if e.gpu != GPU_A)
     finally:
         c.close()

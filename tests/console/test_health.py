@@ -24,7 +24,7 @@ from nodeconsole.console.model import NA, Gpu, GpuOwner, NvLink, PciLink
 
 FULL = PciLink("32.0 GT/s PCIe", 16, "32.0 GT/s PCIe", 16)
 GPU = Gpu(address="0000:9a:00.0", name="H100", uuid="GPU-1", driver="nvidia", numa_node=1,
-          owner=GpuOwner("host"), link=FULL, nvlinks=NA)
+          owner=GpuOwner("host"), link=FULL, nvlink_state=NA)
 
 
 def ev(kind: str, severity: str, xid: int | None = None, wall: float | None = 1000.0) -> KernelEvent:

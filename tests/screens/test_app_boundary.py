@@ -10,9 +10,8 @@ from textual.app import App
 import nodeconsole.screens as screens_pkg
 
 SCREENS = Path(screens_pkg.__file__).parent
-# the app itself; ChangeToasts (Textual's notification internals, kept with the app); the Events
-# screen's reads of the collector (moved into the snapshot by another change)
-NOT_SCREENS = {"app.py", "app_polling.py", "app_changes.py", "app_commands.py", "change_toasts.py", "events.py"}
+# the app itself; ChangeToasts (Textual's notification internals, kept with the app)
+NOT_SCREENS = {"app.py", "app_polling.py", "app_changes.py", "app_commands.py", "change_toasts.py"}
 
 
 def _app_uses(tree: ast.AST) -> list[tuple[int, str]]:

@@ -35,11 +35,11 @@ async def test_injected_events_reach_every_view(demo_seams, capsys):
 
     # the collector reads only what was added (the next poll finds nothing new)
     snap = collector.collect()
-    assert [(e.gpu, e.xid, e.severity) for e in collector.gpu_events] == [(MIG_GPU, 79, "fatal"),
+    assert [(e.gpu, e.xid, e.severity) for e in snap.kernel_events] == [(MIG_GPU, 79, "fatal"),
                                                                           (VFIO_GPU, None, "fatal")]
     assert collector.watch.poll(demo_seams.root, False) == []
-    mig_vms = collector.gpu_events[0].vms
-    assert mig_vms and collector.gpu_events[1].vms == ("train-a",)
+    mig_vms = snap.kernel_events[0].vms
+    assert mig_vms and snap.kernel_events[1].vms == ("train-a",)
     problems = {p.subject: p for p in snap.problems}
     assert "Xid 79" in problems[MIG_GPU].message and mig_vms[0] in problems[MIG_GPU].message
     # MIG slices of running VMs: the advice speaks of the VMs before the host's action
@@ -50,9 +50,9 @@ async def test_injected_events_reach_every_view(demo_seams, capsys):
     assert problems[VFIO_GPU].fix.startswith("VM train-a's guest drives this GPU")
     assert "virsh shutdown train-a" in problems[VFIO_GPU].fix and "then: reset GPU" in problems[VFIO_GPU].fix
     assert snap.problems[0].severity == "error"
-    details = gpu_details(snap, snap.gpu(VFIO_GPU), collector.gpu_events)
+    details = gpu_details(snap, snap.gpu(VFIO_GPU), snap.kernel_events)
     assert "Last events (1" in details and "AER fatal  VM train-a" in details
-    assert "Xid 79 fatal" in gpu_details(snap, snap.gpu(MIG_GPU), collector.gpu_events)
+    assert "Xid 79 fatal" in gpu_details(snap, snap.gpu(MIG_GPU), snap.kernel_events)
     collector.close()
 
     assert main(["--demo", "events", "--json"]) == 0

@@ -34,11 +34,11 @@ async def test_host_failures_reach_every_view(demo_seams, capsys):
     assert "host failure D3cold" in problem.message and "train-a" in problem.message
     assert problem.fix.startswith("VM train-a's guest drives this GPU") and "then: reboot node" in problem.fix
 
-    rows = [cells for _, cells in event_rows(snap, collector.gpu_events, [], ())]
+    rows = [cells for _, cells in event_rows(snap, snap.kernel_events, [], ())]
     assert [r[1] for r in rows] == ["host power refused", "host D3cold"]  # newest first
     assert str(rows[1][5]) == FAILURES[D3COLD].meaning and rows[1][6] == FAILURES[D3COLD].action
     assert str(rows[0][3]) == "train-a" and rows[0][4] == "warning"
-    details = gpu_details(snap, g, collector.gpu_events)  # the companion function's event is the GPU's too
+    details = gpu_details(snap, g, snap.kernel_events)  # the companion function's event is the GPU's too
     assert "Last events (2" in details and "host D3cold fatal  VM train-a" in details
     assert "host power refused warning" in details
     assert [str(t).split("  ")[2] for t in event_lines(g)[1:]] == ["host power refused warning", "host D3cold fatal"]
