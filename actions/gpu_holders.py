@@ -9,8 +9,8 @@ from collections.abc import Collection, Iterable
 from typing import Any
 
 from nodeconsole.actions.audit import UNDOABLE
+from nodeconsole.actions.host import ActionHost
 from nodeconsole.actions.plan import Check
-from nodeconsole.actions.runner import ActionHost
 from nodeconsole.console.model import Gpu, HostSnapshot
 
 STUB_DRIVERS = ("vfio-pci", "pci-stub")

@@ -8,7 +8,7 @@ Step kinds (each records the state it changes as its inverse, so `undo` and a fa
   (driver_override, driver) each must have afterwards; the inverse names every VF there was, so an undo
   brings the VFs back on the drivers they had.
 A VF itself is bound with actions/host_steps.py's `pci_driver` step and added to a VM with
-actions/libvirt_edit.py's `vm_hostdev` step.
+actions/vm_hostdev.py's `vm_hostdev` step.
 
 Persistence (`nic vfs --persist`) is a udev rule, /etc/udev/rules.d/70-nodeconsole-sriov.rules: on the
 PF's driver `bind` event it sets sriov_drivers_autoprobe, then sriov_numvfs. A rule rather than a systemd
@@ -21,6 +21,7 @@ from typing import Any
 
 from nodeconsole.actions.acs_path import acs_note
 from nodeconsole.actions.gpu_holders import STUB_DRIVERS
+from nodeconsole.actions.host import ActionHost
 from nodeconsole.actions.host_steps import pci_state, read_raw
 from nodeconsole.actions.passthrough import VFIO, add_steps, resolve_vm, source_checks, vms_with
 from nodeconsole.actions.plan import (
@@ -35,7 +36,6 @@ from nodeconsole.actions.plan import (
     unreadable_vm_check,
     vms_known_check,
 )
-from nodeconsole.actions.runner import ActionHost
 from nodeconsole.console.argtypes import did_you_mean
 from nodeconsole.console.hosttext import visible
 from nodeconsole.console.model import Gpu, HostSnapshot, Nic, NicVf

@@ -5,7 +5,7 @@ that survive a reboot (driverctl when the host has it, else a modprobe.d file) a
 GPU and its companion functions to a VM's config; it warns when that VM's memory is below twice the VRAM
 it would hold. The plan's request records the VM's state: a running VM gets the GPU in its config only,
 at its next start, and release reads that back. It only plans: the runner applies. The step kinds it
-uses live in actions/host_steps.py and actions/libvirt_edit.py. `resolve_gpu` / `resolve_vm` name the
+uses live in actions/host_steps.py and actions/vm_hostdev.py. `resolve_gpu` / `resolve_vm` name the
 closest known GPUs and VMs for a typo.
 """
 from __future__ import annotations
@@ -15,6 +15,7 @@ import shlex
 
 from nodeconsole.actions.gpu_holders import STUB_DRIVERS, config_only, driver_of, holder_checks
 from nodeconsole.actions.gpu_names import with_gpu_name
+from nodeconsole.actions.host import ActionHost
 from nodeconsole.actions.host_steps import (
     MODPROBE_FILE,
     driverctl_state,
@@ -32,7 +33,6 @@ from nodeconsole.actions.plan import (
     build_step,
     vms_known_check,
 )
-from nodeconsole.actions.runner import ActionHost
 from nodeconsole.console.argtypes import did_you_mean, smi_index
 from nodeconsole.console.hosttext import visible
 from nodeconsole.console.iommu import EXEMPT_DRIVERS, blocker_reasons, slot_of

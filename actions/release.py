@@ -14,6 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 from nodeconsole.actions.gpu_holders import INACTIVE, config_only, passthroughs_in_effect
+from nodeconsole.actions.host import ActionHost
 from nodeconsole.actions.host_steps import (
     MODPROBE_FILE,
     driverctl_state,
@@ -35,7 +36,6 @@ from nodeconsole.actions.passthrough import (
 )
 from nodeconsole.actions.plan import Check, Op, Plan, unreadable_vm_check, vms_known_check
 from nodeconsole.actions.release_notes import kept_notes, loss_notes, removed_by_vm
-from nodeconsole.actions.runner import ActionHost
 from nodeconsole.console.model import Gpu, HostSnapshot
 
 _RELEASE_KINDS = ("vm_hostdev", "driverctl", "file", "pci_driver", "sriov_numvfs", "sriov_autoprobe")

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import shlex
 
+from nodeconsole.actions.host import ActionHost
 from nodeconsole.actions.plan import Op
-from nodeconsole.actions.runner import ActionHost
 from nodeconsole.console.model import Gpu
 
 

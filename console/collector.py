@@ -332,7 +332,7 @@ class Collector:
 
         self.watch.note_sources(dict(vars(snap.sources)))  # its four fields (asdict copies deeply)
         now = self.seams.clock()
-        self.watch.poll(self.seams.root, self.seams.is_this_machine, now)
+        self.watch.poll(self.seams.root, self.seams.live_kernel_log, now)
         self.gpu_events = self._guest_events(snap, self.watch.tied(snap))
         gpus = self._health.judge_all(snap.gpus, events_by_gpu(self.gpu_events, snap), self.watch.btime, now)
         extra = event_problems(gpus, snap)

@@ -1,16 +1,17 @@
-"""The write seams of an ActionHost (actions/runner.py), as protocols: what actions call on them.
+"""The write seams of a host, as protocols: what actions (through actions/host.py's ActionHost) call on them.
 
 Implementations satisfy them structurally (none inherits from these):
-- `KernelWriter`: actions/kernel.py's `Kernel` (the real host, below a root) and console/demo/kernel.py's
+- `KernelWriter`: console/kernel_writer.py's `Kernel` (the real host, below a root) and console/demo/kernel.py's
   `SimulatedKernel` (the demo host, which also changes its tree the way Linux would);
-- `CommandRunner`: actions/commands.py's `Commands` (this machine's programs) and `NoCommands` (a captured
+- `CommandRunner`: console/host_programs.py's `Commands` (this machine's programs) and `NoCommands` (a captured
   tree), and console/demo/commands.py's `DemoCommands` (the demo's simulated driverctl);
-- `DomainStore`: actions/libvirt_edit.py's `LibvirtDomainConfig` (a libvirt connection) and
+- `DomainStore`: console/vms/libvirt_domains.py's `LibvirtDomainConfig` (a libvirt connection) and
   console/demo/node_domains.py's `NodeFileDomainConfig` (the demo's libvirt test-driver node file),
   both through `DomainConfig`;
 - `HostWrites`: makes a kernel writer and a command runner for a root. `Seams.writes` (console/seams.py)
-  holds one for a simulated host (console/demo/writes.py's `SimulatedWrites`, chosen only in
-  console/seams.py); None there means the real host's `Kernel` and `Commands`.
+  holds every host's: this machine's (`ThisMachine`: `Kernel` and `Commands`), a captured tree's
+  (`CapturedTree`: `Kernel` and `NoCommands`; the tree is read-only), a replay's, the demo's
+  (console/demo/writes.py's `SimulatedWrites`), each chosen once by console/seams.py's factories.
 """
 from __future__ import annotations
 
