@@ -15,6 +15,7 @@ from nodeconsole.console.host_programs import Commands
 from nodeconsole.console.host_seams import CommandRunner, DomainStore, KernelWriter
 from nodeconsole.console.root import Root
 from nodeconsole.console.seams import Seams
+from nodeconsole.console.vms.backend import VmBackend
 
 if TYPE_CHECKING:
     from nodeconsole.console.model import HostSnapshot
@@ -43,9 +44,15 @@ class ActionHost:
         root), a captured tree or a replay (read-only), the demo host (simulated kernel, its node file,
         stands for root, audit log and lock in its state directory)."""
         writes = seams.writes
-        return cls(seams=seams, kernel=writes.kernel(seams.root), domains=seams.open_domains(),
+        return cls(seams=seams, kernel=writes.kernel(seams.root), domains=seams.open_vm_backend(),
                    state_dir=seams.audit_dir, commands=writes.commands(seams.root), is_root=seams.privileged,
                    on_changed=on_changed, read_only_reason=seams.read_only_reason)
+
+    @property
+    def vms(self) -> VmBackend | None:
+        """The host's VM backend in hypervisor-neutral terms (list, host devices, save/restore); `domains`
+        is the same object with libvirt's XML methods, for the actions that still edit domain XML."""
+        return self.domains
 
     @property
     def root(self) -> Root:

@@ -218,7 +218,7 @@ def sriov_numvfs_step(host: ActionHost, op: Op) -> Step | None:
 
 def _defined_holders(host: ActionHost, addresses: list[str]) -> dict[str, list[str]]:
     """VM name → which of `addresses` its persistent definition holds (every domain libvirt defines)."""
-    cfg = host.domains
+    cfg = host.vms
     if cfg is None or not addresses:
         return {}
     out = {}
@@ -440,7 +440,7 @@ def plan_nic_passthrough(host: ActionHost, snap: HostSnapshot, vf_text: str, vm:
                 rebuild=lambda: plan_nic_passthrough(host, host.snapshot(), vf.address, vm))
     plan.checks += source_checks(snap)
     plan.checks += vms_known_check(snap, f"VF {vf.address}")
-    if host.domains is None:
+    if host.vms is None:
         plan.checks.append(Check("libvirt reachable", False, "this host has no libvirt connection", "pass --libvirt URI"))
     if not plan.ok:
         return plan

@@ -151,7 +151,7 @@ def vms_with(host: ActionHost, snap: HostSnapshot, addresses: set[str],
     """VM name → which of `addresses` its persistent config holds as PCI hostdevs. A VM whose config
     cannot be read goes into `unreadable` (name → why), never silently out of the plan."""
     out: dict[str, list[str]] = {}
-    cfg = host.domains
+    cfg = host.vms
     for v in snap.vms:
         name = v.name
         try:
@@ -230,7 +230,7 @@ def plan_passthrough(host: ActionHost, snap: HostSnapshot, gpu_text: str, vm: st
     mig_ops = mig_off_first(host, snap, gpu, plan)  # MIG mode on: off first, or who holds its instances
     if vm is not None or gpu.vgpu.instances:  # a VM is named, or VMs may hold its vGPUs
         plan.checks += vms_known_check(snap, f"GPU {gpu.address}")
-    if vm is not None and host.domains is None:
+    if vm is not None and host.vms is None:
         plan.checks.append(Check("libvirt reachable", False, "this host has no libvirt connection",
                                  "pass --libvirt URI"))
     if not plan.ok:
@@ -319,9 +319,9 @@ def memory_note(host: ActionHost, snap: HostSnapshot, vm: Vm, gpu: Gpu) -> str |
     """A warning when the VM's memory is below MEMORY_PER_VRAM × the VRAM of every whole GPU it would
     hold (its live and persistent hostdevs, and `gpu`); None when enough or a size is unknown."""
     addrs = {h.address for h in vm.hostdevs if h.type == "pci" and h.address}
-    if host.domains is not None:
+    if host.vms is not None:
         try:
-            addrs |= host.domains.pci_hostdevs(vm.name)
+            addrs |= host.vms.pci_hostdevs(vm.name)
         except Exception:  # an unreadable definition: the live one has to do
             pass
     gpus = sorted({a for a in addrs if snap.gpu(a) is not None} | {gpu.address})

@@ -86,8 +86,9 @@ class Seams:
     host_option: str = ""
     # What kind of host a capture of it records ("live", "tree", "demo"; a replay: its capture's origin).
     origin: str = "tree"
-    # The host's VM definitions (its domain store) for its libvirt URI: libvirt's, or the demo's node file.
-    domains: Callable[[str | None], DomainStore | None] = field(default=lambda uri: _libvirt_domains(uri))
+    # The host's VM backend (console/vms/backend.py) for its libvirt URI: libvirt's, or the demo's node
+    # file; the collector reads VMs through it, actions change their definitions through it.
+    vm_backend: Callable[[str | None], DomainStore | None] = field(default=lambda uri: _libvirt_domains(uri))
     # Where the host's boot id is read (root-relative): a later read that differs means it rebooted.
     boot_id_file: str = BOOT_ID
 
@@ -96,9 +97,9 @@ class Seams:
         """Where the host's audit log and lock live."""
         return self.state_dir if self.state_dir is not None else self.root.p(TREE_STATE)
 
-    def open_domains(self) -> DomainStore | None:
-        """A fresh domain store of this host's VMs; None: the host has no libvirt."""
-        return self.domains(self.libvirt_uri)
+    def open_vm_backend(self) -> DomainStore | None:
+        """A fresh VM backend of this host; None: the host has no hypervisor to read (no libvirt URI)."""
+        return self.vm_backend(self.libvirt_uri)
 
     def boot_id(self) -> str:
         return self.root.read(self.boot_id_file) or ""
@@ -136,7 +137,7 @@ def simulated_host(root: Root, libvirt_uri: str | None, state_dir: Path, **value
     programs, `--demo` in the commands it prints. `values`: the other fields (nvml_lib, load models…)."""
     return Seams(root=root, libvirt_uri=libvirt_uri, state_dir=state_dir, state_mode=STATE_DIR_MODE,
                  writes=simulated_writes(), privileged=lambda: True, read_only_reason="",
-                 guests_unreachable=DEMO_GUESTS, host_option="--demo", origin="demo", domains=_demo_domains,
+                 guests_unreachable=DEMO_GUESTS, host_option="--demo", origin="demo", vm_backend=_demo_domains,
                  **values)
 
 
@@ -145,7 +146,7 @@ def _demo_domains(uri: str | None) -> DomainStore | None:
     from nodeconsole.console.vms.libvirt_domains import node_file_of
 
     node = node_file_of(uri)
-    return demo_domain_store(node) if node is not None else _libvirt_domains(uri)
+    return demo_domain_store(node, uri) if node is not None else _libvirt_domains(uri)
 
 
 def simulated_writes() -> HostWrites:
@@ -155,11 +156,12 @@ def simulated_writes() -> HostWrites:
     return SimulatedWrites()
 
 
-def demo_domain_store(node: Path) -> DomainStore:
-    """The demo host's domain store: its libvirt test-driver node file, edited in place."""
+def demo_domain_store(node: Path, uri: str | None = None) -> DomainStore:
+    """The demo host's domain store: its libvirt test-driver node file, edited in place (read through
+    `uri`, the test driver's URI of that file)."""
     from nodeconsole.console.demo.node_domains import NodeFileDomainConfig
 
-    return NodeFileDomainConfig(node)
+    return NodeFileDomainConfig(node, uri)
 
 
 @contextmanager

@@ -45,8 +45,9 @@ class NodeFileDomainConfig(DomainConfig):
     label = "node file"
     one_state = True  # the test driver serves the file as both the running and the persistent state
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, uri: str | None = None) -> None:
         self.path = Path(path)
+        self.reader_uri = uri if uri is not None else f"test://{self.path}"  # its domains as libvirt serves them
 
     def _spans(self) -> list[tuple[str, Path, int, int]]:
         """(name, file, start, end) of every domain; a `<domain file=...>` names an external file."""

@@ -15,11 +15,15 @@ import os
 import urllib.parse
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from nodeconsole.console.domain_edits import add_pci_hostdev, hostdev_place, remove_pci_hostdev
 from nodeconsole.console.libvirt_xml import parse_domain
 from nodeconsole.console.pciaddr import parse_pci_address
+
+if TYPE_CHECKING:
+    from nodeconsole.console.model import Vm
+    from nodeconsole.console.sources.libvirt_src import LibvirtSource
 
 _ERR_NO_SUPPORT = 3  # libvirt.VIR_ERR_NO_SUPPORT: the driver lacks the call (test driver: attach)
 _ERR_NO_DOMAIN = 42
@@ -41,10 +45,34 @@ def hostdev_xml(address: str, managed: bool = True) -> str:
 
 
 class DomainConfig:
-    """The persistent configuration of a host's domains."""
+    """The persistent configuration of a host's domains: libvirt's VM backend (console/vms/backend.py),
+    its XML methods (`xml`, `define`, `edit`) libvirt-only."""
 
     label = "libvirt"
     one_state = False  # True: the running and the persistent state are one (the demo's node file)
+    reader_uri: str | None = None  # the libvirt URI the VMs are read through (`reader()`)
+
+    def reader(self) -> LibvirtSource:
+        """A reader of every domain (console/sources/libvirt_src.py), through `reader_uri`."""
+        from nodeconsole.console.sources.libvirt_src import LibvirtSource
+
+        return LibvirtSource(self.reader_uri)
+
+    def vm(self, name: str) -> Vm | None:
+        """One domain as the model holds it (read through a reader of its own); None when unknown."""
+        source = self.reader()
+        try:
+            return next((v for v in source.poll().vms if v.name == name), None)
+        finally:
+            source.close()
+
+    def save(self, vm: str) -> str:
+        """The domain's persistent XML: an exact definition to `restore`."""
+        return self.xml(vm)
+
+    def restore(self, vm: str, token: str) -> None:
+        if token != self.xml(vm):
+            self.define(vm, token)
 
     def names(self) -> list[str]:
         raise NotImplementedError
@@ -86,7 +114,7 @@ class LibvirtDomainConfig(DomainConfig):
     """A libvirt connection (opened on first use, kept: the test driver forgets changes on reopen)."""
 
     def __init__(self, uri: str) -> None:
-        self.uri = uri
+        self.uri = self.reader_uri = uri
         self._conn: Any = None
 
     def _c(self) -> Any:

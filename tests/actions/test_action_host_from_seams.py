@@ -23,7 +23,7 @@ class _Writes:
 def test_every_field_comes_from_the_seams(tmp_path):
     writes = _Writes()
     seams = Seams(root=Root(tmp_path), libvirt_uri=None, state_dir=tmp_path / "state", state_mode=0o711,
-                  writes=writes, privileged=lambda: True, read_only_reason="because", domains=lambda uri: None)
+                  writes=writes, privileged=lambda: True, read_only_reason="because", vm_backend=lambda uri: None)
     host = ActionHost.from_seams(seams)
     assert host.kernel is writes.kernel_obj and host.commands is writes.commands_obj
     assert host.state_dir == tmp_path / "state" and host.dir_mode == 0o711 and host.is_root() is True

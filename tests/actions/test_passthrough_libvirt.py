@@ -117,10 +117,10 @@ def test_hostdev_xml_and_uri_mapping(node):
     assert node_file_of(f"test://{node}") == node
     assert node_file_of("test:///default") is None and node_file_of("qemu:///system") is None
     demo = simulated_host(root=Root(node.parent), libvirt_uri=f"test://{node}", state_dir=node.parent)
-    assert isinstance(demo.open_domains(), NodeFileDomainConfig)
+    assert isinstance(demo.open_vm_backend(), NodeFileDomainConfig)
     other = Seams(root=Root("/"), libvirt_uri=f"test://{node}")
-    assert isinstance(other.open_domains(), LibvirtDomainConfig)
-    assert Seams(root=Root("/"), libvirt_uri=None).open_domains() is None
+    assert isinstance(other.open_vm_backend(), LibvirtDomainConfig)
+    assert Seams(root=Root("/"), libvirt_uri=None).open_vm_backend() is None
 
 
 def test_vm_hostdev_step_apply_verify_undo(node):

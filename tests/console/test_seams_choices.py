@@ -36,7 +36,7 @@ def test_a_captured_tree_is_read_only_and_runs_none_of_this_machines_programs(tm
     assert seams.read_only_reason.startswith("a captured tree (--root) is read-only")
     assert not seams.live_kernel_log and not seams.local_programs
     assert seams.guests_unreachable == "a captured host's VMs cannot be reached from this machine"
-    assert seams.origin == "tree" and seams.host_option == "" and seams.open_domains() is None
+    assert seams.origin == "tree" and seams.host_option == "" and seams.open_vm_backend() is None
 
 
 def test_a_simulated_host_stands_for_root_keeps_its_state_private_and_names_itself_in_printed_commands(tmp_path):
@@ -48,7 +48,7 @@ def test_a_simulated_host_stands_for_root_keeps_its_state_private_and_names_itse
     assert seams.read_only_reason == "" and not seams.live_kernel_log and not seams.local_programs
     assert seams.host_option == "--demo" and seams.origin == "demo"
     assert "simulated" in seams.guests_unreachable
-    assert type(seams.open_domains()).__name__ == "NodeFileDomainConfig"
+    assert type(seams.open_vm_backend()).__name__ == "NodeFileDomainConfig"
     assert type(seams.writes.kernel(seams.root)).__name__ == "SimulatedKernel"
 
 
