@@ -23,14 +23,13 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from nodeconsole.actions.safe_files import AUDIT_DIR_MODE, STATE_DIR_MODE, ensure_dir, open_file, read_bytes
+from nodeconsole.actions.safe_files import AUDIT_DIR_MODE, ensure_dir, open_file, read_bytes
 from nodeconsole.console.outfile import fsync_dir
+from nodeconsole.console.state_dir import AUDIT_NAME, DEFAULT_STATE  # noqa: F401  (importers find them here)
 
 if TYPE_CHECKING:
     from nodeconsole.console.seams import Seams
 
-AUDIT_NAME = "audit.jsonl"
-DEFAULT_STATE = "/var/log/nodeconsole"  # audit log and lock of a real host
 # A change starts only with this much free space on the audit log's filesystem: room for its final
 # record, and for the records of the undo that may follow (one record is a few KiB).
 MIN_FREE_BYTES = 1 << 20
@@ -269,19 +268,7 @@ def _append_whole(fd: int, line: bytes) -> None:
         raise
 
 
-def state_dir_of(seams: Seams) -> tuple[Path, int]:
-    """Where the audit log and lock of the host behind `seams` live, and that directory's mode: the
-    demo's state directory (private), a captured tree's var/log/nodeconsole, the real host's
-    /var/log/nodeconsole (root + the adm group may read)."""
-    if seams.demo_dir is not None:
-        return Path(seams.state_dir or seams.demo_dir), STATE_DIR_MODE
-    captured = os.path.abspath(seams.root.path) != "/"
-    state = seams.state_dir or (seams.root.p("var/log/nodeconsole") if captured else Path(DEFAULT_STATE))
-    return Path(state), AUDIT_DIR_MODE
-
-
 def host_audit(seams: Seams) -> AuditLog:
     """The audit log of the host behind `seams`, for reading it without preparing to change the host
     (which opens libvirt and imports every action)."""
-    state, mode = state_dir_of(seams)
-    return AuditLog(state / AUDIT_NAME, mode)
+    return AuditLog(seams.audit_dir / AUDIT_NAME, seams.state_mode)

@@ -27,9 +27,9 @@ import os
 import tempfile
 from typing import Any
 
+from nodeconsole.actions.host import ActionHost
 from nodeconsole.actions.host_steps import make_parents, missing_dirs, remove_dirs, target_path
 from nodeconsole.actions.plan import Op, Step, StepError, step_kind
-from nodeconsole.actions.runner import ActionHost
 from nodeconsole.console.doctor import bootloader as bl
 from nodeconsole.console.grub_config import GrubCmdline, edit_cmdline, grub_files
 from nodeconsole.console.root import Root

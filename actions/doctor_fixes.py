@@ -18,9 +18,9 @@ from dataclasses import dataclass, field
 
 from nodeconsole.actions.boot_steps import GRUB_CFGS, encode, loader_words
 from nodeconsole.actions.doctor_sizing import host_cores, hugepage_needs
+from nodeconsole.actions.host import ActionHost
 from nodeconsole.actions.live_steps import UNITS, page_text
 from nodeconsole.actions.plan import Check, Op, Plan, RequestError, build_step
-from nodeconsole.actions.runner import ActionHost
 from nodeconsole.console.doctor import bootloader as bl
 from nodeconsole.console.doctor import facts
 from nodeconsole.console.doctor.model import CHECK_IDS, ROLES

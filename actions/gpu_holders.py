@@ -9,8 +9,8 @@ from collections.abc import Collection, Iterable
 from typing import Any
 
 from nodeconsole.actions.audit import UNDOABLE
+from nodeconsole.actions.host import ActionHost
 from nodeconsole.actions.plan import Check
-from nodeconsole.actions.runner import ActionHost
 from nodeconsole.console.model import Gpu, HostSnapshot
 
 STUB_DRIVERS = ("vfio-pci", "pci-stub")
@@ -157,7 +157,7 @@ def config_only(host: ActionHost, snap: HostSnapshot, address: str, members: lis
     lacks the GPU. The demo's node file is both states at once: there the audit says it (a passthrough in
     effect added the GPU to the config of a VM that was running: it gets the GPU at its next start)."""
     out: dict[str, str] = {}
-    if getattr(host.domains, "one_state", False):
+    if host.vms is not None and host.vms.one_state:
         for r in passthroughs_in_effect(host, address):
             req = r["request"]
             name = req.get("vm")

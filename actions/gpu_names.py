@@ -8,12 +8,10 @@ of one GPU carry one name in their titles and in the log. A GPU NVML never saw k
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from nodeconsole.actions.host import ActionHost
 from nodeconsole.console.model import Gpu
-
-if TYPE_CHECKING:
-    from nodeconsole.actions.runner import ActionHost
 
 
 def with_gpu_name(request: dict[str, Any], gpu: Gpu) -> dict[str, Any]:

@@ -11,8 +11,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from nodeconsole.actions.host import ActionHost
 from nodeconsole.actions.plan import Op, Step, StepError, step_kind
-from nodeconsole.actions.runner import ActionHost
 from nodeconsole.console.pciaddr import parse_pci_address
 from nodeconsole.console.root import Root
 

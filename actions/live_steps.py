@@ -16,9 +16,9 @@ from __future__ import annotations
 import pynvml
 
 from nodeconsole.actions.boot_steps import run_program
+from nodeconsole.actions.host import ActionHost
 from nodeconsole.actions.mig_steps import handle_of, nvml_session
 from nodeconsole.actions.plan import Op, Step, StepError, step_kind
-from nodeconsole.actions.runner import ActionHost
 from nodeconsole.console.doctor import facts
 from nodeconsole.console.pciaddr import parse_pci_address
 

@@ -15,6 +15,7 @@ from collections.abc import Iterable
 
 from nodeconsole.actions.gpu_holders import HOLDER_DAEMONS, device_users, holder_daemons
 from nodeconsole.actions.gpu_names import with_gpu_name
+from nodeconsole.actions.host import ActionHost
 from nodeconsole.actions.mig_planner import (
     CiSpec,
     Fit,
@@ -28,7 +29,6 @@ from nodeconsole.actions.mig_planner import (
 from nodeconsole.actions.mig_steps import MigState, read_mig_state
 from nodeconsole.actions.passthrough import resolve_gpu
 from nodeconsole.actions.plan import Check, Op, Plan, RequestError, StepError, build_step
-from nodeconsole.actions.runner import ActionHost
 from nodeconsole.actions.vgpu import _vf_held
 from nodeconsole.console.model import Gpu, HostSnapshot
 

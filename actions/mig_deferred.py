@@ -7,14 +7,10 @@ destroying it).
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
+from nodeconsole.actions.host import ActionHost
 from nodeconsole.actions.mig_planner import slices_text
 from nodeconsole.actions.plan import Op, Step, build_step
 from nodeconsole.console.pciaddr import parse_pci_address
-
-if TYPE_CHECKING:
-    from nodeconsole.actions.runner import ActionHost
 
 VFIO = "vfio-pci"
 

@@ -12,11 +12,11 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from nodeconsole.actions.host import ActionHost
 from nodeconsole.actions.host_steps import make_parents, missing_dirs, read_raw, remove_dirs, target_path
 from nodeconsole.actions.mig import _label, mig_state_for, pinned, plan_mig
 from nodeconsole.actions.mig_planner import format_layout
 from nodeconsole.actions.plan import Check, Op, Plan, RequestError, Step, StepError, build_step, step_kind
-from nodeconsole.actions.runner import ActionHost
 from nodeconsole.console.model import HostSnapshot
 
 LAYOUT_FILE = "etc/nodeconsole/mig-layout.json"
@@ -30,7 +30,8 @@ def _command(host: ActionHost) -> str:
     # The command of this installation (its interpreter's script), never whatever $PATH finds first.
     script = Path(sys.executable).parent / "nodeconsole"
     exe = str(script) if script.is_file() else f"{sys.executable} -m nodeconsole.console"
-    return f"{exe} mig restore --apply --yes" + (" --demo" if host.seams.is_demo else "")
+    option = host.seams.host_option  # the option naming this host (the demo's --demo)
+    return f"{exe} mig restore --apply --yes" + (f" {option}" if option else "")
 
 
 def render_unit(host: ActionHost) -> str:

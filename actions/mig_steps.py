@@ -22,9 +22,9 @@ from typing import Any
 
 import pynvml
 
+from nodeconsole.actions.host import ActionHost
 from nodeconsole.actions.mig_planner import CiSpec, Existing, Profile, slices_text
 from nodeconsole.actions.plan import Op, Step, StepError, step_kind
-from nodeconsole.actions.runner import ActionHost
 from nodeconsole.console import nvml_mig
 from nodeconsole.console.mig_profiles import table_for_pci_device_id
 from nodeconsole.console.pciaddr import parse_pci_address

@@ -1,6 +1,6 @@
 """NIC VFs for VMs: how many VFs a NIC has (`nic vfs`), one VF given to a VM (`nic passthrough`), and the
 VF that goes with a GPU (`passthrough GPU --vm VM --with-nic`). The plans use the SR-IOV step kinds of
-actions/nic_steps.py (`sriov_autoprobe`, `sriov_numvfs`), host_steps.py's `pci_driver` and libvirt_edit.py's
+actions/nic_steps.py (`sriov_autoprobe`, `sriov_numvfs`), host_steps.py's `pci_driver` and vm_hostdev.py's
 `vm_hostdev`.
 
 Persistence (`nic vfs --persist`) is a udev rule, /etc/udev/rules.d/70-nodeconsole-sriov.rules: on the
@@ -25,7 +25,7 @@ from nodeconsole.actions.plan import (
     unreadable_vm_check,
     vms_known_check,
 )
-from nodeconsole.actions.runner import ActionHost
+from nodeconsole.actions.host import ActionHost
 from nodeconsole.console.argtypes import did_you_mean
 from nodeconsole.console.hosttext import visible
 from nodeconsole.console.model import Gpu, HostSnapshot, Nic, NicVf
@@ -269,7 +269,7 @@ def plan_nic_passthrough(host: ActionHost, snap: HostSnapshot, vf_text: str, vm:
                 rebuild=lambda: plan_nic_passthrough(host, host.snapshot(), vf.address, vm))
     plan.checks += source_checks(snap)
     plan.checks += vms_known_check(snap, f"VF {vf.address}")
-    if host.domains is None:
+    if host.vms is None:
         plan.checks.append(Check("libvirt reachable", False, "this host has no libvirt connection", "pass --libvirt URI"))
     if not plan.ok:
         return plan

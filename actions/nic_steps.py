@@ -7,14 +7,14 @@ Step kinds (each records the state it changes as its inverse, so `undo` and a fa
   (driver_override, driver) each must have afterwards; the inverse names every VF there was, so an undo
   brings the VFs back on the drivers they had.
 A VF itself is bound with actions/host_steps.py's `pci_driver` step and added to a VM with
-actions/libvirt_edit.py's `vm_hostdev` step.
+actions/vm_hostdev.py's `vm_hostdev` step.
 """
 from __future__ import annotations
 
 from nodeconsole.actions.host_steps import pci_state
 from nodeconsole.actions.passthrough import VFIO
 from nodeconsole.actions.plan import Op, Step, StepError, build_step, step_kind
-from nodeconsole.actions.runner import ActionHost
+from nodeconsole.actions.host import ActionHost
 from nodeconsole.console.pciaddr import format_pci_address, parse_pci_address
 
 _DEV = "sys/bus/pci/devices"
@@ -197,7 +197,7 @@ def _numvfs_words(pf: str, current: int, count: int,
 
 def _defined_holders(host: ActionHost, addresses: list[str]) -> dict[str, list[str]]:
     """VM name → which of `addresses` its persistent definition holds (every domain libvirt defines)."""
-    cfg = host.domains
+    cfg = host.vms
     if cfg is None or not addresses:
         return {}
     out = {}

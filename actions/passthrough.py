@@ -5,7 +5,7 @@ that survive a reboot (driverctl when the host has it, else a modprobe.d file) a
 GPU and its companion functions to a VM's config; it warns when that VM's memory is below twice the VRAM
 it would hold. The plan's request records the VM's state: a running VM gets the GPU in its config only,
 at its next start, and release reads that back. It only plans: the runner applies. The step kinds it
-uses live in actions/host_steps.py and actions/libvirt_edit.py. `resolve_gpu` / `resolve_vm` name the
+uses live in actions/host_steps.py and actions/vm_hostdev.py. `resolve_gpu` / `resolve_vm` name the
 closest known GPUs and VMs for a typo.
 """
 from __future__ import annotations
@@ -32,7 +32,7 @@ from nodeconsole.actions.plan import (
     build_step,
     vms_known_check,
 )
-from nodeconsole.actions.runner import ActionHost
+from nodeconsole.actions.host import ActionHost
 from nodeconsole.console.argtypes import did_you_mean, smi_index
 from nodeconsole.console.hosttext import visible
 from nodeconsole.console.iommu import EXEMPT_DRIVERS, blocker_reasons, slot_of
@@ -151,7 +151,7 @@ def vms_with(host: ActionHost, snap: HostSnapshot, addresses: set[str],
     """VM name → which of `addresses` its persistent config holds as PCI hostdevs. A VM whose config
     cannot be read goes into `unreadable` (name → why), never silently out of the plan."""
     out: dict[str, list[str]] = {}
-    cfg = host.domains
+    cfg = host.vms
     for v in snap.vms:
         name = v.name
         try:
@@ -268,7 +268,7 @@ def _passthrough_checks(host: ActionHost, snap: HostSnapshot, gpu: Gpu, vm: str 
     mig_ops = mig_off_first(host, snap, gpu, plan)  # MIG mode on: off first, or who holds its instances
     if vm is not None or gpu.vgpu.instances:  # a VM is named, or VMs may hold its vGPUs
         plan.checks += vms_known_check(snap, f"GPU {gpu.address}")
-    if vm is not None and host.domains is None:
+    if vm is not None and host.vms is None:
         plan.checks.append(Check("libvirt reachable", False, "this host has no libvirt connection",
                                  "pass --libvirt URI"))
     return members, in_configs, mig_ops
@@ -334,9 +334,9 @@ def memory_note(host: ActionHost, snap: HostSnapshot, vm: Vm, gpu: Gpu) -> str |
     """A warning when the VM's memory is below MEMORY_PER_VRAM × the VRAM of every whole GPU it would
     hold (its live and persistent hostdevs, and `gpu`); None when enough or a size is unknown."""
     addrs = {h.address for h in vm.hostdevs if h.type == "pci" and h.address}
-    if host.domains is not None:
+    if host.vms is not None:
         try:
-            addrs |= host.domains.pci_hostdevs(vm.name)
+            addrs |= host.vms.pci_hostdevs(vm.name)
         except Exception:  # an unreadable definition: the live one has to do
             pass
     gpus = sorted({a for a in addrs if snap.gpu(a) is not None} | {gpu.address})

@@ -8,8 +8,8 @@ passthrough is refused with the MIG plan's reason, which names the instance and 
 """
 from __future__ import annotations
 
+from nodeconsole.actions.host import ActionHost
 from nodeconsole.actions.plan import Check, Op, Plan
-from nodeconsole.actions.runner import ActionHost
 from nodeconsole.console.model import Gpu, HostSnapshot
 
 TITLE = "MIG can be turned off first (a VM needs the whole GPU)"

@@ -28,13 +28,13 @@ import xml.etree.ElementTree as ET
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from nodeconsole.actions.host_seams import DomainStore
-from nodeconsole.actions.libvirt_edit import DomainConfigError, LibvirtDomainConfig
+from nodeconsole.actions.host import ActionHost
 from nodeconsole.actions.plan import Op, Step, StepError, step_kind
-from nodeconsole.actions.runner import ActionHost
 from nodeconsole.console.cpulist import format_cpulist
 from nodeconsole.console.domain_edits import set_emulatorpin, set_numa_memory, set_vcpupin
+from nodeconsole.console.host_seams import DomainStore
 from nodeconsole.console.libvirt_xml import parse_libvirt_set
+from nodeconsole.console.vms.libvirt_domains import DomainConfigError, LibvirtDomainConfig
 
 _AFFECT_LIVE = 1  # libvirt.VIR_DOMAIN_AFFECT_LIVE
 _NUMA_MODES = {"strict": 0, "preferred": 1, "interleave": 2, "restrictive": 3}

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from nodeconsole.actions.libvirt_edit import DomainConfigError
+from nodeconsole.actions.host import ActionHost
 from nodeconsole.actions.pin_planner import (
     INACTIVE,
     Busy,
@@ -28,11 +28,11 @@ from nodeconsole.actions.pin_planner import (
 )
 from nodeconsole.actions.pin_steps import LIVE_AND_CONFIG, PinState, describe, pin_scopes, read_state
 from nodeconsole.actions.plan import Check, Plan, RequestError, StepError, build_step
-from nodeconsole.actions.runner import ActionHost
 from nodeconsole.console.checks import vm_alignment
 from nodeconsole.console.cpulist import format_cpulist
 from nodeconsole.console.doctor.checks_memory import kept_host_cpus
 from nodeconsole.console.model import HostSnapshot, Vm
+from nodeconsole.console.vms.libvirt_domains import DomainConfigError
 
 STRICT = "strict"
 

@@ -16,14 +16,15 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-if TYPE_CHECKING:  # runner imports this module
-    from nodeconsole.actions.runner import ActionHost
+from nodeconsole.actions.host import ActionHost
+
+if TYPE_CHECKING:
     from nodeconsole.console.model import HostSnapshot
 
 Op = dict[str, Any]  # JSON-able: it is stored in the audit log
 
 # Modules that define step kinds; imported before an undo plan is rebuilt from the audit log.
-KIND_MODULES = ("nodeconsole.actions.host_steps", "nodeconsole.actions.libvirt_edit", "nodeconsole.actions.mig_steps",
+KIND_MODULES = ("nodeconsole.actions.host_steps", "nodeconsole.actions.vm_hostdev", "nodeconsole.actions.mig_steps",
                 "nodeconsole.actions.mig_persist",
                 "nodeconsole.actions.vgpu", "nodeconsole.actions.pin_steps", "nodeconsole.actions.boot_steps",
                 "nodeconsole.actions.live_steps", "nodeconsole.actions.nic_steps",

@@ -14,6 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 from nodeconsole.actions.gpu_holders import INACTIVE, config_only, passthroughs_in_effect
+from nodeconsole.actions.host import ActionHost
 from nodeconsole.actions.host_steps import (
     MODPROBE_FILE,
     driverctl_state,
@@ -35,7 +36,6 @@ from nodeconsole.actions.passthrough import (
 )
 from nodeconsole.actions.plan import Check, Op, Plan, unreadable_vm_check, vms_known_check
 from nodeconsole.actions.release_notes import kept_notes, loss_notes, removed_by_vm
-from nodeconsole.actions.runner import ActionHost
 from nodeconsole.console.model import Gpu, HostSnapshot
 
 _RELEASE_KINDS = ("vm_hostdev", "driverctl", "file", "pci_driver", "sriov_numvfs", "sriov_autoprobe")
@@ -113,7 +113,7 @@ def _inverse_ops(host: ActionHost, snap: HostSnapshot, gpu: Gpu, members: list[s
             key = _op_key(op, members + (nic or []))
             if key is not None:
                 by_key[key] = dict(op)  # an older record's wins; the place stays the newest's
-    defined = set(host.domains.names()) if host.domains is not None else set()
+    defined = set(host.vms.names()) if host.vms is not None else set()
     ops: list[Op] = []
     for key, op in by_key.items():
         if key[0] == "vm_hostdev" and op["vm"] not in defined:
@@ -182,7 +182,7 @@ def _previous(host: ActionHost, address: str) -> tuple[str | None, str | None] |
 def _place(host: ActionHost, vm: str, address: str) -> int:
     """The index of the address's hostdev among the VM's <hostdev> elements (-1 when unknown)."""
     try:
-        place = host.domains.hostdev_place(vm, address) if host.domains is not None else None
+        place = host.vms.hostdev_place(vm, address) if host.vms is not None else None
     except Exception:  # an unreadable definition: the plan's own checks say so
         place = None
     return place[0] if place is not None else -1

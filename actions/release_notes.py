@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import shlex
 
+from nodeconsole.actions.host import ActionHost
 from nodeconsole.actions.plan import Op
-from nodeconsole.actions.runner import ActionHost
 from nodeconsole.console.model import Gpu
 
 
@@ -50,7 +50,7 @@ def loss_notes(gpu: Gpu, members: list[str], ops: list[Op], cfg_only: dict[str, 
 
 def _managed(host: ActionHost, vm: str, address: str) -> bool:
     try:
-        place = host.domains.hostdev_place(vm, address) if host.domains is not None else None
+        place = host.vms.hostdev_place(vm, address) if host.vms is not None else None
     except Exception:  # an unreadable definition: libvirt's default
         place = None
     return place[1] if place is not None else True

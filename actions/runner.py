@@ -5,29 +5,23 @@ The runner is headless and synchronous: the CLI calls it directly; the TUI calls
 """
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from nodeconsole.actions.audit import (
     APPLIED,
-    AUDIT_NAME,
     FAILED,
     FAILED_PARTIAL,
     IN_PROGRESS,
     INTERRUPTED,
     INTERRUPTED_PARTIAL,
     MIN_FREE_BYTES,
-    AuditLog,
     new_id,
     now_iso,
-    state_dir_of,
     who,
 )
-from nodeconsole.actions.commands import Commands, NoCommands
-from nodeconsole.actions.host_seams import CommandRunner, DomainStore, KernelWriter
+from nodeconsole.actions.host import ActionHost
 from nodeconsole.actions.interrupt import (
     FaultSwitch,
     Interrupted,
@@ -37,7 +31,7 @@ from nodeconsole.actions.interrupt import (
     signal_name,
     take_pending,
 )
-from nodeconsole.actions.lock import LOCK_NAME, HostLock, LockHeld
+from nodeconsole.actions.lock import HostLock, LockHeld
 from nodeconsole.actions.plan import Plan, Step, StepError
 from nodeconsole.actions.progress import (
     CANCELLED,
@@ -49,93 +43,6 @@ from nodeconsole.actions.progress import (
     ProgressFn,
     RunResult,
 )
-from nodeconsole.console.doctor.facts import BOOT_ID
-from nodeconsole.console.root import Root
-from nodeconsole.console.seams import Seams
-
-if TYPE_CHECKING:
-    from nodeconsole.console.model import HostSnapshot
-
-
-@dataclass
-class ActionHost:
-    """Everything an action reads and writes a host through. `from_seams` builds the real or demo one;
-    tests construct it with their own kernel, domain config, commands and root check."""
-    seams: Seams
-    kernel: KernelWriter  # actions.kernel.Kernel (the demo's SimulatedKernel through Seams.writes)
-    domains: DomainStore | None  # actions.libvirt_edit.DomainConfig, None when the host has no libvirt
-    state_dir: Path
-    commands: CommandRunner = field(default_factory=Commands)
-    is_root: Callable[[], bool] = lambda: os.geteuid() == 0
-    on_changed: Callable[[], None] | None = None  # e.g. the console's Collector.invalidate
-    read_only_reason: str = ""  # non-empty: this host cannot be changed (e.g. a captured tree)
-
-    @classmethod
-    def from_seams(cls, seams: Seams, on_changed: Callable[[], None] | None = None) -> ActionHost:
-        """The real host (needs root), a captured tree (read-only) or the demo host (simulated kernel,
-        node-file libvirt config, no root needed, audit log and lock in its state directory)."""
-        from nodeconsole.actions.kernel import Kernel
-        from nodeconsole.actions.libvirt_edit import domain_config_for
-
-        writes = seams.writes  # the simulation's: console/seams.py sets them on every demo host
-        state, _mode = state_dir_of(seams)
-        if seams.demo_dir is not None and writes is not None:  # the demo host (Seams.is_demo)
-            return cls(seams=seams, kernel=writes.kernel(seams.root), domains=domain_config_for(seams),
-                       state_dir=state, commands=writes.commands(seams.root),
-                       is_root=lambda: True, on_changed=on_changed)
-        captured = os.path.abspath(seams.root.path) != "/"
-        read_only = ("a captured tree (--root) is read-only: changes need the real host or --demo" if captured
-                     else "")
-        if seams.replay is not None:
-            from nodeconsole.console.capture.replay import READ_ONLY
-
-            read_only = READ_ONLY
-        # A captured tree is not this machine: its plans must not depend on (or run) this machine's
-        # driverctl, nvidia-smi or modprobe.
-        kernel: KernelWriter = Kernel(seams.root) if writes is None else writes.kernel(seams.root)
-        commands: CommandRunner = ((NoCommands() if captured else Commands()) if writes is None
-                                   else writes.commands(seams.root))
-        return cls(seams=seams, kernel=kernel, domains=domain_config_for(seams),
-                   state_dir=state, on_changed=on_changed, commands=commands,
-                   read_only_reason=read_only)
-
-    @property
-    def root(self) -> Root:
-        return self.seams.root
-
-    @property
-    def dir_mode(self) -> int:
-        """The state directory's mode: private for the demo, root + adm group on a real host."""
-        return state_dir_of(self.seams)[1]
-
-    @property
-    def audit(self) -> AuditLog:
-        return AuditLog(self.state_dir / AUDIT_NAME, self.dir_mode)
-
-    def lock(self) -> HostLock:
-        return HostLock(self.state_dir / LOCK_NAME, self.dir_mode)
-
-    def snapshot(self) -> HostSnapshot:
-        """A fresh read of the host. A new collector every time: plans must not see cached facts, and
-        libvirt's test driver (the demo) only re-reads its node file when a connection is opened."""
-        from nodeconsole.actions.gpu_names import recorded_names
-        from nodeconsole.console.collector import Collector
-
-        collector = Collector(self.seams)
-        collector._names.update(recorded_names(self))  # NVML's names, remembered for GPUs now on vfio-pci
-        try:
-            return collector.collect()
-        finally:
-            # Let NVML go: a process holding it keeps /dev/nvidia* open, which blocks an unbind.
-            collector.close()
-
-    def hostname(self) -> str:
-        return self.root.read("proc/sys/kernel/hostname") or ""
-
-    def changed(self) -> None:
-        if self.on_changed is not None:
-            self.on_changed()
-
 
 Confirm = Callable[[Plan], bool]
 
@@ -275,7 +182,7 @@ class Runner:
             out["fixes"] = list(fixes)
         if plan.needs_reboot:
             out["needs_reboot"] = True
-            out["boot_id"] = self.host.root.read(BOOT_ID) or ""
+            out["boot_id"] = self.host.boot_id()
         return out
 
     def _applied(self, plan: Plan, rid: str) -> RunResult:
@@ -407,11 +314,3 @@ def _err(e: BaseException) -> str:
     if isinstance(e, OSError) and e.filename:
         return f"{e.strerror or e} ({e.filename})"
     return str(e) or type(e).__name__
-
-
-# -- undo (actions/undo.py; re-exported here, where callers have always found it) ---------------------
-
-from nodeconsole.actions.undo import plan_undo  # noqa: E402
-
-__all__ = ["ActionHost", "Commands", "NoCommands", "Progress", "RunResult", "Runner",
-           "plan_undo", "stale_lock_message"]

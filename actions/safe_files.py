@@ -12,8 +12,7 @@ import os
 import stat
 from pathlib import Path
 
-STATE_DIR_MODE = 0o700  # the demo's state directory
-AUDIT_DIR_MODE = 0o750  # /var/log/nodeconsole: root writes, the adm group may read
+from nodeconsole.console.state_dir import AUDIT_DIR_MODE, STATE_DIR_MODE  # noqa: F401  (their home)
 
 
 class UnsafePath(OSError):

@@ -16,9 +16,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar
 
+from nodeconsole.actions.host import ActionHost
 from nodeconsole.actions.plan import Plan, RequestError, StepError, needs_typed_confirmation
 from nodeconsole.actions.progress import ProgressFn, RunResult
-from nodeconsole.actions.runner import ActionHost, Confirm, Runner
+from nodeconsole.actions.runner import Confirm, Runner
 
 if TYPE_CHECKING:
     from nodeconsole.actions.mig_steps import MigState

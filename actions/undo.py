@@ -7,13 +7,11 @@ the next older change that could be undone instead.
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from nodeconsole.actions.audit import FAILED, INTERRUPTED
+from nodeconsole.actions.host import ActionHost
 from nodeconsole.actions.plan import Check, Plan, RequestError, StepError, build_step
-
-if TYPE_CHECKING:
-    from nodeconsole.actions.runner import ActionHost
 
 
 def _find(host: ActionHost, record_id: str | None) -> tuple[dict[str, Any], list[str]]:

@@ -6,7 +6,7 @@ VF's `nvidia/current_vgpu_type`, 0 to remove; the VF itself is the VM's PCI host
 libvirt leaves it on nvidia). MIG-backed types (`…-3-40C`) each need a GPU instance of their profile.
 
 Plans only; the runner applies. Step kinds: `mdev`, `vf_vgpu`, `vm_mdev` (and `vm_hostdev` from
-actions/libvirt_edit.py for VFs).
+actions/vm_hostdev.py for VFs).
 """
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from collections import Counter
 from dataclasses import dataclass
 
 from nodeconsole.actions.gpu_names import with_gpu_name
-from nodeconsole.actions.libvirt_edit import DomainConfigError
+from nodeconsole.actions.host import ActionHost
 from nodeconsole.actions.passthrough import resolve_gpu
 from nodeconsole.actions.plan import (
     Check,
@@ -30,11 +30,11 @@ from nodeconsole.actions.plan import (
     unreadable_vm_check,
     vms_known_check,
 )
-from nodeconsole.actions.runner import ActionHost
 from nodeconsole.console.domain_edits import add_mdev_hostdev, remove_mdev_hostdev
 from nodeconsole.console.libvirt_xml import parse_domain
 from nodeconsole.console.model import Gpu, HostSnapshot, VgpuInstance, Vm
 from nodeconsole.console.pciaddr import parse_pci_address
+from nodeconsole.console.vms.libvirt_domains import DomainConfigError
 
 _MIG_TYPE = re.compile(r"-(\d+)-(\d+)[A-Z]$")
 _UUID = re.compile(r"^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$")

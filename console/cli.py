@@ -148,9 +148,9 @@ def validate_host_args(args: argparse.Namespace) -> None:
         # check) change a real libvirt
         raise UsageError("--libvirt cannot be combined with --demo (the demo host has its own libvirt)")
     if demo:
-        from nodeconsole.console.seams import check_demo_dir
+        from nodeconsole.console.seams import check_demo_state_dir
 
-        check_demo_dir()  # a directory the demo did not make is refused before anything is generated
+        check_demo_state_dir()  # a directory the demo did not make is refused before anything is generated
     if root is not None:
         if not os.path.isdir(root):
             raise UsageError(f"--root {root}: not a directory")

@@ -29,11 +29,11 @@ if TYPE_CHECKING:  # the sources (and the kernel-log watch) are imported on firs
     from nodeconsole.console.event_watch import EventWatch
     from nodeconsole.console.events import KernelEvent
     from nodeconsole.console.guest_watch import GuestWatch
-    from nodeconsole.console.sources.libvirt_src import LibvirtSource
     from nodeconsole.console.sources.load import LoadReader
     from nodeconsole.console.sources.nvml import NvmlSource
     from nodeconsole.console.sources.pressure import VcpuWaitReader
     from nodeconsole.console.sources.sysfs_root import SysfsRoot
+    from nodeconsole.console.vms.backend import VmReader
 
 T = TypeVar("T")
 
@@ -72,7 +72,7 @@ class Collector:
         self._sign: tuple | None = None
         self._sign_root: SysfsRoot | None = None  # see _fs_root
         self._nvml: NvmlSource | None = None
-        self._libvirt: LibvirtSource | None = None
+        self._libvirt: VmReader | None = None  # the VM backend's reader (libvirt's LibvirtSource)
         self._load: LoadReader | None = None
         self._waits: VcpuWaitReader | None = None
         # vCPU steal reads every vCPU thread's schedstat (thousands of files on a full host): on its own
@@ -195,9 +195,10 @@ class Collector:
         if self.seams.libvirt_uri is None:
             raise SourceError("no libvirt URI for a captured tree (use --libvirt URI)")
         if self._libvirt is None:
-            from nodeconsole.console.sources.libvirt_src import LibvirtSource
-
-            self._libvirt = LibvirtSource(self.seams.libvirt_uri)
+            backend = self.seams.open_vm_backend()
+            if backend is None:
+                raise SourceError("no libvirt URI for a captured tree (use --libvirt URI)")
+            self._libvirt = backend.reader()  # the VM backend's reader, kept: it caches between polls
         data = self._libvirt.poll()
         model = self.seams.vm_load
         if model is not None:
@@ -303,7 +304,7 @@ class Collector:
         gpus = self._drains.mark_gpus(self.seams.root, facts.gpus)
         self.watch.note_sources(dict(facts.sources.items()))
         now = self.seams.clock()
-        self.watch.poll(self.seams.root, self.seams.is_this_machine, now)
+        self.watch.poll(self.seams.root, self.seams.live_kernel_log, now)
         events = self._guest_events(facts, self.watch.tied(facts))
         gpus = self._health.judge_all(gpus, events_by_gpu(events, facts), self.watch.btime, now)
         return Marks(gpus, events, tuple(self.watch.sources), self.watch.error, tuple(event_problems(gpus, facts)))

@@ -1,5 +1,6 @@
-"""The seams a host is read (and written) through. A real host, a captured tree, the demo host and a
-test fixture differ only in these values.
+"""The seams a host is read (and written) through. A real host, a captured tree, the demo host, a replay
+and a test fixture differ only in these values, chosen once by the factories here (`real_host`,
+`simulated_host`/`demo_host`, `replay_host`); the code that reads them never asks which host it is.
 
 This module is the one place that chooses the simulation: only it imports console/demo/ (an
 import-linter contract in pyproject.toml holds every other production module to that)."""
@@ -11,19 +12,26 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
+from nodeconsole.console.doctor.facts import BOOT_ID
+from nodeconsole.console.host_programs import CapturedTree, ThisMachine
 from nodeconsole.console.pciids import PciIds, default_ids
 from nodeconsole.console.root import Root
+from nodeconsole.console.state_dir import AUDIT_DIR_MODE, DEFAULT_STATE, STATE_DIR_MODE, TREE_STATE
 
 if TYPE_CHECKING:
-    from nodeconsole.actions.host_seams import DomainStore, HostWrites
     from nodeconsole.console.capture.replay import Replay
     from nodeconsole.console.demo.boot import BootReport
+    from nodeconsole.console.host_seams import DomainStore, HostWrites
     from nodeconsole.console.model import Cpu, Vm
     from nodeconsole.console.sources.guest_agent import GuestAgent
 
 SYSTEM_URI = "qemu:///system"
+TREE_READ_ONLY = "a captured tree (--root) is read-only: changes need the real host or --demo"
+TREE_GUESTS = "a captured host's VMs cannot be reached from this machine"
+DEMO_GUESTS = ("the demo host's VMs are simulated (libvirt's test driver): there is no guest to run the check "
+               "in; on a real host this command runs it")
 
 
 @dataclass
@@ -32,8 +40,10 @@ class Seams:
     libvirt_uri: str | None  # None: no libvirt source (e.g. a captured tree alone)
     nvml_lib: object | None = None  # pynvml's library object; None = the real libnvidia-ml
     use_real_nvml: bool = True  # False: do not try NVML at all (captured tree)
-    demo_dir: Path | None = None  # the demo state directory when running on the demo host
-    state_dir: Path | None = None  # where audit logs and locks live for this host
+    # Where audit logs and locks live for this host, and that directory's mode. None: the tree's own
+    # var/log/nodeconsole (a captured tree); see `audit_dir`.
+    state_dir: Path | None = None
+    state_mode: int = AUDIT_DIR_MODE
     # The demo's VM load model (name, state, vcpus, time) -> CPU %: the libvirt test driver has no
     # real CPU time. None everywhere else: load comes from libvirt's CPU-time deltas.
     vm_load: Callable[[str, str, int, float], float | None] | None = None
@@ -45,10 +55,9 @@ class Seams:
     # The pci.ids database that names devices: the running machine's (or $NODECONSOLE_PCI_IDS) by
     # default; tests pass a fixed one so a rendered name never depends on what the machine has installed.
     pci_ids: PciIds = field(default_factory=default_ids)
-    # The host's write seams (kernel attribute writer, host programs) when they are not the real host's.
-    # None: actions write through actions/kernel.py's Kernel and run this machine's programs. A demo host
-    # (demo_dir set) always gets the simulation's: never the real kernel writer on a generated tree.
-    writes: HostWrites | None = None
+    # The host's write seams (kernel attribute writer, host programs). The default is a captured tree's
+    # (its files, none of this machine's programs); the factories below set every other host's.
+    writes: HostWrites = field(default_factory=CapturedTree)
     # A capture being replayed (`--replay FILE`): whose host, captured when. Every action on it refuses.
     replay: Replay | None = None
     # Sources this host cannot be read through, with the reason the collector reports (a replay: the
@@ -61,26 +70,52 @@ class Seams:
     # libvirt's on a live host, the demo's simulated ones; None: no guest is asked (a captured tree, a
     # replay, libvirt's test driver, which refuses agent commands).
     guest_agent: GuestAgent | None = None
-
-    def __post_init__(self) -> None:
-        if self.writes is None and self.demo_dir is not None:
-            self.writes = simulated_writes()
+    # -- What the host may do, chosen by the factories below; the code under them reads these values and
+    # never asks which kind of host it is. The defaults are a captured tree's.
+    # Whether changes may be made as root: this machine's effective user (the demo stands for root).
+    privileged: Callable[[], bool] = field(default=lambda: os.geteuid() == 0)
+    # Non-empty: this host cannot be changed, and why (a captured tree, a replay).
+    read_only_reason: str = TREE_READ_ONLY
+    # The kernel log is this machine's live one (/dev/kmsg, journal…), not files below the root.
+    live_kernel_log: bool = False
+    # This machine's programs (all_reduce_perf, driverctl…) may run for the host.
+    local_programs: bool = False
+    # Why this host's guests cannot be reached from here ("" when they can: ssh, the guest agent).
+    guests_unreachable: str = TREE_GUESTS
+    # The option naming this host in the commands we print for later ("--demo"), "" for none.
+    host_option: str = ""
+    # What kind of host a capture of it records ("live", "tree", "demo"; a replay: its capture's origin).
+    origin: str = "tree"
+    # The host's VM backend (console/vms/backend.py) for its libvirt URI: libvirt's, or the demo's node
+    # file; the collector reads VMs through it, actions change their definitions through it.
+    vm_backend: Callable[[str | None], DomainStore | None] = field(default=lambda uri: _libvirt_domains(uri))
+    # Where the host's boot id is read (root-relative): a later read that differs means it rebooted.
+    boot_id_file: str = BOOT_ID
 
     @property
-    def is_demo(self) -> bool:
-        return self.demo_dir is not None
+    def audit_dir(self) -> Path:
+        """Where the host's audit log and lock live."""
+        return self.state_dir if self.state_dir is not None else self.root.p(TREE_STATE)
 
-    @property
-    def is_this_machine(self) -> bool:
-        """True for the machine we run on: only then may its programs (all_reduce_perf, driverctl…)
-        act for the host. The demo host, a captured tree and a replay are not this machine."""
-        return not self.is_demo and self.replay is None and os.path.abspath(self.root.path) == "/"
+    def open_vm_backend(self) -> DomainStore | None:
+        """A fresh VM backend of this host; None: the host has no hypervisor to read (no libvirt URI)."""
+        return self.vm_backend(self.libvirt_uri)
+
+    def boot_id(self) -> str:
+        return self.root.read(self.boot_id_file) or ""
+
+
+def _libvirt_domains(uri: str | None) -> DomainStore | None:
+    from nodeconsole.console.vms.libvirt_domains import libvirt_domains
+
+    return libvirt_domains(uri)
 
 
 def real_host(root: str = "/", libvirt_uri: str | None = None) -> Seams:
     """Seams for the machine we run on, or for a captured tree when root is not `/`.
 
-    A captured tree has no NVML and no libvirt unless a URI is given explicitly."""
+    A captured tree has no NVML and no libvirt unless a URI is given explicitly; it is read-only, its
+    kernel log is its files', and none of this machine's programs run for it."""
     captured = os.path.abspath(root) != "/"
     uri = libvirt_uri if libvirt_uri is not None else (None if captured else SYSTEM_URI)
     agent = None
@@ -88,8 +123,30 @@ def real_host(root: str = "/", libvirt_uri: str | None = None) -> Seams:
         from nodeconsole.console.sources.guest_agent import LibvirtGuestAgent
 
         agent = LibvirtGuestAgent(uri)
-    return Seams(root=Root(root), libvirt_uri=uri, use_real_nvml=not captured,
-                 state_dir=None if captured else Path("/var/log/nodeconsole"), guest_agent=agent)
+    if captured:
+        return Seams(root=Root(root), libvirt_uri=uri, use_real_nvml=False, guest_agent=agent)
+    return Seams(root=Root(root), libvirt_uri=uri, state_dir=Path(DEFAULT_STATE), guest_agent=agent,
+                 writes=ThisMachine(), read_only_reason="", live_kernel_log=True, local_programs=True,
+                 guests_unreachable="", origin="live")
+
+
+def simulated_host(root: Root, libvirt_uri: str | None, state_dir: Path, **values: Any) -> Seams:
+    """Seams for a simulated host (the demo's, or a test's demo tree) whose audit log and lock live in
+    `state_dir`: the simulation's write seams, its node file for VM definitions, a private state
+    directory, root's privileges (the demo stands for a root session), no live kernel log or local
+    programs, `--demo` in the commands it prints. `values`: the other fields (nvml_lib, load models…)."""
+    return Seams(root=root, libvirt_uri=libvirt_uri, state_dir=state_dir, state_mode=STATE_DIR_MODE,
+                 writes=simulated_writes(), privileged=lambda: True, read_only_reason="",
+                 guests_unreachable=DEMO_GUESTS, host_option="--demo", origin="demo", vm_backend=_demo_domains,
+                 **values)
+
+
+def _demo_domains(uri: str | None) -> DomainStore | None:
+    """The demo host edits its node file (libvirt's test driver forgets changes); another URI is libvirt's."""
+    from nodeconsole.console.vms.libvirt_domains import node_file_of
+
+    node = node_file_of(uri)
+    return demo_domain_store(node, uri) if node is not None else _libvirt_domains(uri)
 
 
 def simulated_writes() -> HostWrites:
@@ -99,11 +156,12 @@ def simulated_writes() -> HostWrites:
     return SimulatedWrites()
 
 
-def demo_domain_store(node: Path) -> DomainStore:
-    """The demo host's domain store: its libvirt test-driver node file, edited in place."""
+def demo_domain_store(node: Path, uri: str | None = None) -> DomainStore:
+    """The demo host's domain store: its libvirt test-driver node file, edited in place (read through
+    `uri`, the test driver's URI of that file)."""
     from nodeconsole.console.demo.node_domains import NodeFileDomainConfig
 
-    return NodeFileDomainConfig(node)
+    return NodeFileDomainConfig(node, uri)
 
 
 @contextmanager
@@ -119,7 +177,7 @@ def _demo_dir_usage() -> Iterator[None]:
         raise UsageError(str(e)) from None
 
 
-def check_demo_dir() -> None:
+def check_demo_state_dir() -> None:
     """UsageError when the demo's state directory is not the demo's to generate into (nothing is
     created or removed): before the console opens, so the user reads one line, not a broken screen."""
     from nodeconsole.console.demo.owner import check_ours
@@ -159,8 +217,7 @@ def demo_host(state_dir: Path | None = None, libvirt_uri: str | None = None, sys
         host = ensure_demo(state_dir)
     root = Root(host.root)
     if sysfs_only:
-        return Seams(root=root, libvirt_uri=libvirt_uri or host.libvirt_uri, use_real_nvml=False,
-                     demo_dir=Path(host.root).parent, state_dir=Path(host.root).parent)
+        return simulated_host(root, libvirt_uri or host.libvirt_uri, Path(host.root).parent, use_real_nvml=False)
     from nodeconsole.console.demo.nvml_sim import SimulatedNvml
     from nodeconsole.console.demo.sim_agent import SimulatedGuestAgent
     from nodeconsole.console.demo.vm_load import demo_cpu_percent, demo_vm_cpu_percent, demo_vm_steal_percent
@@ -174,10 +231,9 @@ def demo_host(state_dir: Path | None = None, libvirt_uri: str | None = None, sys
         reason = (e.strerror if isinstance(e, OSError) else None) or str(e).splitlines()[0] or type(e).__name__
         raise UsageError(f"the demo host's NVML state {host.nvml_state} is unreadable ({reason}); "
                          "run `nodeconsole demo reset`") from None
-    return Seams(root=root, libvirt_uri=libvirt_uri or host.libvirt_uri, nvml_lib=lib,
-                 demo_dir=Path(host.root).parent, state_dir=Path(host.root).parent,
-                 vm_load=demo_vm_cpu_percent, cpu_load=demo_cpu_percent, vm_steal=demo_vm_steal_percent,
-                 guest_agent=SimulatedGuestAgent(Path(host.root)))
+    return simulated_host(root, libvirt_uri or host.libvirt_uri, Path(host.root).parent, nvml_lib=lib,
+                          vm_load=demo_vm_cpu_percent, cpu_load=demo_cpu_percent, vm_steal=demo_vm_steal_percent,
+                          guest_agent=SimulatedGuestAgent(Path(host.root)))
 
 
 def inject_demo_event(kind: str, gpu: str, what: str, guest: bool = False) -> list[str]:
@@ -229,7 +285,7 @@ def replay_host(path: str | os.PathLike[str]) -> Seams:
     library (unprivileged and never saved: it refuses changes) with the clock stopped at the capture.
     UsageError (one line) when the file is missing or not a capture."""
     from nodeconsole.console.capture.archive import ArchiveError
-    from nodeconsole.console.capture.replay import ReplayWrites, open_replay
+    from nodeconsole.console.capture.replay import READ_ONLY, ReplayWrites, open_replay
     from nodeconsole.console.cli import UsageError
     from nodeconsole.console.demo.nvml_sim import SimulatedNvml
 
@@ -252,7 +308,8 @@ def replay_host(path: str | os.PathLike[str]) -> Seams:
     return Seams(root=root, libvirt_uri=f"test://{node}" if node is not None else None, nvml_lib=lib,
                  use_real_nvml=False, state_dir=opened.audit_dir, vm_load=lambda *_args: None,
                  writes=ReplayWrites(opened.programs), unavailable=unavailable, replay=opened.replay,
-                 clock=_stopped_at(opened.replay.captured_at))
+                 clock=_stopped_at(opened.replay.captured_at), read_only_reason=READ_ONLY,
+                 origin=opened.replay.origin)
 
 
 def _stopped_at(captured_at: str) -> Callable[[], float]:

@@ -292,7 +292,7 @@ class NcclScreen(SnapshotScreen):
     @work(thread=True, exclusive=True, group="nccl-run", exit_on_error=False)
     def _run_worker(self, plan: LocalPlan, seams: Seams, stop: threading.Event) -> None:
         try:
-            cmd = local_check_command(plan, None, self.sweep, this_machine=seams.is_this_machine)
+            cmd = local_check_command(plan, None, self.sweep, this_machine=seams.local_programs)
             run = NcclRun(cmd.argv, cmd.env, timeout=self.timeout, on_progress=self._progress_from_thread,
                           kill_grace=self.kill_grace, stall_after=self.stall_after,
                           on_stall=self._stall_from_thread)

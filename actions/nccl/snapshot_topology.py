@@ -327,7 +327,7 @@ def read_preflight(snap: HostSnapshot, seams: Seams, sweep: Sequence[str], env: 
     plan = local_plan(snap, None if indices is None else select_gpus(snap, indices), seams.root)
     report = snapshot_preflight(snap, seams.root, env, plan)
     try:
-        cmd, err = local_check_command(plan, None, sweep, preview=True, this_machine=seams.is_this_machine), ""
+        cmd, err = local_check_command(plan, None, sweep, preview=True, this_machine=seams.local_programs), ""
     except ValueError as e:
         cmd, err = None, str(e)
     return Preflight(plan, report.findings, cmd, err)

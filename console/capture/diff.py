@@ -90,12 +90,11 @@ def _one_line(reason: str) -> str:
 def capture_now(seams: Any) -> bytes:
     """A capture of the host behind `seams` now, in memory (as `nodeconsole capture` takes it)."""
     from nodeconsole.actions.audit import AuditLog
-    from nodeconsole.actions.runner import ActionHost
     from nodeconsole.console.capture.replay import PLAN_PROGRAMS
     from nodeconsole.console.capture.take import take_capture
+    from nodeconsole.console.state_dir import AUDIT_NAME
 
-    host = ActionHost.from_seams(seams)
-    log = AuditLog(host.audit.path)
+    log = AuditLog(seams.audit_dir / AUDIT_NAME)  # the host's audit log, where its seams keep it
     try:
         with open(log.path, "rb") as f:  # the console's own audit log, as `capture` reads it
             audit: bytes | None = f.read(MAX_AUDIT_READ + 1)
@@ -104,7 +103,8 @@ def capture_now(seams: Any) -> bytes:
         audit, records = None, []
     if audit is not None and len(audit) > MAX_AUDIT_READ:
         audit = None
-    programs = {name: host.commands.which(name) for name in PLAN_PROGRAMS}
+    commands = seams.writes.commands(seams.root)
+    programs = {name: commands.which(name) for name in PLAN_PROGRAMS}
     return take_capture(seams, changes=records, audit=audit, programs=programs).data
 
 

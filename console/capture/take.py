@@ -59,9 +59,7 @@ def _failed(exc: BaseException) -> dict[str, Any]:
 
 def origin_of(seams: Seams) -> str:
     """What the capture was taken from; a capture of a replay is a copy of the capture replayed."""
-    if seams.replay is not None:
-        return seams.replay.origin
-    return "demo" if seams.is_demo else "live" if seams.is_this_machine else "tree"
+    return seams.origin
 
 
 def take_capture(seams: Seams, *, changes: Sequence[Mapping[str, Any]] = (), audit: bytes | None = None,
@@ -246,7 +244,7 @@ def _kernel_log(seams: Seams, tree: Tree, sources: dict[str, Any]) -> None:
     from nodeconsole.console.capture.kernel_events import kept_logs
 
     try:
-        logs = kept_logs(seams.root, seams.is_this_machine)
+        logs = kept_logs(seams.root, seams.live_kernel_log)
     except OSError as e:
         sources["kernel_log"] = _failed(e)
         return

@@ -13,11 +13,14 @@ import datetime as dt
 import os
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from nodeconsole.console.capture import limits
 from nodeconsole.console.cli import UsageError, seams_from_args, subcommand
 from nodeconsole.console.hosttext import visible
+
+if TYPE_CHECKING:
+    from nodeconsole.console.seams import Seams
 
 MAX_AUDIT = limits.MAX_MEMBER_BYTES  # the largest member a replay opens
 
@@ -35,16 +38,21 @@ def _note(text: str) -> None:
     print(f"nodeconsole capture: {text}", file=sys.stderr, flush=True)
 
 
-def _programs(host: Any) -> dict[str, str | None]:
+def _programs(seams: Seams) -> dict[str, str | None]:
     """Where the host's command seam finds each program a plan looks for."""
     from nodeconsole.console.capture.replay import PLAN_PROGRAMS
 
-    return {name: host.commands.which(name) for name in PLAN_PROGRAMS}
+    commands = seams.writes.commands(seams.root)
+    return {name: commands.which(name) for name in PLAN_PROGRAMS}
 
 
-def _audit(host: Any) -> tuple[bytes | None, list[dict[str, Any]]]:
-    """The host's audit log (bytes and records), as `nodeconsole log` reads it."""
-    log = host.audit
+def _audit(seams: Seams) -> tuple[bytes | None, list[dict[str, Any]]]:
+    """The host's audit log (bytes and records) in the state directory its seams chose, as `nodeconsole
+    log` reads it."""
+    from nodeconsole.actions.audit import AuditLog
+    from nodeconsole.console.state_dir import AUDIT_NAME
+
+    log = AuditLog(seams.audit_dir / AUDIT_NAME, seams.state_mode)
     try:
         with open(log.path, "rb") as f:
             data = f.read(MAX_AUDIT + 1)
@@ -68,16 +76,13 @@ def run(args: argparse.Namespace) -> int:
     out = args.output
     if out is not None and os.path.isdir(out):
         raise UsageError(f"-o {out}: is a directory")
-    from nodeconsole.actions.runner import ActionHost
-
     seams = seams_from_args(args)
     t0 = time.perf_counter()
-    host = ActionHost.from_seams(seams)
-    audit, records = _audit(host)
+    audit, records = _audit(seams)
     from nodeconsole.console.capture.archive import ArchiveError
 
     try:
-        capture = take_capture(seams, changes=records, audit=audit, programs=_programs(host), redact=args.redact,
+        capture = take_capture(seams, changes=records, audit=audit, programs=_programs(seams), redact=args.redact,
                                progress=_note)
     except ArchiveError as e:  # beyond what a replay opens (console/capture/limits.py)
         raise UsageError(str(e)) from None

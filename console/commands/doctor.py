@@ -89,7 +89,7 @@ def diagnose(args: argparse.Namespace) -> DoctorReport:
 
 def _changes(seams: Any) -> list[dict[str, Any]]:
     """The audit log's records (as `nodeconsole log` reads them); an unreadable log: none, with a warning."""
-    from nodeconsole.actions.runner import ActionHost
+    from nodeconsole.actions.host import ActionHost
 
     host = ActionHost.from_seams(seams)
     log = host.audit

@@ -87,7 +87,7 @@ def run(args: argparse.Namespace) -> int:
             events = _read_file(args.kernel_log, log)
         else:
             assert seams is not None
-            live = seams.is_this_machine
+            live = seams.live_kernel_log
             if not host_sources(seams.root, live):
                 _note("no kernel log on this host (" + ("/dev/kmsg, /var/log/kern.log" if live else
                                                           f"var/log/kern.log, {SIM_KMSG} below the root") + ")")

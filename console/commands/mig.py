@@ -18,7 +18,7 @@ from nodeconsole.console.cli import UsageError, subcommand
 from nodeconsole.console.commands.change import allow_unhealthy_arg, change_args, run_request, session_for
 
 if TYPE_CHECKING:  # the actions are imported when a command runs
-    from nodeconsole.actions.runner import ActionHost
+    from nodeconsole.actions.host import ActionHost
 
 
 @subcommand("mig", "plan and apply a GPU's MIG layout; `mig save` / `mig restore` keep layouts across reboots")

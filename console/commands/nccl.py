@@ -310,7 +310,7 @@ def run_check(args: argparse.Namespace) -> int:
     report = snapshot_preflight(snap, seams.root, env, plan)
     try:
         cmd = local_check_command(plan, args.binary, sweep, env, preview=not args.run,
-                                  this_machine=seams.is_this_machine)
+                                  this_machine=seams.local_programs)
         cmd_error = ""
     except ValueError as e:
         cmd, cmd_error = None, str(e)
@@ -416,16 +416,6 @@ def _print_plan(plan: LocalPlan, report: PreflightReport, cmd: LocalCommand | No
 
 
 # -- check --vm ------------------------------------------------------------------------------------------
-def _reachable(seams: Seams) -> str:
-    """Why this host's guests cannot be reached from here ("" when they can)."""
-    if seams.is_demo:
-        return ("the demo host's VMs are simulated (libvirt's test driver): there is no guest to run the check "
-                "in; on a real host this command runs it")
-    if not seams.is_this_machine:
-        return "a captured host's VMs cannot be reached from this machine"
-    return ""
-
-
 def _vm_check(args: argparse.Namespace, snap: HostSnapshot, seams: Seams, sweep: list[str]) -> int:
     """--vm NAME: plan the check inside the VM, show it, and with --run run it there."""
     from nodeconsole.actions.nccl.guest import DestinationError, plan_guest_check
@@ -435,7 +425,7 @@ def _vm_check(args: argparse.Namespace, snap: HostSnapshot, seams: Seams, sweep:
     try:
         plan = plan_guest_check(snap, args.vm, method=args.via or "ssh", destination=args.ssh_dest,
                                 binary=args.binary, sweep=sweep, uri=seams.libvirt_uri,
-                                reachable=_reachable(seams))
+                                reachable=seams.guests_unreachable)
     except DestinationError as e:
         raise UsageError(f"--ssh: {e}") from None
     except ValueError as e:

@@ -1,5 +1,5 @@
-"""The demo host's programs. They satisfy the `CommandRunner` protocol (actions/host_seams.py) that the real
-host's `Commands` (actions/commands.py) implements, and each does to the demo tree what the real program
+"""The demo host's programs. They satisfy the `CommandRunner` protocol (console/host_seams.py) that the real
+host's `Commands` (console/host_programs.py) implements, and each does to the demo tree what the real program
 does to a host where that is visible:
 
 - driverctl set-override / unset-override: the saved override under etc/driverctl.d/pci-ADDR;

@@ -1,7 +1,7 @@
 """The demo host's kernel writer: `SimulatedKernel` writes kernel attribute files (sysfs/procfs) on a
 generated host and then changes the tree the way Linux would (driver links, /dev/vfio nodes, mdev devices,
 SR-IOV VFs), validating every write as the kernel does. It satisfies the `KernelWriter` protocol
-(actions/host_seams.py) that the real host's `Kernel` (actions/kernel.py) implements.
+(console/host_seams.py) that the real host's `Kernel` (console/kernel_writer.py) implements.
 
 Failure injection (`fail_on`) lets tests make the k-th matching write fail with any error."""
 from __future__ import annotations

@@ -3,7 +3,7 @@
 The test driver re-reads its node file on every open and never persists a change, so the demo's changes
 are made in the node file itself: the <domain> element's text is edited by console/domain_edits.py (one
 splicing editor; the rest of the file stays byte for byte) and the file replaced atomically.
-`actions.libvirt_edit.domain_config_for` chooses it for the demo host.
+console/seams.py chooses it for the demo host.
 """
 from __future__ import annotations
 
@@ -13,11 +13,11 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
-from nodeconsole.actions.libvirt_edit import DomainConfig, DomainConfigError
 from nodeconsole.console.demo.gen_libvirt import FIRST_GUEST_BUS
 from nodeconsole.console.domain_edits import pci_hostdev_spec, put_hostdev
 from nodeconsole.console.libvirt_xml import parse_domain
 from nodeconsole.console.pciaddr import parse_pci_address
+from nodeconsole.console.vms.libvirt_domains import DomainConfig, DomainConfigError
 
 _XML_REF = re.compile(r"&(?:#([0-9]+)|#x([0-9a-fA-F]+)|(amp|lt|gt|quot|apos));")
 _XML_NAMED = {"amp": "&", "lt": "<", "gt": ">", "quot": '"', "apos": "'"}
@@ -45,8 +45,9 @@ class NodeFileDomainConfig(DomainConfig):
     label = "node file"
     one_state = True  # the test driver serves the file as both the running and the persistent state
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, uri: str | None = None) -> None:
         self.path = Path(path)
+        self.reader_uri = uri if uri is not None else f"test://{self.path}"  # its domains as libvirt serves them
 
     def _spans(self) -> list[tuple[str, Path, int, int]]:
         """(name, file, start, end) of every domain; a `<domain file=...>` names an external file."""

@@ -1,6 +1,6 @@
-"""The demo host's write seams (the `HostWrites` factory of actions/host_seams.py): a simulated kernel
+"""The demo host's write seams (the `HostWrites` factory of console/host_seams.py): a simulated kernel
 and a simulated driverctl over the generated root. console/seams.py puts it on the demo's Seams; the
-real host's seams (actions/kernel.py's `Kernel`, actions/commands.py's `Commands`) are the default."""
+real host's seams are console/host_programs.py's `ThisMachine` (`Kernel`, `Commands`)."""
 from __future__ import annotations
 
 from typing import TYPE_CHECKING

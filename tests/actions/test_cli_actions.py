@@ -117,8 +117,9 @@ def test_refused_and_locked_exit_1(state_ro, monkeypatch, capsys):
 
 
 def test_log_shows_failures_and_what_was_undone(state, monkeypatch, capsys):
+    from nodeconsole.actions.host import ActionHost
     from nodeconsole.actions.passthrough import plan_passthrough
-    from nodeconsole.actions.runner import ActionHost, Runner
+    from nodeconsole.actions.runner import Runner
     from nodeconsole.console.seams import demo_host
 
     host = ActionHost.from_seams(demo_host())

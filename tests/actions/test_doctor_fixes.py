@@ -11,13 +11,14 @@ from pathlib import Path
 import pytest
 
 from nodeconsole.actions.audit import APPLIED, FAILED
-from nodeconsole.actions.kernel import Kernel
+from nodeconsole.actions.host import ActionHost
 from nodeconsole.actions.plan import RequestError
-from nodeconsole.actions.runner import DONE, FAILED_RESULT, REFUSED, ActionHost
+from nodeconsole.actions.runner import DONE, FAILED_RESULT, REFUSED
 from nodeconsole.actions.session import ActionSession, DoctorFix, Undo
 from nodeconsole.console.demo.commands import DemoCommands
 from nodeconsole.console.doctor import bootloader as bl
 from nodeconsole.console.doctor import facts
+from nodeconsole.console.kernel_writer import Kernel
 from nodeconsole.console.model import Cpu, NumaNode, VcpuPin, Vm
 from nodeconsole.console.root import Root
 from nodeconsole.console.seams import Seams

@@ -14,12 +14,14 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from nodeconsole.actions.audit import APPLIED, FAILED
+from nodeconsole.actions.host import ActionHost
 from nodeconsole.actions.interrupt import FAIL_ENV
 from nodeconsole.actions.mig import plan_mig
 from nodeconsole.actions.passthrough import plan_passthrough, plan_release
 from nodeconsole.actions.pinning import plan_pin
 from nodeconsole.actions.plan import Plan
-from nodeconsole.actions.runner import DONE, FAILED_RESULT, ActionHost, Runner, plan_undo
+from nodeconsole.actions.runner import DONE, FAILED_RESULT, Runner
+from nodeconsole.actions.undo import plan_undo
 from nodeconsole.actions.vgpu import plan_vgpu_create, plan_vgpu_remove
 from nodeconsole.console.seams import demo_host
 from tests.actions.test_passthrough import IDLE, tree_state

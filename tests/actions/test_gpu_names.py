@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import re
 
+from nodeconsole.actions.host import ActionHost
 from nodeconsole.actions.passthrough import plan_passthrough, plan_release
-from nodeconsole.actions.runner import DONE, ActionHost, Runner
+from nodeconsole.actions.runner import DONE, Runner
 from nodeconsole.console.seams import demo_host
 
 GPU = "0000:9a:00.0"

@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import pytest
 
+from nodeconsole.actions.host import ActionHost
 from nodeconsole.actions.passthrough import plan_release
 from nodeconsole.actions.plan import StepError, build_step
-from nodeconsole.actions.runner import ActionHost, Runner, plan_undo
+from nodeconsole.actions.runner import Runner
+from nodeconsole.actions.undo import plan_undo
 from nodeconsole.console.seams import demo_host
 
 PLAIN = ("<address domain='0x0000' bus='0x9a' slot='0x00' function='0x0'/>\n        </source>\n"

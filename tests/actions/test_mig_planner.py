@@ -22,9 +22,9 @@ from nodeconsole.actions.mig_planner import (
 )
 from nodeconsole.actions.mig_steps import current_layout, read_mig_state
 from nodeconsole.actions.plan import build_step
-from nodeconsole.actions.runner import NoCommands
 from nodeconsole.console import mig_profiles, nvml_mig
 from nodeconsole.console.demo.nvml_sim import SimulatedNvml, uninstall
+from nodeconsole.console.host_programs import NoCommands
 from nodeconsole.console.root import Root
 from nodeconsole.console.seams import Seams
 from tests.console.nvml_states import H100, mig_state

@@ -5,9 +5,10 @@ from __future__ import annotations
 import io
 from contextlib import redirect_stdout
 
+from nodeconsole.actions.host import ActionHost
 from nodeconsole.actions.interrupt import FAIL_ENV
 from nodeconsole.actions.mig import plan_mig
-from nodeconsole.actions.runner import FAILED_RESULT, ActionHost, Runner
+from nodeconsole.actions.runner import FAILED_RESULT, Runner
 from nodeconsole.console.cli import main
 from nodeconsole.console.seams import demo_host
 

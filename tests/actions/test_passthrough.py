@@ -12,15 +12,18 @@ from pathlib import Path
 import pytest
 
 from nodeconsole.actions.audit import APPLIED, FAILED, IN_PROGRESS, INTERRUPTED
+from nodeconsole.actions.host import ActionHost
 from nodeconsole.actions.host_steps import MODPROBE_FILE
 from nodeconsole.actions.lock import HostLock
 from nodeconsole.actions.passthrough import plan_passthrough, plan_release, resolve_gpu
 from nodeconsole.actions.plan import RequestError, needs_typed_confirmation
-from nodeconsole.actions.runner import DONE, FAILED_RESULT, REFUSED, ActionHost, Commands, NoCommands, Runner, plan_undo
+from nodeconsole.actions.runner import DONE, FAILED_RESULT, REFUSED, Runner
+from nodeconsole.actions.undo import plan_undo
 from nodeconsole.console.demo.generator import generate, small_spec
 from nodeconsole.console.demo.nvml_sim import SimulatedNvml
+from nodeconsole.console.host_programs import Commands, NoCommands
 from nodeconsole.console.root import Root
-from nodeconsole.console.seams import Seams, demo_host
+from nodeconsole.console.seams import demo_host, simulated_host
 
 IDLE, IDLE_AUDIO = "0000:9a:00.0", "0000:9a:00.1"  # demo: idle on nvidia; shut-off train-c holds it
 BUSY = "0000:18:00.0"  # processes
@@ -70,8 +73,8 @@ def demo_ro(tmp_path_factory) -> ActionHost:
 def _generated(spec, dest: Path) -> ActionHost:
     h = generate(spec, dest)
     root = Root(h.root)
-    seams = Seams(root=root, libvirt_uri=h.libvirt_uri, nvml_lib=SimulatedNvml.from_file(h.nvml_state, root=root),
-                  demo_dir=h.dest, state_dir=h.dest)
+    seams = simulated_host(root=root, libvirt_uri=h.libvirt_uri, nvml_lib=SimulatedNvml.from_file(h.nvml_state, root=root),
+                  state_dir=h.dest)
     return ActionHost.from_seams(seams)
 
 
@@ -482,9 +485,9 @@ def test_modprobe_file_when_the_card_is_the_only_one_of_its_model(tmp_path):
         g["processes"] = []  # an idle card
     spec_host.nvml_state.write_text(json.dumps(state))
     root = Root(spec_host.root)
-    host = ActionHost.from_seams(Seams(root=root, libvirt_uri=spec_host.libvirt_uri,
+    host = ActionHost.from_seams(simulated_host(root=root, libvirt_uri=spec_host.libvirt_uri,
                                        nvml_lib=SimulatedNvml.from_file(spec_host.nvml_state, root=root),
-                                       demo_dir=spec_host.dest, state_dir=spec_host.dest))
+                                       state_dir=spec_host.dest))
     host.commands = NoCommands()
     (gpu,) = host.snapshot().gpus
     before = tree_state(host.state_dir)

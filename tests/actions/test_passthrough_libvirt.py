@@ -10,19 +10,18 @@ import pytest
 
 libvirt = pytest.importorskip("libvirt")
 
-from nodeconsole.actions.libvirt_edit import (  # noqa: E402
-    DomainConfigError,
-    LibvirtDomainConfig,
-    domain_config_for,
-    hostdev_xml,
-    node_file_of,
-)
 from nodeconsole.actions.plan import build_step  # noqa: E402
 from nodeconsole.console.demo.generator import generate, small_spec  # noqa: E402
 from nodeconsole.console.demo.node_domains import NodeFileDomainConfig  # noqa: E402
 from nodeconsole.console.libvirt_xml import parse_domain  # noqa: E402
 from nodeconsole.console.root import Root  # noqa: E402
-from nodeconsole.console.seams import Seams  # noqa: E402
+from nodeconsole.console.seams import Seams, simulated_host  # noqa: E402
+from nodeconsole.console.vms.libvirt_domains import (  # noqa: E402
+    DomainConfigError,
+    LibvirtDomainConfig,
+    hostdev_xml,
+    node_file_of,
+)
 
 libvirt.registerErrorHandler(lambda *_a: None, None)
 GPU, AUDIO = "0000:18:00.0", "0000:18:00.1"
@@ -117,11 +116,11 @@ def test_hostdev_xml_and_uri_mapping(node):
                  "bus='0x9a' slot='0x00' function='0x1'/></source></hostdev>")
     assert node_file_of(f"test://{node}") == node
     assert node_file_of("test:///default") is None and node_file_of("qemu:///system") is None
-    demo = Seams(root=Root(node.parent), libvirt_uri=f"test://{node}", demo_dir=node.parent)
-    assert isinstance(domain_config_for(demo), NodeFileDomainConfig)
+    demo = simulated_host(root=Root(node.parent), libvirt_uri=f"test://{node}", state_dir=node.parent)
+    assert isinstance(demo.open_vm_backend(), NodeFileDomainConfig)
     other = Seams(root=Root("/"), libvirt_uri=f"test://{node}")
-    assert isinstance(domain_config_for(other), LibvirtDomainConfig)
-    assert domain_config_for(Seams(root=Root("/"), libvirt_uri=None)) is None
+    assert isinstance(other.open_vm_backend(), LibvirtDomainConfig)
+    assert Seams(root=Root("/"), libvirt_uri=None).open_vm_backend() is None
 
 
 def test_vm_hostdev_step_apply_verify_undo(node):

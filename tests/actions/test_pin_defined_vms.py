@@ -10,8 +10,10 @@ from dataclasses import replace
 
 import pytest
 
+from nodeconsole.actions.host import ActionHost
 from nodeconsole.actions.pinning import plan_pin
-from nodeconsole.actions.runner import DONE, ActionHost, Runner, plan_undo
+from nodeconsole.actions.runner import DONE, Runner
+from nodeconsole.actions.undo import plan_undo
 from nodeconsole.console.cli import main
 from nodeconsole.console.cpulist import parse_cpulist
 from nodeconsole.console.demo.generator import generate, small_spec
@@ -130,10 +132,10 @@ def full(tmp_path_factory) -> ActionHost:
     h = generate(spec, tmp_path_factory.mktemp("full") / "host")
     from nodeconsole.console.demo.nvml_sim import SimulatedNvml
     from nodeconsole.console.root import Root
-    from nodeconsole.console.seams import Seams
+    from nodeconsole.console.seams import simulated_host
 
     root = Root(h.root)
-    seams = Seams(root=root, libvirt_uri=h.libvirt_uri, demo_dir=h.dest, state_dir=h.dest,
+    seams = simulated_host(root=root, libvirt_uri=h.libvirt_uri, state_dir=h.dest,
                   nvml_lib=SimulatedNvml.from_file(h.nvml_state, root=root))
     return ActionHost.from_seams(seams)
 

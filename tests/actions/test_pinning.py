@@ -12,17 +12,20 @@ from pathlib import Path
 import pytest
 
 from nodeconsole.actions.audit import APPLIED, FAILED
-from nodeconsole.actions.libvirt_edit import DomainConfigError, LibvirtDomainConfig
+from nodeconsole.actions.host import ActionHost
 from nodeconsole.actions.pin_steps import PinState, edit_pins, read_xml_state
 from nodeconsole.actions.pinning import plan_pin, plan_pin_all
 from nodeconsole.actions.plan import RequestError, build_step
-from nodeconsole.actions.runner import DONE, FAILED_RESULT, REFUSED, ActionHost, NoCommands, Runner, plan_undo
+from nodeconsole.actions.runner import DONE, FAILED_RESULT, REFUSED, Runner
+from nodeconsole.actions.undo import plan_undo
 from nodeconsole.console.checks import find_problems, vm_alignment
 from nodeconsole.console.demo.generator import generate, small_spec
 from nodeconsole.console.demo.nvml_sim import SimulatedNvml
 from nodeconsole.console.demo.spec import CpuSpec, HostdevSpec, VmSpec
+from nodeconsole.console.host_programs import NoCommands
 from nodeconsole.console.root import Root
 from nodeconsole.console.seams import Seams, demo_host
+from nodeconsole.console.vms.libvirt_domains import DomainConfigError, LibvirtDomainConfig
 from tests.actions.test_passthrough import changed, tree_state
 
 REPO = Path(__file__).resolve().parents[2]

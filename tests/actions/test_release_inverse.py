@@ -9,9 +9,11 @@ import dataclasses
 
 import pytest
 
+from nodeconsole.actions.host import ActionHost
 from nodeconsole.actions.passthrough import memory_note, plan_passthrough, plan_release
 from nodeconsole.actions.plan import needs_typed_confirmation
-from nodeconsole.actions.runner import DONE, ActionHost, Runner, plan_undo
+from nodeconsole.actions.runner import DONE, Runner
+from nodeconsole.actions.undo import plan_undo
 from nodeconsole.console.seams import demo_host
 from tests.actions.test_passthrough import IDLE, IDLE_AUDIO, changed, tree_state
 

@@ -11,10 +11,11 @@ import re
 
 import pytest
 
+from nodeconsole.actions.host import ActionHost
 from nodeconsole.actions.host_steps import driverctl_state, pci_state
 from nodeconsole.actions.passthrough import plan_passthrough, plan_release
 from nodeconsole.actions.plan import Plan
-from nodeconsole.actions.runner import DONE, ActionHost, Runner
+from nodeconsole.actions.runner import DONE, Runner
 from nodeconsole.console.seams import demo_host
 from tests.actions.test_passthrough import IDLE, IDLE_AUDIO, changed, tree_state
 

@@ -6,7 +6,8 @@ from __future__ import annotations
 import json
 
 from nodeconsole.actions.passthrough import plan_passthrough
-from nodeconsole.actions.runner import Runner, plan_undo
+from nodeconsole.actions.runner import Runner
+from nodeconsole.actions.undo import plan_undo
 from tests.actions.test_passthrough import IDLE, IDLE_AUDIO, _driver, changed, demo, tree_state  # noqa: F401
 
 OVERRIDE = f"sys/bus/pci/devices/{IDLE}/driver_override"

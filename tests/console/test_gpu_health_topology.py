@@ -16,7 +16,7 @@ from nodeconsole.console.demo.state import ensure_demo
 from nodeconsole.console.demo.vm_load import demo_cpu_percent, demo_vm_cpu_percent, demo_vm_steal_percent
 from nodeconsole.console.model import NA
 from nodeconsole.console.root import Root
-from nodeconsole.console.seams import Seams
+from nodeconsole.console.seams import simulated_host
 from nodeconsole.console.sources.nvml import read_nvml
 from nodeconsole.console.topology import matrix, tree, vm_paths
 
@@ -36,7 +36,7 @@ def lib(host):
 
 @pytest.fixture(scope="module")
 def snap(host, lib):
-    seams = Seams(root=Root(host.root), libvirt_uri=host.libvirt_uri, nvml_lib=lib, demo_dir=host.dest,
+    seams = simulated_host(root=Root(host.root), libvirt_uri=host.libvirt_uri, nvml_lib=lib, state_dir=host.dest,
                   vm_load=demo_vm_cpu_percent, cpu_load=demo_cpu_percent, vm_steal=demo_vm_steal_percent)
     collector = Collector(seams)
     try:

@@ -132,7 +132,7 @@ def test_simulated_kernel_writes_stay_in_the_demo_root(demo: Path, tmp_path: Pat
 
 
 def test_kernel_writes_refuse_a_link_out_of_the_root(tmp_path: Path, outside: Path) -> None:
-    from nodeconsole.actions.kernel import Kernel
+    from nodeconsole.console.kernel_writer import Kernel
 
     (tmp_path / "r/sys").mkdir(parents=True)
     (tmp_path / "r/sys/attr").symlink_to(outside)

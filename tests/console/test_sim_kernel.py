@@ -9,9 +9,9 @@ import shutil
 
 import pytest
 
-from nodeconsole.actions.kernel import Kernel
 from nodeconsole.console.demo.generator import demo_spec, generate
 from nodeconsole.console.demo.kernel import SimulatedKernel
+from nodeconsole.console.kernel_writer import Kernel
 from nodeconsole.console.root import Root
 
 IDLE, IDLE_AUDIO = "0000:9a:00.0", "0000:9a:00.1"  # host GPU on nvidia, idle, own group

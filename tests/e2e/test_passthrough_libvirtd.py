@@ -9,9 +9,9 @@ from types import SimpleNamespace
 
 import pytest
 
-from nodeconsole.actions.libvirt_edit import DomainConfigError, LibvirtDomainConfig
 from nodeconsole.actions.plan import build_step
 from nodeconsole.console.libvirt_xml import parse_domain
+from nodeconsole.console.vms.libvirt_domains import DomainConfigError, LibvirtDomainConfig
 
 libvirt = pytest.importorskip("libvirt")
 

@@ -13,8 +13,10 @@ import time
 
 import pytest
 
+from nodeconsole.actions.host import ActionHost
 from nodeconsole.actions.pinning import plan_pin
-from nodeconsole.actions.runner import DONE, FAILED_RESULT, ActionHost, Runner, plan_undo
+from nodeconsole.actions.runner import DONE, FAILED_RESULT, Runner
+from nodeconsole.actions.undo import plan_undo
 from nodeconsole.console.libvirt_xml import parse_domain
 from nodeconsole.console.seams import real_host
 from tests.e2e.test_real_libvirtd import _admin, _allowed, _vcpu_thread

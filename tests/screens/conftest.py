@@ -12,7 +12,7 @@ from nodeconsole.console.demo.nvml_sim import SimulatedNvml
 from nodeconsole.console.demo.state import ensure_demo
 from nodeconsole.console.pciids import PciIds
 from nodeconsole.console.root import Root
-from nodeconsole.console.seams import Seams
+from nodeconsole.console.seams import Seams, simulated_host
 
 # Device names in every rendered test come from the built-in table, never the machine's pci.ids.
 FIXED_IDS = PciIds(paths=None)
@@ -24,8 +24,7 @@ def demo_seams(tmp_path, monkeypatch):
     host = ensure_demo(tmp_path / "demo")
     root = Root(host.root)
     lib = SimulatedNvml.from_file(host.nvml_state, root=root, privileged=True)
-    return Seams(root=root, libvirt_uri=host.libvirt_uri, nvml_lib=lib, demo_dir=tmp_path / "demo",
-                 state_dir=tmp_path / "demo", pci_ids=FIXED_IDS)
+    return simulated_host(root=root, libvirt_uri=host.libvirt_uri, nvml_lib=lib, state_dir=tmp_path / "demo", pci_ids=FIXED_IDS)
 
 
 class FrozenCollector(Collector):
@@ -47,7 +46,7 @@ def make_frozen_seams(state: Path) -> Seams:
     host = ensure_demo(state)
     root = Root(host.root)
     lib = SimulatedNvml.from_file(host.nvml_state, root=root, privileged=True, clock=lambda: 1000.0)
-    return Seams(root=root, libvirt_uri=host.libvirt_uri, nvml_lib=lib, demo_dir=state, pci_ids=FIXED_IDS)
+    return simulated_host(root=root, libvirt_uri=host.libvirt_uri, nvml_lib=lib, state_dir=state, pci_ids=FIXED_IDS)
 
 
 @pytest.fixture()

@@ -37,7 +37,7 @@ async def _confirm(app, pilot, title: str) -> None:
 
 
 async def test_undo_and_redo_a_console_passthrough_from_the_changes_screen(demo_seams):
-    node = demo_seams.demo_dir / "libvirt.xml"
+    node = demo_seams.audit_dir / "libvirt.xml"
     before = node.read_bytes()
     app = NodeConsoleApp(demo_seams, interval=60)  # polls: at start and after each change
     async with app.run_test(size=(120, 40)) as pilot:

@@ -268,7 +268,7 @@ def test_the_childs_sysfs_only_seams_give_the_same_first_look(demo_seams, tmp_pa
     from nodeconsole.console.seams import demo_host
 
     light = demo_host(tmp_path / "demo", sysfs_only=True)
-    assert light.nvml_lib is None and not light.use_real_nvml and light.is_demo
+    assert light.nvml_lib is None and not light.use_real_nvml and light.origin == "demo"
     full = demo_host(tmp_path / "demo")
     a = Collector(light).collect(partial=True)
     b = Collector(full).collect(partial=True)

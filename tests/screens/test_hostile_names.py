@@ -11,7 +11,7 @@ from textual.widgets import Static
 from nodeconsole.console.demo.nvml_sim import SimulatedNvml
 from nodeconsole.console.hosttext import show, visible
 from nodeconsole.console.root import Root
-from nodeconsole.console.seams import Seams
+from nodeconsole.console.seams import Seams, simulated_host
 from nodeconsole.screens.app import NodeConsoleApp
 from nodeconsole.screens.modals.details import DetailsModal
 from nodeconsole.screens.widgets.keyed_table import TABLE_CELL_MAX, KeyedTable
@@ -40,8 +40,8 @@ def _seams(tmp_path, monkeypatch) -> Seams:
     hostile_demo(state)
     root = Root(state / "root")
     lib = SimulatedNvml.from_file(state / "nvml.json", root=root, privileged=True)
-    return Seams(root=root, libvirt_uri=f"test:///{state / 'libvirt.xml'}", nvml_lib=lib, demo_dir=state,
-                 state_dir=state, pci_ids=FIXED_IDS)
+    return simulated_host(root=root, libvirt_uri=f"test:///{state / 'libvirt.xml'}", nvml_lib=lib, state_dir=state,
+                          pci_ids=FIXED_IDS)
 
 
 def _no_action_style(style: Style | str | None) -> None:

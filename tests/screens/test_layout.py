@@ -99,7 +99,7 @@ async def _walk(seams, size) -> dict[str, ScreenSeen]:
             await app.workers.wait_for_complete()  # what the screen reads in a worker (doctor, log, events)
             if mode == "changes":  # the audit log's path is a temporary directory: the same in every picture
                 summary = app.screen.query_one("#changes-summary", Static)
-                summary.update(Text(str(summary.content).replace(str(seams.state_dir or seams.demo_dir), "<state>")))
+                summary.update(Text(str(summary.content).replace(str(seams.audit_dir), "<state>")))
             for _ in range(3):
                 await pilot.pause()
             await pilot.wait_for_scheduled_animations()

@@ -21,7 +21,7 @@ from nodeconsole.actions.nccl.parse import parse_text
 from nodeconsole.console.demo.nvml_sim import SimulatedNvml
 from nodeconsole.console.demo.state import ensure_demo
 from nodeconsole.console.root import Root
-from nodeconsole.console.seams import Seams
+from nodeconsole.console.seams import Seams, simulated_host
 from nodeconsole.screens.app import NodeConsoleApp
 from nodeconsole.screens.nccl import NcclScreen, size_label
 from nodeconsole.screens.nccl_pick import GpuChoice, GpuPickModal
@@ -60,7 +60,7 @@ def demo_seams(_demo_dir: Path, monkeypatch: pytest.MonkeyPatch) -> Seams:
     host = ensure_demo(_demo_dir)
     root = Root(host.root)
     lib = SimulatedNvml.from_file(host.nvml_state, root=root, privileged=True)
-    return Seams(root=root, libvirt_uri=host.libvirt_uri, nvml_lib=lib, demo_dir=_demo_dir, state_dir=_demo_dir,
+    return simulated_host(root=root, libvirt_uri=host.libvirt_uri, nvml_lib=lib, state_dir=_demo_dir,
                  pci_ids=FIXED_IDS)
 
 

@@ -29,7 +29,7 @@ async def _release_modal(app, pilot) -> PlanModal:
 
 
 async def test_typed_address_and_enter_applies_the_release_cancels_say_so(demo_seams):
-    node = demo_seams.demo_dir / "libvirt.xml"
+    node = demo_seams.audit_dir / "libvirt.xml"
     before = node.read_text()
     app = NodeConsoleApp(demo_seams, interval=60)  # polls: at start and after the change
     async with app.run_test(size=(100, 30)) as pilot:

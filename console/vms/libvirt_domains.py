@@ -1,4 +1,5 @@
-"""Read-write libvirt domain configuration for actions, behind one interface with two implementations.
+"""Read-write libvirt domain configuration (the `DomainStore` seam, console/host_seams.py), behind one
+interface with two implementations.
 
 - `LibvirtDomainConfig`: a libvirt connection. Host devices go through `attachDeviceFlags` /
   `detachDeviceFlags` with VIR_DOMAIN_AFFECT_CONFIG (the persistent config; a running guest sees the
@@ -11,32 +12,23 @@ Every edit of a domain's XML is console/domain_edits.py's (one splicing editor).
 from __future__ import annotations
 
 import os
-import shlex
 import urllib.parse
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from nodeconsole.actions.host_seams import DomainStore
-from nodeconsole.actions.plan import Op, Step, StepError, step_kind
-from nodeconsole.actions.runner import ActionHost
-from nodeconsole.console.domain_edits import (
-    Taken,
-    add_pci_hostdev,
-    hostdev_place,
-    put_hostdev,
-    remove_pci_hostdev,
-    take_hostdev,
-)
+from nodeconsole.console.domain_edits import add_pci_hostdev, hostdev_place, remove_pci_hostdev
 from nodeconsole.console.libvirt_xml import parse_domain
 from nodeconsole.console.pciaddr import parse_pci_address
-from nodeconsole.console.seams import Seams
+
+if TYPE_CHECKING:
+    from nodeconsole.console.model import Vm
+    from nodeconsole.console.sources.libvirt_src import LibvirtSource
 
 _ERR_NO_SUPPORT = 3  # libvirt.VIR_ERR_NO_SUPPORT: the driver lacks the call (test driver: attach)
 _ERR_NO_DOMAIN = 42
 _AFFECT_CONFIG = 2  # libvirt.VIR_DOMAIN_AFFECT_CONFIG
 _XML_INACTIVE = 2  # libvirt.VIR_DOMAIN_XML_INACTIVE
-
 
 
 class DomainConfigError(Exception):
@@ -53,10 +45,34 @@ def hostdev_xml(address: str, managed: bool = True) -> str:
 
 
 class DomainConfig:
-    """The persistent configuration of a host's domains."""
+    """The persistent configuration of a host's domains: libvirt's VM backend (console/vms/backend.py),
+    its XML methods (`xml`, `define`, `edit`) libvirt-only."""
 
     label = "libvirt"
     one_state = False  # True: the running and the persistent state are one (the demo's node file)
+    reader_uri: str | None = None  # the libvirt URI the VMs are read through (`reader()`)
+
+    def reader(self) -> LibvirtSource:
+        """A reader of every domain (console/sources/libvirt_src.py), through `reader_uri`."""
+        from nodeconsole.console.sources.libvirt_src import LibvirtSource
+
+        return LibvirtSource(self.reader_uri)
+
+    def vm(self, name: str) -> Vm | None:
+        """One domain as the model holds it (read through a reader of its own); None when unknown."""
+        source = self.reader()
+        try:
+            return next((v for v in source.poll().vms if v.name == name), None)
+        finally:
+            source.close()
+
+    def save(self, vm: str) -> str:
+        """The domain's persistent XML: an exact definition to `restore`."""
+        return self.xml(vm)
+
+    def restore(self, vm: str, token: str) -> None:
+        if token != self.xml(vm):
+            self.define(vm, token)
 
     def names(self) -> list[str]:
         raise NotImplementedError
@@ -98,7 +114,7 @@ class LibvirtDomainConfig(DomainConfig):
     """A libvirt connection (opened on first use, kept: the test driver forgets changes on reopen)."""
 
     def __init__(self, uri: str) -> None:
-        self.uri = uri
+        self.uri = self.reader_uri = uri
         self._conn: Any = None
 
     def _c(self) -> Any:
@@ -215,121 +231,7 @@ def node_file_of(uri: str | None) -> Path | None:
     return Path(path) if path and path != "/default" and os.path.isfile(path) else None
 
 
-def domain_config_for(seams: Seams) -> DomainStore | None:
-    """The demo host edits its node file; every other host talks to libvirt. None: no libvirt."""
-    node = node_file_of(seams.libvirt_uri)
-    if seams.is_demo and node is not None:
-        from nodeconsole.console.seams import demo_domain_store
-
-        return demo_domain_store(node)
-    if seams.libvirt_uri is None:
-        return None
-    return LibvirtDomainConfig(seams.libvirt_uri)
-
-
-# -- step kind ----------------------------------------------------------------------------------------
-
-def _taken(cfg: DomainStore, vm: str, address: str) -> Taken | None:
-    """The hostdev of `address` as the store edits the definition (the text `edit` hands over, whose
-    indentation can differ from `xml()`'s), read through an edit that changes nothing."""
-    seen: list[Taken] = []
-
-    def look(text: str) -> str:
-        found = take_hostdev(text, "pci", address)
-        if found is not None:
-            seen.append(found)
-        return text  # unchanged: nothing is written
-
-    cfg.edit(vm, look)
-    return seen[0] if seen else None
-
-
-def _exact_element(op: Op, address: str) -> str | None:
-    """The exact <hostdev> text an undo puts back (recorded when it was removed), checked: the audit
-    log is a file anyone with access could have edited, so it must be one <hostdev> of `address`."""
-    element = op.get("element")
-    if element is None:
-        return None
-    child = op.get("child")
-    if not isinstance(element, str) or len(element) > 65536 or not (child is None or isinstance(child, int)):
-        raise StepError("malformed vm_hostdev operation: 'element' must be a <hostdev> of at most 64 KiB")
-    text = element.strip()
-    if not (text.startswith("<hostdev") and text.endswith(">")):
-        raise StepError("malformed vm_hostdev operation: 'element' is not a <hostdev> element")
-    probe = "<domain><devices>" + text + "</devices></domain>"
-    try:
-        hostdevs = parse_domain(probe).hostdevs
-    except ValueError as e:
-        raise StepError(f"malformed vm_hostdev operation: {e}") from None
-    if [(h.type, h.address) for h in hostdevs] != [("pci", address)]:
-        raise StepError(f"malformed vm_hostdev operation: 'element' is not the hostdev of {address}")
-    return text
-
-
-@step_kind("vm_hostdev")
-def vm_hostdev_step(host: ActionHost, op: Op) -> Step | None:
-    """`{"kind": "vm_hostdev", "vm": NAME, "address": PCI, "present": bool, "managed": bool}`: the VM's
-    persistent config has (present) or has not a PCI <hostdev> for the address."""
-    vm, address, present = op["vm"], parse_pci_address(op["address"]), bool(op["present"])
-    managed = bool(op.get("managed", True))
-    cfg = host.domains
-    if cfg is None:
-        raise StepError("this host has no libvirt connection")
-    try:
-        has = address in cfg.pci_hostdevs(vm)
-    except DomainConfigError as e:
-        raise StepError(str(e)) from None
-    if has == present:
-        return None
-    inverse = {"kind": "vm_hostdev", "vm": vm, "address": address, "present": not present, "managed": managed}
-    taken: Taken | None = None
-    if not present:
-        place = cfg.hostdev_place(vm, address)
-        if place is not None:  # put it back where it was, as it was
-            inverse.update(index=place[0], managed=place[1])
-        taken = _taken(cfg, vm, address)
-        if taken is not None:  # and exactly as it was: its guest <address>, <rom>, boot order…
-            inverse.update(element=taken.text, child=taken.child)
-    element = _exact_element(op, address)
-
-    def apply() -> None:
-        if present and element is not None:
-            cfg.edit(vm, lambda x: put_hostdev(x, element, child=op.get("child")))
-        elif present:
-            cfg.add_hostdev(vm, address, managed=managed, index=op.get("index"))
-        else:
-            cfg.remove_hostdev(vm, address)
-
-    def verify() -> str | None:
-        now = address in cfg.pci_hostdevs(vm)
-        if now == present:
-            return None
-        return f"the config of VM {vm} {'still lacks' if present else 'still has'} hostdev {address}"
-
-    vm_arg = shlex.quote(vm)
-    if present:
-        title = f"Add {address} to VM {vm}'s config"
-        why = (f"VM {vm} gets the device at its next start; managed='yes' lets libvirt keep it on vfio-pci "
-               "while the VM runs")
-        shown = _as_shown(element) if element is not None else hostdev_xml(address, managed)
-        cmd = f"virsh attach-device {vm_arg} /dev/stdin --config <<'EOF'  # the <hostdev> below, then EOF"
-    else:
-        title = f"Remove {address} from VM {vm}'s config"
-        why = (f"VM {vm} must not claim the device once it is given back to the host (by hand: virsh edit "
-               f"{vm_arg}, delete this <hostdev>)")
-        shown = _as_shown(taken.text) if taken is not None else hostdev_xml(address, managed)
-        cmd = f"virsh detach-device {vm_arg} /dev/stdin --config <<'EOF'  # the <hostdev> below, then EOF"
-    return Step(title=title, why=why, commands=(cmd,), op=dict(op), inverse=inverse, apply_fn=apply,
-                verify_fn=verify, detail=shown)
-
-
-def _as_shown(element: str) -> str:
-    """An element's text as a domain file holds it, without the indentation of its place there: its
-    closing line's indent comes off every later line."""
-    lines = element.strip("\n").split("\n")
-    if len(lines) < 2:
-        return element.strip()
-    last = lines[-1]
-    indent = last[:len(last) - len(last.lstrip(" \t"))]
-    return "\n".join([lines[0]] + [ln[len(indent):] if ln.startswith(indent) else ln for ln in lines[1:]])
-
+def libvirt_domains(uri: str | None) -> LibvirtDomainConfig | None:
+    """A libvirt connection's domain store (console/seams.py's choice for every host but the demo);
+    None: the host has no libvirt."""
+    return LibvirtDomainConfig(uri) if uri is not None else None

@@ -1,4 +1,4 @@
-"""The real host's kernel writer (the `KernelWriter` seam, actions/host_seams.py): writes kernel
+"""The real host's kernel writer (the `KernelWriter` seam, console/host_seams.py): writes kernel
 attribute files (sysfs/procfs) below a root, one write() per call as `echo` does.
 
 The demo host's simulated kernel (console/demo/kernel.py's `SimulatedKernel`) satisfies the same

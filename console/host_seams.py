@@ -1,21 +1,25 @@
-"""The write seams of an ActionHost (actions/runner.py), as protocols: what actions call on them.
+"""The write seams of a host, as protocols: what actions (through actions/host.py's ActionHost) call on them.
 
 Implementations satisfy them structurally (none inherits from these):
-- `KernelWriter`: actions/kernel.py's `Kernel` (the real host, below a root) and console/demo/kernel.py's
+- `KernelWriter`: console/kernel_writer.py's `Kernel` (the real host, below a root) and console/demo/kernel.py's
   `SimulatedKernel` (the demo host, which also changes its tree the way Linux would);
-- `CommandRunner`: actions/commands.py's `Commands` (this machine's programs) and `NoCommands` (a captured
+- `CommandRunner`: console/host_programs.py's `Commands` (this machine's programs) and `NoCommands` (a captured
   tree), and console/demo/commands.py's `DemoCommands` (the demo's simulated driverctl);
-- `DomainStore`: actions/libvirt_edit.py's `LibvirtDomainConfig` (a libvirt connection) and
+- `DomainStore` (libvirt's `VmBackend`, console/vms/backend.py): console/vms/libvirt_domains.py's
+  `LibvirtDomainConfig` (a libvirt connection) and
   console/demo/node_domains.py's `NodeFileDomainConfig` (the demo's libvirt test-driver node file),
   both through `DomainConfig`;
 - `HostWrites`: makes a kernel writer and a command runner for a root. `Seams.writes` (console/seams.py)
-  holds one for a simulated host (console/demo/writes.py's `SimulatedWrites`, chosen only in
-  console/seams.py); None there means the real host's `Kernel` and `Commands`.
+  holds every host's: this machine's (`ThisMachine`: `Kernel` and `Commands`), a captured tree's
+  (`CapturedTree`: `Kernel` and `NoCommands`; the tree is read-only), a replay's, the demo's
+  (console/demo/writes.py's `SimulatedWrites`), each chosen once by console/seams.py's factories.
 """
 from __future__ import annotations
 
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Protocol
+
+from nodeconsole.console.vms.backend import VmBackend
 
 if TYPE_CHECKING:
     from nodeconsole.console.root import Root
@@ -51,35 +55,20 @@ class HostWrites(Protocol):
     def commands(self, root: Root) -> CommandRunner: ...
 
 
-class DomainStore(Protocol):
-    """The persistent configuration of a host's libvirt domains."""
-
-    def names(self) -> list[str]: ...
+class DomainStore(VmBackend, Protocol):
+    """libvirt's VM backend (console/vms/backend.py's `VmBackend`) with the libvirt-only methods that
+    actions still need in domain-XML terms: pins and NUMA (actions/pin_steps.py), mdevs (actions/vgpu.py),
+    the exact put-back of a removed <hostdev> (actions/vm_hostdev.py). A second hypervisor implements
+    `VmBackend` alone."""
 
     def xml(self, vm: str) -> str:
-        """The domain's persistent (inactive) XML. DomainConfigError for an unknown domain."""
+        """libvirt-only: the domain's persistent (inactive) XML. DomainConfigError for an unknown domain."""
         ...
 
     def define(self, vm: str, xml: str) -> None:
-        """Replace the domain's persistent XML with `xml`."""
+        """libvirt-only: replace the domain's persistent XML with `xml`."""
         ...
-
-    def add_hostdev(self, vm: str, address: str, managed: bool = True, index: int | None = None) -> None:
-        """Add a PCI hostdev; `index` (its place among the <hostdev> elements) is a hint."""
-        ...
-
-    def remove_hostdev(self, vm: str, address: str) -> None: ...
 
     def edit(self, vm: str, change: Callable[[str], str]) -> None:
-        """Define the domain again with `change(xml)` when that differs from its XML."""
+        """libvirt-only: define the domain again with `change(xml)` when that differs from its XML."""
         ...
-
-    def pci_hostdevs(self, vm: str) -> set[str]:
-        """PCI addresses of the domain's PCI hostdevs."""
-        ...
-
-    def hostdev_place(self, vm: str, address: str) -> tuple[int, bool] | None:
-        """(index among the domain's <hostdev> elements, managed) of the PCI hostdev for `address`."""
-        ...
-
-    def close(self) -> None: ...
