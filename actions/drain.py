@@ -20,9 +20,9 @@ from nodeconsole.actions.audit import who
 from nodeconsole.actions.boot_steps import read_exact
 from nodeconsole.actions.host import ActionHost
 from nodeconsole.actions.host_steps import target_path
-from nodeconsole.actions.passthrough import resolve_gpu
 from nodeconsole.actions.plan import Check, Op, Plan, RequestError, Step, StepError, step_kind
 from nodeconsole.actions.safe_files import ensure_dir, open_file
+from nodeconsole.actions.targets import resolve_gpu
 from nodeconsole.console.drains import DRAINS_FILE, parse, reason_problem, render, who_name
 from nodeconsole.console.model import HostSnapshot
 from nodeconsole.console.outfile import fsync_dir

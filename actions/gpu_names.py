@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from nodeconsole.actions.host import ActionHost
+from nodeconsole.actions.audit import AuditLog
 from nodeconsole.console.model import Gpu
 
 
@@ -21,10 +21,11 @@ def with_gpu_name(request: dict[str, Any], gpu: Gpu) -> dict[str, Any]:
     return request
 
 
-def recorded_names(host: ActionHost) -> dict[str, str]:
-    """PCI address → the GPU name the newest audit record that named it gave ({} when unreadable)."""
+def recorded_names(log: AuditLog) -> dict[str, str]:
+    """PCI address → the GPU name the newest record of the audit log that named it gave ({} when
+    unreadable)."""
     try:
-        records = host.audit.records()
+        records = log.records()
     except OSError:
         return {}
     names: dict[str, str] = {}

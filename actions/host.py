@@ -78,7 +78,7 @@ class ActionHost:
         from nodeconsole.console.collector import Collector
 
         collector = Collector(self.seams)
-        collector._names.update(recorded_names(self))  # NVML's names, remembered for GPUs now on vfio-pci
+        collector._names.update(recorded_names(self.audit))  # NVML's names, remembered for GPUs now on vfio-pci
         try:
             return collector.collect()
         finally:

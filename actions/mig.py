@@ -27,8 +27,8 @@ from nodeconsole.actions.mig_planner import (
     slices_text,
 )
 from nodeconsole.actions.mig_steps import MigState, read_mig_state
-from nodeconsole.actions.passthrough import resolve_gpu
 from nodeconsole.actions.plan import Check, Op, Plan, RequestError, StepError, build_step
+from nodeconsole.actions.targets import resolve_gpu
 from nodeconsole.actions.vgpu import _vf_held
 from nodeconsole.console.model import Gpu, HostSnapshot
 

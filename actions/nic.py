@@ -14,9 +14,9 @@ from typing import Any
 
 from nodeconsole.actions.acs_path import acs_note
 from nodeconsole.actions.gpu_holders import STUB_DRIVERS
+from nodeconsole.actions.host import ActionHost
 from nodeconsole.actions.host_steps import read_raw
 from nodeconsole.actions.nic_steps import vf_address, who
-from nodeconsole.actions.passthrough import VFIO, add_steps, resolve_vm, source_checks, vms_with
 from nodeconsole.actions.plan import (
     Check,
     Op,
@@ -25,7 +25,7 @@ from nodeconsole.actions.plan import (
     unreadable_vm_check,
     vms_known_check,
 )
-from nodeconsole.actions.host import ActionHost
+from nodeconsole.actions.targets import VFIO, add_steps, resolve_vm, source_checks, vms_with
 from nodeconsole.console.argtypes import did_you_mean
 from nodeconsole.console.hosttext import visible
 from nodeconsole.console.model import Gpu, HostSnapshot, Nic, NicVf

@@ -11,10 +11,10 @@ actions/vm_hostdev.py's `vm_hostdev` step.
 """
 from __future__ import annotations
 
-from nodeconsole.actions.host_steps import pci_state
-from nodeconsole.actions.passthrough import VFIO
-from nodeconsole.actions.plan import Op, Step, StepError, build_step, step_kind
 from nodeconsole.actions.host import ActionHost
+from nodeconsole.actions.host_steps import pci_state
+from nodeconsole.actions.plan import Op, Step, StepError, build_step, step_kind
+from nodeconsole.actions.targets import VFIO
 from nodeconsole.console.pciaddr import format_pci_address, parse_pci_address
 
 _DEV = "sys/bus/pci/devices"

@@ -23,7 +23,9 @@ from nodeconsole.actions.host_steps import (
     read_raw,
     render_modprobe,
 )
-from nodeconsole.actions.passthrough import (
+from nodeconsole.actions.plan import Check, Op, Plan, unreadable_vm_check, vms_known_check
+from nodeconsole.actions.release_notes import kept_notes, loss_notes, removed_by_vm
+from nodeconsole.actions.targets import (
     VFIO,
     add_steps,
     companions,
@@ -34,8 +36,6 @@ from nodeconsole.actions.passthrough import (
     source_checks,
     vms_with,
 )
-from nodeconsole.actions.plan import Check, Op, Plan, unreadable_vm_check, vms_known_check
-from nodeconsole.actions.release_notes import kept_notes, loss_notes, removed_by_vm
 from nodeconsole.console.model import Gpu, HostSnapshot
 
 _RELEASE_KINDS = ("vm_hostdev", "driverctl", "file", "pci_driver", "sriov_numvfs", "sriov_autoprobe")

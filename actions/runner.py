@@ -6,7 +6,6 @@ The runner is headless and synchronous: the CLI calls it directly; the TUI calls
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any
 
 from nodeconsole.actions.audit import (

@@ -197,7 +197,7 @@ class ActionSession:
         # work put on a GPU (not MIG turned off: that takes work away) waits for a healthy GPU
         if isinstance(request, Passthrough | VgpuCreate) or (isinstance(request, MigLayout) and not request.off):
             from nodeconsole.actions.health_gate import gate
-            from nodeconsole.actions.passthrough import resolve_gpu
+            from nodeconsole.actions.targets import resolve_gpu
 
             plan = gate(plan, snap, resolve_gpu(snap, request.gpu), request.allow_unhealthy, host.snapshot)
         if plan.needs_reboot:
@@ -236,7 +236,7 @@ class ActionSession:
         """What NVML says about one GPU's MIG mode, layout and profiles (for an editor). RequestError when
         the GPU is unknown, not on the nvidia driver or not MIG capable."""
         from nodeconsole.actions.mig import mig_state_for
-        from nodeconsole.actions.passthrough import resolve_gpu
+        from nodeconsole.actions.targets import resolve_gpu
 
         snap = self.host.snapshot()
         g = resolve_gpu(snap, gpu)
@@ -288,7 +288,7 @@ def _check_names(request: Request, snap: HostSnapshot) -> None:
     libvirt does not answer, each planner says so in its own words."""
     vm = getattr(request, "vm", None)
     if isinstance(vm, str) and snap.sources.libvirt.ok:
-        from nodeconsole.actions.passthrough import resolve_vm
+        from nodeconsole.actions.targets import resolve_vm
 
         resolve_vm(snap, vm)
 

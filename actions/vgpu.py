@@ -17,7 +17,6 @@ from dataclasses import dataclass
 
 from nodeconsole.actions.gpu_names import with_gpu_name
 from nodeconsole.actions.host import ActionHost
-from nodeconsole.actions.passthrough import resolve_gpu
 from nodeconsole.actions.plan import (
     Check,
     Op,
@@ -30,6 +29,7 @@ from nodeconsole.actions.plan import (
     unreadable_vm_check,
     vms_known_check,
 )
+from nodeconsole.actions.targets import resolve_gpu
 from nodeconsole.console.domain_edits import add_mdev_hostdev, remove_mdev_hostdev
 from nodeconsole.console.libvirt_xml import parse_domain
 from nodeconsole.console.model import Gpu, HostSnapshot, VgpuInstance, Vm

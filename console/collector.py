@@ -14,7 +14,8 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import TYPE_CHECKING, TypeVar
 
-from nodeconsole.console.assembly import NVIDIA, Derived, Marks, assemble, is_gpu, with_fields
+from nodeconsole.console.assembly import Marks, assemble, with_fields
+from nodeconsole.console.derived import NVIDIA, Derived, is_gpu
 from nodeconsole.console.drains import DrainReader
 from nodeconsole.console.health import HealthBook
 from nodeconsole.console.model import SOURCE_OK, SOURCE_PENDING, HostSnapshot, Load, Sources, SourceState, Vm

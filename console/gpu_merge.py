@@ -1,6 +1,6 @@
 """Each GPU of a snapshot, merged from what sysfs and NVML say of it and the VMs holding it.
 
-Pure (no I/O): `merge_gpus` reads the PCI index and sysfs vGPUs a `Derived` (console/assembly.py) keeps,
+Pure (no I/O): `merge_gpus` reads the PCI index and sysfs vGPUs a `Derived` (console/derived.py) keeps,
 NVML's records and the VMs with their host devices mapped to GPUs.
 """
 from __future__ import annotations
@@ -24,7 +24,7 @@ from nodeconsole.console.model import (
 from nodeconsole.console.sources.types import NvmlData, NvmlGpu
 
 if TYPE_CHECKING:
-    from nodeconsole.console.assembly import Derived
+    from nodeconsole.console.derived import Derived
 
 T = TypeVar("T")
 

@@ -18,8 +18,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from xml.sax.saxutils import quoteattr
 
-from nodeconsole.actions.passthrough import resolve_vm
 from nodeconsole.actions.plan import RequestError
+from nodeconsole.actions.targets import resolve_vm
 from nodeconsole.console.model import HostSnapshot, Nic, NicVf, PciDevice, Vm
 from nodeconsole.console.nics import nic_of
 from nodeconsole.console.topology import ancestors

@@ -8,8 +8,8 @@ from itertools import combinations
 import pytest
 
 from nodeconsole.actions.nccl.snapshot_topology import local_plan, nvlink_connected
-from nodeconsole.actions.passthrough import resolve_gpu
 from nodeconsole.actions.plan import RequestError
+from nodeconsole.actions.targets import resolve_gpu
 from nodeconsole.console.collector import Collector
 from nodeconsole.console.demo.nvml_sim import SimulatedNvml, uninstall
 from nodeconsole.console.demo.state import ensure_demo

@@ -8,9 +8,10 @@ from dataclasses import replace
 
 import pytest
 
-from nodeconsole.console.assembly import Derived, assemble
+from nodeconsole.console.assembly import assemble
 from nodeconsole.console.checks import GPU_FIGURES, SNAPSHOT_FIGURES, VM_FIGURES, find_problems
 from nodeconsole.console.collector import Collector
+from nodeconsole.console.derived import Derived
 from nodeconsole.console.model import GpuProcess, Hostdev, HostSnapshot, Iommu, Load, Sources, VcpuPin
 from nodeconsole.console.nics import build_nics
 from nodeconsole.console.seams import demo_host
