@@ -33,9 +33,9 @@ from nodeconsole.console.hosttext import LINE_MAX, lines, visible
 from nodeconsole.console.model import HostSnapshot
 from nodeconsole.screens.base import SnapshotScreen
 from nodeconsole.screens.commands import COMMANDS, bindings
+from nodeconsole.screens.fast.terminal import ScreenShadow
 from nodeconsole.screens.messages import GpuSelected, HostView, SnapshotUpdated, VmSelected
 from nodeconsole.screens.overview import OverviewScreen
-from nodeconsole.screens.terminal import ScreenShadow
 from nodeconsole.themes import CSS_PATH, NAMES, all_themes, resolve
 
 if TYPE_CHECKING:  # the actions, the NCCL screen and the collector are imported on first use
@@ -110,7 +110,7 @@ class NodeConsoleApp(App):
         from textual import constants
 
         if constants.DRIVER is None and sys.platform.startswith("linux"):
-            from nodeconsole.screens.driver import QuietLinuxDriver
+            from nodeconsole.screens.fast.driver import QuietLinuxDriver
 
             return QuietLinuxDriver
         return super().get_driver_class()

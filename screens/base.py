@@ -16,8 +16,8 @@ from textual.containers import Vertical
 from textual.screen import Screen
 from textual.widgets import Input, Static
 
-from nodeconsole.screens.compositor import FrontCompositor
-from nodeconsole.screens.footer import QuietFooter
+from nodeconsole.screens.fast.compositor import FrontCompositor
+from nodeconsole.screens.fast.footer import QuietFooter
 from nodeconsole.screens.messages import HostView, Selected, SnapshotUpdated
 from nodeconsole.screens.widgets.hinted_scroll import hint_line, put_hint
 from nodeconsole.screens.widgets.keyed_table import KeyedTable

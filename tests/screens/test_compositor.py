@@ -9,7 +9,7 @@ from textual._compositor import Compositor
 
 from nodeconsole.screens import base
 from nodeconsole.screens.app import NodeConsoleApp
-from nodeconsole.screens.compositor import FrontCompositor
+from nodeconsole.screens.fast.compositor import FrontCompositor
 
 from .conftest import FIXED_IDS
 from .helpers import wait_until

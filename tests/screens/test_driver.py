@@ -11,7 +11,7 @@ import tty
 
 from textual import events
 
-from nodeconsole.screens.driver import QuietLinuxDriver
+from nodeconsole.screens.fast.driver import QuietLinuxDriver
 
 from .helpers import until as _until
 

@@ -6,7 +6,7 @@ from textual.app import App, ComposeResult
 from textual.binding import Binding
 from textual.widgets import DataTable
 
-from nodeconsole.screens.footer import QuietFooter
+from nodeconsole.screens.fast.footer import QuietFooter
 
 
 class Counting(QuietFooter):

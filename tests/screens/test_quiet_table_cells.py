@@ -13,7 +13,7 @@ from rich.style import Style
 from rich.text import Span, Text
 from textual.renderables.styled import Styled
 
-from nodeconsole.screens.widgets.quiet_table import text_cell_line
+from nodeconsole.screens.fast.table import text_cell_line
 
 CHARS = "ab xyz01%…漢字é\u0301-"
 STYLES = [None, "", "bold", "red on blue", Style(italic=True), Style(color="green", meta={"k": 1}), "not-a-style"]

@@ -15,7 +15,7 @@ from textual.strip import Strip
 
 from nodeconsole.screens import terminal as terminal_module
 from nodeconsole.screens.app import NodeConsoleApp, _ShadowedUpdate
-from nodeconsole.screens.terminal import ScreenShadow
+from nodeconsole.screens.fast.terminal import ScreenShadow
 from tests.screens.helpers import wait_until
 
 from .conftest import FIXED_IDS
