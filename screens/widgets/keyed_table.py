@@ -20,7 +20,7 @@ from textual.binding import Binding, BindingType
 from textual.coordinate import Coordinate
 from textual.message import Message
 
-from nodeconsole.screens.fast.table import QuietTable
+from nodeconsole.screens.widgets.quiet_table import QuietTable
 from nodeconsole.screens.widgets.text import host_text
 
 TABLE_CELL_MAX = 64  # host text in one cell; the layout cuts it further when the terminal is narrow

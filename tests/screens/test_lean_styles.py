@@ -10,6 +10,9 @@ from textual.app import App, ComposeResult
 
 from nodeconsole.screens.fast.table import QuietTable, _LeanStylesCache
 
+# a test of screens/fast/: the stock mode (--stock-textual) has none of it
+pytestmark = pytest.mark.fast_textual
+
 STYLES = {
     "plain": "",
     "padded": "padding: 0 1;",

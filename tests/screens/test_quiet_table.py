@@ -14,6 +14,9 @@ from textual.widgets import DataTable
 from nodeconsole.screens.fast import table as quiet_table
 from nodeconsole.screens.fast.table import QuietTable
 
+# a test of screens/fast/: the stock mode (--stock-textual) has none of it
+pytestmark = pytest.mark.fast_textual
+
 COLS = ["name", "util", "mem", "owner"]
 
 
