@@ -136,8 +136,8 @@ class _LeanStylesCache(StylesCache):
     _lean = False
     _inner: Style = _NULL
 
-    def render(self, styles, size, base_background, background, render_content_line, filters, border_title,
-               border_subtitle, content_size=None, padding=None, crop=None, opacity=1.0, **kw):
+    def render(self, styles, size, base_background, background, render_content_line, filters,  # type: ignore[override]
+               border_title, border_subtitle, content_size=None, padding=None, crop=None, opacity=1.0, **kw):
         spacing = styles.padding if padding is None else padding
         self._lean = lean = (
             opacity == 1.0 and (content_size is None or content_size == size) and not any(spacing)

@@ -18,6 +18,7 @@ newlines, row labels) goes through DataTable's own rendering; the tests compare 
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import cast
 
 from rich.segment import Segment
 from rich.style import Style
@@ -80,7 +81,7 @@ class QuietTable(StockTable):
         except LookupError:
             return Strip.blank(width, base_style)
         cursor, hover = self.cursor_coordinate, self.hover_coordinate
-        index = self._row_locations.get(row_key) if row_key in self._row_locations else -1
+        index = self._row_index(row_key)
         key = (y, x1, x2, width, cursor.row == index, hover.row == index, base_style, self.show_cursor,
                self._show_hover_cursor, self._update_count, self._pseudo_class_state)
         kept = self._row_lines.get(row_key)
@@ -93,6 +94,11 @@ class QuietTable(StockTable):
             strip = Strip(line_crop(segments, x1, x2, width)).adjust_cell_length(width, base_style).simplify()
         self._row_lines[row_key] = (key, strip)
         return strip
+
+    def _row_index(self, row_key: RowKey) -> int:
+        """The row's index, or -1 (the header's)."""
+        index = self._row_locations.get(row_key)
+        return -1 if index is None else index
 
     def _row_segments(self, row_key: RowKey, row_index: int, line_no: int, base_style: Style,
                       cursor: Coordinate, hover: Coordinate, width: int) -> tuple[list[Segment], int, bool]:
@@ -151,7 +157,9 @@ class QuietTable(StockTable):
         if style is None:
             style = self.rich_style
         scroll_x, scroll_y = self.scroll_offset
-        fixed_height = sum(self.get_row_height(self._row_locations.get_key(i)) for i in range(self.fixed_rows))
+        fixed_height = 0
+        for i in range(self.fixed_rows):
+            fixed_height += self.get_row_height(cast(RowKey, self._row_locations.get_key(i)))
         if self.show_header:
             fixed_height += self.get_row_height(self._header_row_key)
         if y >= fixed_height:
@@ -172,7 +180,7 @@ class QuietTable(StockTable):
         if cache_key in cache:
             return cache[cache_key]
         highlight, render_cell = self._should_highlight, self._render_cell
-        row_index = self._row_locations.get(row_key) if row_key in self._row_locations else -1
+        row_index = self._row_index(row_key)
         columns, widths = self._columns_and_widths()
         n_fixed = self.fixed_columns
         row_style = self._get_row_style(row_index, base_style)
@@ -305,8 +313,8 @@ class QuietTable(StockTable):
         if column_index < 0:  # a row label
             return super()._render_cell(row_index, column_index, base_style, width, cursor, hover)
         header = row_index == -1
-        row_key = self._header_row_key if header else self._row_locations.get_key(row_index)
-        column_key = self._column_locations.get_key(column_index)
+        row_key = self._header_row_key if header else cast(RowKey, self._row_locations.get_key(row_index))
+        column_key = cast(ColumnKey, self._column_locations.get_key(column_index))
         # DataTable's cache and key (the cache is a _CellRenders: _forget_cell drops one cell's renders)
         key = (row_key, column_key, base_style, cursor, hover, self._show_hover_cursor, self._update_count,
                self._pseudo_class_state)
