@@ -7,7 +7,9 @@
 3. The console at a 1 s refresh on the demo and a large host, the bare app, `htop -d 10` and nvitop on
    the simulated GPUs, side by side in one window: CPU, RSS and the bytes each writes to its terminal.
 
-    .venv/bin/python benchmarks/run.py [--quick] [--window S] [--only-terminal]
+    .venv/bin/python benchmarks/run.py [--quick] [--window S] [--only-terminal] [--stock-textual]
+
+--stock-textual runs the console with NODECONSOLE_STOCK_TEXTUAL=1 (stock Textual, without screens/fast/).
 
 Targets (issue 15): first frame <= 1.5x the bare app; CPU <= 1% of a core on the demo host, <= 2% on
 the large host; RSS <= 1.3x the bare app; <= 1,000 terminal bytes/s on the demo host.
@@ -163,17 +165,21 @@ def first_frame(cmd: str, needles: list[str], timeout: float = 30) -> float:
         t.kill()
 
 
+STOCK_TEXTUAL = ""  # "NODECONSOLE_STOCK_TEXTUAL=1 " with --stock-textual: the console's own runs only
+
+
 def programs(state: Path, large: Path | None) -> dict[str, str]:
     py = sys.executable
     bare = state / "bare_app.py"
     bare.write_text(BARE_APP)
-    demo = f"NODECONSOLE_STATE_DIR={state / 'demo'}"
+    demo = f"{STOCK_TEXTUAL}NODECONSOLE_STATE_DIR={state / 'demo'}"
     out = {
         "nodeconsole --demo": f"cd {REPO} && {demo} exec {py} -m nodeconsole.screens.launch --demo --interval 1",
         "bare Textual app": f"{py} {bare}",
     }
     if large is not None:
-        out["nodeconsole, large host"] = f"cd {REPO} && exec {py} -m benchmarks.large_console {large}"
+        out["nodeconsole, large host"] = (f"cd {REPO} && {STOCK_TEXTUAL}exec {py} -m benchmarks.large_console "
+                                          f"{large}")
     if shutil.which("htop"):
         out["htop -d 10"] = "htop -d 10"
     try:
@@ -291,8 +297,12 @@ def main() -> None:
     ap.add_argument("--window", type=float, default=30.0)
     ap.add_argument("--skip-terminal", action="store_true")
     ap.add_argument("--only-terminal", action="store_true", help="skip the collection tables")
+    ap.add_argument("--stock-textual", action="store_true", help="the console with stock Textual")
     args = ap.parse_args()
-    print(f"nodeconsole benchmarks  python {sys.version.split()[0]}  {os.cpu_count()} CPUs")
+    global STOCK_TEXTUAL
+    STOCK_TEXTUAL = "NODECONSOLE_STOCK_TEXTUAL=1 " if args.stock_textual else ""
+    print(f"nodeconsole benchmarks  python {sys.version.split()[0]}  {os.cpu_count()} CPUs"
+          f"{'  (stock Textual)' if args.stock_textual else ''}")
     if not args.only_terminal:
         generation_table()
         collection_tables(args.quick)

@@ -11,11 +11,9 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import gc
-import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING, ClassVar
 
-from textual._compositor import CompositorUpdate
 from textual.app import App
 from textual.binding import BindingType
 from textual.css.stylesheet import Stylesheet
@@ -34,7 +32,6 @@ from nodeconsole.screens.commands import bindings
 from nodeconsole.screens.messages import SnapshotUpdated
 from nodeconsole.screens.overview import OverviewScreen
 from nodeconsole.screens.poller import BAR_S, Bars, Poller
-from nodeconsole.screens.terminal import ScreenShadow
 from nodeconsole.themes import CSS_PATH, all_themes, resolve
 
 if TYPE_CHECKING:  # the collector is imported by the first poll
@@ -95,17 +92,6 @@ class NodeConsoleApp(CommandsApp):
              "events": lambda: _screen("events", "EventsScreen")}
     BINDINGS: ClassVar[list[BindingType]] = [*bindings()]
 
-    def get_driver_class(self):
-        """Textual's driver, except on Linux with no driver asked for by the environment: there the
-        driver whose input thread sleeps until a key comes (screens/driver.py)."""
-        from textual import constants
-
-        if constants.DRIVER is None and sys.platform.startswith("linux"):
-            from nodeconsole.screens.driver import QuietLinuxDriver
-
-            return QuietLinuxDriver
-        return super().get_driver_class()
-
     def __init__(self, seams: Seams | Callable[[], Seams] | FirstLook, interval: float = 1.0,
                  theme: str | None = None, collector: Collector | None = None) -> None:
         super().__init__()
@@ -147,8 +133,6 @@ class NodeConsoleApp(CommandsApp):
         self._ui_context: contextvars.Context | None = None  # the app's context, for callbacks from threads
         self._first_poll: Timer | None = None  # armed until the first frame starts the polls
         self._first_view_sent = False  # the first screen was given the first look's view (_init_mode)
-        self._frames_written = 0
-        self.shadow = ScreenShadow()  # what the terminal shows: only changed cells are written
         self.gc_paused = False  # resume the garbage collector after the first frame (run_app)
         for t in all_themes():
             self.register_theme(t)
@@ -185,10 +169,10 @@ class NodeConsoleApp(CommandsApp):
 
     def on_mount(self) -> None:
         self._ui_context = contextvars.copy_context()
-        self.app_resume_signal.subscribe(self, lambda _app: self.shadow.reset())
+        self.app_resume_signal.subscribe(self, lambda _app: self.forget_terminal())
         if not self._first_view_sent:
             self.render_current()
-        # The first poll starts once the first frame is out (_display): its thread would otherwise take
+        # The first poll starts once the first frame is out (frame_written): its thread would otherwise take
         # turns with the first frame on the interpreter lock (opening libvirt, the NVML library, a full
         # collection). The timer is there in case no frame is ever drawn.
         self._first_poll = self.set_timer(FIRST_POLL_LATEST_S, self._start_polling)
@@ -204,23 +188,9 @@ class NodeConsoleApp(CommandsApp):
         super().notify(lines(message, LINE_MAX), title=visible(title), severity=severity, timeout=timeout,
                        markup=False)
 
-    def _display(self, screen: Screen, renderable) -> None:
-        """Textual's display step, writing only the cells that differ from what the terminal shows
-        (screens/terminal.py). Updates of another kind are written as they are, and the shadow
-        forgotten. The first frame is written as Textual renders it (the whole screen either way;
-        the shadow would take ~7 ms to find that every cell changed): the shadow, blank, then learns
-        the screen from the updates that follow."""
-        # Textual drops what is displayed during a batch (start-up composes and lays out the first
-        # screen in one): only a frame written counts as the first
-        written = renderable is not None and not self._batch_count
-        if isinstance(renderable, CompositorUpdate) and not self.is_inline and self._frames_written:
-            renderable = _ShadowedUpdate(renderable, self.shadow, self.size)
-        elif renderable is not None:
-            self.shadow.reset()
-        super()._display(screen, renderable)
-        if not written:
-            return
-        self._frames_written += 1
+    def frame_written(self) -> None:
+        """A frame is out (the app's base calls this): the first one starts the polls, and resumes
+        the garbage collector paused at launch."""
         if self._first_poll is not None:
             self.call_next(self._start_polling)
         if self.gc_paused:
@@ -228,7 +198,7 @@ class NodeConsoleApp(CommandsApp):
             self.set_timer(GC_RESUME_S, resume_gc)  # once the first frame has gone out
 
     def action_redraw(self) -> None:
-        self.shadow.reset()
+        self.forget_terminal()
         self.refresh(layout=True)
 
 
@@ -237,18 +207,6 @@ def _screen(module: str, name: str) -> Screen:
     import importlib
 
     return getattr(importlib.import_module(f"nodeconsole.screens.{module}"), name)()
-
-
-class _ShadowedUpdate(CompositorUpdate):
-    def __init__(self, update: CompositorUpdate, shadow: ScreenShadow, size) -> None:
-        self.update, self.shadow, self.size = update, shadow, (size.width, size.height)
-
-    def render_segments(self, console) -> str:
-        try:
-            return self.shadow.render(self.update, console, self.size)
-        except Exception:  # never let the output optimisation take the console down: write it whole
-            self.shadow.reset()
-            return self.update.render_segments(console)
 
 
 def run_app(seams: Seams | Callable[[], Seams] | FirstLook, interval: float = 1.0, theme: str | None = None) -> int:

@@ -10,7 +10,6 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from textual import work
-from textual.app import App
 from textual.timer import Timer
 from textual.widget import AwaitMount
 
@@ -19,6 +18,7 @@ from nodeconsole.console.model import HostSnapshot
 from nodeconsole.screens.base import SnapshotScreen
 from nodeconsole.screens.messages import HostView, SnapshotUpdated
 from nodeconsole.screens.poller import Bars, Poller
+from nodeconsole.screens.rendering import StockApp, app_base
 
 if TYPE_CHECKING:
     from nodeconsole.actions.progress import RunResult
@@ -26,7 +26,13 @@ if TYPE_CHECKING:
     from nodeconsole.console.seams import Seams
 
 
-class PollingApp(App):
+if TYPE_CHECKING:
+    _AppBase = StockApp
+else:  # Textual's App, or screens/fast/'s (unless NODECONSOLE_STOCK_TEXTUAL=1; screens/rendering.py)
+    _AppBase = app_base()
+
+
+class PollingApp(_AppBase):
     """The polls' half of the app (its state is made in NodeConsoleApp.__init__)."""
 
     seams: Seams | None

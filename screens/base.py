@@ -16,9 +16,8 @@ from textual.containers import Vertical
 from textual.screen import Screen
 from textual.widgets import Input, Static
 
-from nodeconsole.screens.compositor import FrontCompositor
-from nodeconsole.screens.footer import QuietFooter
 from nodeconsole.screens.messages import HostView, Selected, SnapshotUpdated
+from nodeconsole.screens.rendering import footer, prepare_screen
 from nodeconsole.screens.widgets.hinted_scroll import hint_line, put_hint
 from nodeconsole.screens.widgets.keyed_table import KeyedTable
 from nodeconsole.screens.widgets.quiet_static import update_static
@@ -63,7 +62,7 @@ class SnapshotScreen(Screen):
 
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
-        self._compositor = FrontCompositor()  # a tick's few changed lines rendered without what is behind them
+        prepare_screen(self)  # fast mode: a tick's few changed lines rendered without what is behind them
         self._static_keys: dict[str, object] = {}  # selector -> the key its Static was last made from
         self.view = HostView(None)  # the latest view the app posted
         self._announced: str | None = None  # the selection the app was last told
@@ -83,7 +82,7 @@ class SnapshotScreen(Screen):
         with Vertical(id="body"):
             yield from self.compose_body()
         yield Input(placeholder="filter rows (Esc clears)", id="filter")
-        yield QuietFooter()  # its keys built again only when they changed
+        yield footer()  # fast mode: its keys built again only when they changed
 
     def compose_body(self) -> ComposeResult:  # pragma: no cover - abstract
         yield Static()

@@ -35,6 +35,13 @@ if [ "$cpus" -ge 2 ]; then
 fi
 rc=0
 .venv/bin/python -m pytest -q -p no:cacheprovider --basetemp="$base/pytest" ${workers[@]+"${workers[@]}"} "$@" || rc=$?
+# The screens' tests once more with stock Textual (NODECONSOLE_STOCK_TEXTUAL=1: no screens/fast/), when
+# the whole suite was asked for (no arguments); the tests of screens/fast/ itself are deselected there.
+if [ "$#" -eq 0 ]; then
+  echo "--- tests/screens with stock Textual (--stock-textual) ---"
+  .venv/bin/python -m pytest -q -p no:cacheprovider --basetemp="$base/pytest-stock" ${workers[@]+"${workers[@]}"} \
+    --stock-textual tests/screens || rc=$?
+fi
 lint_rc=0
 wait "$lint" || lint_rc=$?
 echo "--- scripts/lint.sh (ruff, mypy, import contracts) ---"

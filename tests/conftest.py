@@ -58,11 +58,19 @@ def hermetic_environ(home: Path) -> dict[str, str]:
     return env
 
 
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--stock-textual", action="store_true",
+                     help="draw with stock Textual (NODECONSOLE_STOCK_TEXTUAL=1, screens/rendering.py): the "
+                          "tests marked fast_textual, which test the fast paths through the app, are deselected")
+
+
 def pytest_configure(config: pytest.Config) -> None:
     global _HERMETIC_HOME
     sys.meta_path.insert(0, _RepoFoldersAreNotPackages())
     _HERMETIC_HOME = Path(tempfile.mkdtemp(prefix="nodeconsole-test-home-"))
     env = hermetic_environ(_HERMETIC_HOME)
+    if config.getoption("stock_textual"):  # the rendering mode is the run's, never the machine's
+        env["NODECONSOLE_STOCK_TEXTUAL"] = "1"
     os.environ.clear()
     os.environ.update(env)
     time.tzset()
@@ -82,10 +90,17 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 
 
 @pytest.hookimpl(tryfirst=True)
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """With `-n N --dist loadgroup` (scripts/test.sh), the tests on the real libvirtd run in one worker:
     that worker starts the one daemon (a session fixture) and the tests take turns with its guests.
-    SVG snapshot tests are labelled in their reports, for the count at the end of a run split over workers."""
+    SVG snapshot tests are labelled in their reports, for the count at the end of a run split over workers.
+    With --stock-textual the tests of the fast paths through the app (marked fast_textual) are deselected
+    (reported as such, not passed): the app has none."""
+    if config.getoption("stock_textual"):
+        fast = [item for item in items if item.get_closest_marker("fast_textual")]
+        if fast:
+            config.hook.pytest_deselected(items=fast)
+            items[:] = [item for item in items if not item.get_closest_marker("fast_textual")]
     for item in items:
         if item.get_closest_marker("real_libvirtd"):
             item.add_marker(pytest.mark.xdist_group("real_libvirtd"))

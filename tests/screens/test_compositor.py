@@ -7,12 +7,15 @@ from dataclasses import replace
 import pytest
 from textual._compositor import Compositor
 
-from nodeconsole.screens import base
 from nodeconsole.screens.app import NodeConsoleApp
-from nodeconsole.screens.compositor import FrontCompositor
+from nodeconsole.screens.fast import compositor as fast_compositor
+from nodeconsole.screens.fast.compositor import FrontCompositor
 
 from .conftest import FIXED_IDS
 from .helpers import wait_until
+
+# a test of screens/fast/: the stock mode (--stock-textual) has none of it
+pytestmark = pytest.mark.fast_textual
 
 
 def _written(update) -> list[list[tuple[str, object]]]:
@@ -58,7 +61,7 @@ class Checking(FrontCompositor):
 
 @pytest.mark.parametrize("size", [(80, 24), (160, 50)])
 async def test_partial_updates_equal_textuals(size, demo_seams, monkeypatch):
-    monkeypatch.setattr(base, "FrontCompositor", Checking)
+    monkeypatch.setattr(fast_compositor, "FrontCompositor", Checking)
     Checking.updates = Checking.narrowed = 0
     app = NodeConsoleApp(replace(demo_seams, pci_ids=FIXED_IDS), interval=0.1)
     async with app.run_test(size=size) as pilot:

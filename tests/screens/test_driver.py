@@ -9,11 +9,15 @@ import threading
 import time
 import tty
 
+import pytest
 from textual import events
 
-from nodeconsole.screens.driver import QuietLinuxDriver
+from nodeconsole.screens.fast.driver import QuietLinuxDriver
 
 from .helpers import until as _until
+
+# a test of screens/fast/: the stock mode (--stock-textual) has none of it
+pytestmark = pytest.mark.fast_textual
 
 
 class _Recording(QuietLinuxDriver):

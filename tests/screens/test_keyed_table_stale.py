@@ -6,6 +6,7 @@ from __future__ import annotations
 from rich.text import Text
 from textual.app import App, ComposeResult
 
+from nodeconsole.screens import rendering
 from nodeconsole.screens.widgets.keyed_table import Col, KeyedTable
 
 COLS = [Col("name", "Name", 2), Col("cpu", "CPU", 1), Col("hist", "History", 0, 4, 6, keep_end=True)]
@@ -40,7 +41,10 @@ async def test_rows_out_of_sight_show_and_return_the_last_sync():
             table.sync(rows(200, tick))
             await pilot.pause()
         near = set(updates)
-        assert near and len(near) < 60  # only the rows near sight were given their cells at once
+        assert near
+        # only the rows near sight were given their cells at once (stock DataTable re-measures a column
+        # whose cell shrank by reading the whole column, which hands every row its cells)
+        assert rendering.STOCK or len(near) < 60
         # read: every row's cells are the last sync's
         want = rows(200, 3)
         assert [tuple(str(c) for c in table.get_row_at(r)) for r in range(table.row_count)] == \
@@ -106,10 +110,13 @@ async def test_after_a_sort_the_rows_in_sight_still_show_the_last_sync():
         top = int(table.scroll_y)
         for index in range(top, top + 10):  # what the screen shows: the lines drawn since the sync
             key = table.coordinate_to_cell_key((index, 0)).row_key
-            kept = table._row_lines.get(key)
-            assert kept is not None, index  # drawn again after the sync (its cells changed)
-            text = "".join(seg.text for seg in kept[1])
+            if rendering.STOCK:  # DataTable keeps no line by row: the line drawn now
+                text = line_text(table, index - top + table.header_height)
+            else:
+                kept = table._row_lines.get(key)
+                assert kept is not None, index  # drawn again after the sync (its cells changed)
+                text = "".join(seg.text for seg in kept[1])
             assert f" {want[key.value][1]} " in text, (index, text)
-        assert "vm005" in table._stale  # far down after the sort: its cells wait
+        assert rendering.STOCK or "vm005" in table._stale  # far down after the sort: its cells wait
         table.remove_row("vm005")  # removed by hand while they wait: the table is read without it
         assert str(table.get_row_at(0)[0]) == "vm199" and table.row_count == 199

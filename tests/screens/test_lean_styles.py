@@ -8,7 +8,10 @@ from rich.text import Text
 from textual._styles_cache import StylesCache
 from textual.app import App, ComposeResult
 
-from nodeconsole.screens.widgets.quiet_table import QuietTable, _LeanStylesCache
+from nodeconsole.screens.fast.table import QuietTable, _LeanStylesCache
+
+# a test of screens/fast/: the stock mode (--stock-textual) has none of it
+pytestmark = pytest.mark.fast_textual
 
 STYLES = {
     "plain": "",

@@ -2,11 +2,15 @@
 and not when the screen only says the bindings may have changed."""
 from __future__ import annotations
 
+import pytest
 from textual.app import App, ComposeResult
 from textual.binding import Binding
 from textual.widgets import DataTable
 
-from nodeconsole.screens.footer import QuietFooter
+from nodeconsole.screens.fast.footer import QuietFooter
+
+# a test of screens/fast/: the stock mode (--stock-textual) has none of it
+pytestmark = pytest.mark.fast_textual
 
 
 class Counting(QuietFooter):

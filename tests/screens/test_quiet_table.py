@@ -11,8 +11,11 @@ from textual.app import App, ComposeResult
 from textual.coordinate import Coordinate
 from textual.widgets import DataTable
 
-from nodeconsole.screens.widgets import quiet_table
-from nodeconsole.screens.widgets.quiet_table import QuietTable
+from nodeconsole.screens.fast import table as quiet_table
+from nodeconsole.screens.fast.table import QuietTable
+
+# a test of screens/fast/: the stock mode (--stock-textual) has none of it
+pytestmark = pytest.mark.fast_textual
 
 COLS = ["name", "util", "mem", "owner"]
 

@@ -7,13 +7,17 @@ from __future__ import annotations
 
 import random
 
+import pytest
 from rich.console import Console
 from rich.padding import Padding
 from rich.style import Style
 from rich.text import Span, Text
 from textual.renderables.styled import Styled
 
-from nodeconsole.screens.widgets.quiet_table import text_cell_line
+from nodeconsole.screens.fast.table import text_cell_line
+
+# a test of screens/fast/: the stock mode (--stock-textual) has none of it
+pytestmark = pytest.mark.fast_textual
 
 CHARS = "ab xyz01%…漢字é\u0301-"
 STYLES = [None, "", "bold", "red on blue", Style(italic=True), Style(color="green", meta={"k": 1}), "not-a-style"]

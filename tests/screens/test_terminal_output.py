@@ -6,6 +6,7 @@ from __future__ import annotations
 import random
 
 import pyte
+import pytest
 from rich.console import Console
 from rich.segment import Segment
 from rich.style import Style
@@ -13,12 +14,16 @@ from textual._compositor import ChopsUpdate, CompositorUpdate, LayoutUpdate
 from textual.geometry import Region
 from textual.strip import Strip
 
-from nodeconsole.screens import terminal as terminal_module
-from nodeconsole.screens.app import NodeConsoleApp, _ShadowedUpdate
-from nodeconsole.screens.terminal import ScreenShadow
+from nodeconsole.screens.app import NodeConsoleApp
+from nodeconsole.screens.fast import terminal as terminal_module
+from nodeconsole.screens.fast.display import _ShadowedUpdate
+from nodeconsole.screens.fast.terminal import ScreenShadow
 from tests.screens.helpers import wait_until
 
 from .conftest import FIXED_IDS
+
+# a test of screens/fast/: the stock mode (--stock-textual) has none of it
+pytestmark = pytest.mark.fast_textual
 
 
 def terminal(width: int, height: int) -> tuple[pyte.Screen, pyte.Stream]:

@@ -99,32 +99,8 @@ class ScreenShadow:
                     row[end] = None  # the left half of a wide character was overwritten
                     marks.append(end)
                 x = end
-                continue
-            for ch in text:
-                w = get_character_cell_size(ch)
-                if w == 0:  # a combining mark joins the character before it
-                    if 0 < x <= width and row[x - 1] is not None:
-                        prev = row[x - 1]
-                        assert prev is not None
-                        row[x - 1] = (prev[0] + ch, prev[1])
-                        marks.append(x - 1)
-                    continue
-                if x + w > width:
-                    x += w
-                    continue
-                cell = (ch, style)
-                if row[x] != cell:
-                    row[x] = cell
-                    marks.append(x)
-                if w == 2:
-                    half = (WIDE, style)
-                    if row[x + 1] != half:
-                        row[x + 1] = half
-                        marks.append(x + 1)
-                elif x + 1 < width and row[x + 1] is not None and row[x + 1][0] == WIDE:  # type: ignore[index]
-                    row[x + 1] = None  # we overwrote the left half of a wide character: its right half is gone
-                    marks.append(x + 1)
-                x += w
+            else:
+                x = _paint_chars(row, x, text, style, width, marks)
         return {y: xs for y, xs in changed.items() if xs}
 
     def _look_of(self, console: Console):
@@ -176,6 +152,37 @@ class ScreenShadow:
                 if text:
                     out.append(_styled(render, "".join(text), style_of.get(key), color_system))
         return "".join(out)
+
+
+def _paint_chars(row: list[Cell | None], x: int, text: str, style: str, width: int, marks: list[int]) -> int:
+    """Paint `text` into `row` from column `x` character by character (wide characters, combining
+    marks, what runs past the edge); note each changed column in `marks`. The column after it."""
+    for ch in text:
+        w = get_character_cell_size(ch)
+        if w == 0:  # a combining mark joins the character before it
+            if 0 < x <= width and row[x - 1] is not None:
+                prev = row[x - 1]
+                assert prev is not None
+                row[x - 1] = (prev[0] + ch, prev[1])
+                marks.append(x - 1)
+            continue
+        if x + w > width:
+            x += w
+            continue
+        cell = (ch, style)
+        if row[x] != cell:
+            row[x] = cell
+            marks.append(x)
+        if w == 2:
+            half = (WIDE, style)
+            if row[x + 1] != half:
+                row[x + 1] = half
+                marks.append(x + 1)
+        elif x + 1 < width and row[x + 1] is not None and row[x + 1][0] == WIDE:  # type: ignore[index]
+            row[x + 1] = None  # we overwrote the left half of a wide character: its right half is gone
+            marks.append(x + 1)
+        x += w
+    return x
 
 
 def _styled(render, text: str, style: Style | None, color_system) -> str:
