@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import base64
 import os
-import tempfile
 from typing import Any
 
 from nodeconsole.actions.host import ActionHost
@@ -32,6 +31,7 @@ from nodeconsole.actions.host_steps import make_parents, missing_dirs, remove_di
 from nodeconsole.actions.plan import Op, Step, StepError, step_kind
 from nodeconsole.console.doctor import bootloader as bl
 from nodeconsole.console.grub_config import GrubCmdline, edit_cmdline, grub_files
+from nodeconsole.console.outfile import write_atomic
 from nodeconsole.console.root import Root
 from nodeconsole.console.shell_assign import ShellEditError, Source
 
@@ -96,8 +96,8 @@ def decode(entry: dict[str, Any]) -> bytes | None:
 
 
 def write_exact(root: Root, rel: str, data: bytes | None, dirs: list[str] | None = None) -> None:
-    """Make the file hold exactly `data` (None: remove it, then the empty `dirs`). The new file replaces
-    the old one atomically (a link there is replaced, never followed), mode 0644."""
+    """Make the file hold exactly `data` (None: remove it, then the empty `dirs`), through the one writer
+    (console/outfile.write_atomic: atomic and durable, mode 0644, a link there refused)."""
     path = target_path(root, rel)
     if data is None:
         if os.path.lexists(path):
@@ -106,16 +106,7 @@ def write_exact(root: Root, rel: str, data: bytes | None, dirs: list[str] | None
         return
     created = make_parents(root, rel)
     try:
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-        try:
-            with os.fdopen(fd, "wb") as f:
-                f.write(data)
-            os.chmod(tmp, FILE_MODE)
-            os.replace(tmp, path)
-        except BaseException:
-            if os.path.lexists(tmp):
-                os.unlink(tmp)
-            raise
+        write_atomic(path, data, FILE_MODE)
     except BaseException:
         remove_dirs(root, created)  # a failed write leaves the host as it was
         raise

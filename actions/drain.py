@@ -5,15 +5,13 @@ work on a drained GPU).
 One step kind, `gpu_drain`: `{"kind": "gpu_drain", "gpu": ADDR, "drain": ENTRY | null}` — the file's
 entry for that GPU is ENTRY (null: the GPU is not drained). Its inverse is the entry there was, so undo
 puts back exactly the previous mark (or none) of that GPU and leaves the other GPUs' marks alone. The
-file is written whole: a temporary file beside it (O_EXCL, O_NOFOLLOW, mode 0644), fsync, renamed over
-it, the directory fsynced; a link in its place is refused, never followed.
+file is written whole by the one writer (console/outfile.write_atomic: mode 0644, fsynced, renamed over
+it, the directory fsynced); a link in its place is refused, never followed.
 """
 from __future__ import annotations
 
 import datetime as dt
 import os
-import secrets
-from pathlib import Path
 from typing import Any
 
 from nodeconsole.actions.audit import who
@@ -21,11 +19,11 @@ from nodeconsole.actions.boot_steps import read_exact
 from nodeconsole.actions.host import ActionHost
 from nodeconsole.actions.host_steps import target_path
 from nodeconsole.actions.plan import Check, Op, Plan, RequestError, Step, StepError, step_kind
-from nodeconsole.actions.safe_files import ensure_dir, open_file
+from nodeconsole.actions.safe_files import ensure_dir
 from nodeconsole.actions.targets import resolve_gpu
 from nodeconsole.console.drains import DRAINS_FILE, parse, reason_problem, render, who_name
 from nodeconsole.console.model import HostSnapshot
-from nodeconsole.console.outfile import fsync_dir
+from nodeconsole.console.outfile import fsync_dir, write_atomic
 from nodeconsole.console.pciaddr import parse_pci_address
 from nodeconsole.console.root import Root
 
@@ -66,21 +64,7 @@ def write_drains(root: Root, entries: dict[str, dict[str, Any]]) -> None:
             fsync_dir(path.parent)
         return
     ensure_dir(path.parent, DIR_MODE)
-    tmp = path.with_name(f".{path.name}.{secrets.token_hex(4)}")
-    fd = open_file(tmp, os.O_WRONLY, FILE_MODE, create=True)
-    try:
-        try:
-            data = render(entries)
-            while data:
-                data = data[os.write(fd, data):]
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    fsync_dir(path.parent)
+    write_atomic(path, render(entries), FILE_MODE)
 
 
 # -- the step kind ----------------------------------------------------------------------------------------

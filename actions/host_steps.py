@@ -7,12 +7,12 @@ records the current state as the inverse operation.
 from __future__ import annotations
 
 import os
-import tempfile
 import time
 from pathlib import Path
 
 from nodeconsole.actions.host import ActionHost
 from nodeconsole.actions.plan import Op, Step, StepError, step_kind
+from nodeconsole.console.outfile import write_atomic
 from nodeconsole.console.pciaddr import parse_pci_address
 from nodeconsole.console.root import Root
 
@@ -224,15 +224,7 @@ def file_step(host: ActionHost, op: Op) -> Step | None:
             return
         created = make_parents(root, rel)
         try:
-            fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-            try:
-                with os.fdopen(fd, "w", encoding="utf-8") as f:
-                    f.write(content)
-                os.chmod(tmp, 0o644)
-                os.replace(tmp, path)
-            except BaseException:
-                Path(tmp).unlink(missing_ok=True)
-                raise
+            write_atomic(path, content.encode("utf-8"), 0o644)
         except BaseException:
             remove_dirs(root, created)  # a failed write leaves the host as it was
             raise

@@ -48,12 +48,17 @@ def run(args: argparse.Namespace) -> int:
     registry = registry_for(lambda: sampler.latest)
     try:
         if args.textfile is not None:
-            from prometheus_client import write_to_textfile
+            from prometheus_client import generate_latest
+
+            from nodeconsole.console.outfile import OutputError, write_output
 
             collector.collect()  # CPU use is a delta between two reads: prime it
             time.sleep(0.25)
             sampler.take()
-            write_to_textfile(args.textfile, registry)  # a temp file renamed over PATH
+            try:  # whole or not at all, mode 0644 (node_exporter reads it), never through a link
+                write_output(args.textfile, generate_latest(registry), 0o644)
+            except OutputError as e:
+                raise UsageError(f"--textfile {e}") from None
             return 0
         from nodeconsole.console.exporter import FIRST_SAMPLE_WAIT
         from nodeconsole.console.metrics_http import MetricsServer, start_serving

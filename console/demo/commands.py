@@ -24,11 +24,12 @@ from __future__ import annotations
 import json
 import os
 import shlex
-import tempfile
 
 from nodeconsole.console.demo.gen_etc import GRUB_CFG, PERSISTENCED_UNIT, PERSISTENCED_WANTS, grub_cfg, split_cmdline
+from nodeconsole.console.demo.host import write_nvml_state
 from nodeconsole.console.doctor import bootloader as bl
 from nodeconsole.console.doctor import facts
+from nodeconsole.console.outfile import write_atomic
 from nodeconsole.console.pciaddr import parse_pci_address
 from nodeconsole.console.root import Root
 
@@ -214,11 +215,7 @@ class DemoCommands:
             return
         for gpu in state.get("gpus", []):
             gpu["persistence_mode"] = int(on)
-        fd, tmp = tempfile.mkstemp(prefix=".nvml-", suffix=".json", dir=state_file.parent)
-        with os.fdopen(fd, "w") as f:
-            json.dump(state, f, indent=2)
-            f.write("\n")
-        os.replace(tmp, state_file)
+        write_nvml_state(state_file, state)
 
     # -- sysctl --
     def _sysctl(self, args: list[str]) -> tuple[int, str]:
@@ -261,9 +258,5 @@ def _write(root: Root, rel: str, text: str) -> bool:
         return False
     path = root.p(rel)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    with os.fdopen(fd, "w", encoding="utf-8") as f:
-        f.write(text)
-    os.chmod(tmp, 0o644)
-    os.replace(tmp, path)
+    write_atomic(path, text.encode("utf-8"), 0o644)
     return True

@@ -5,7 +5,6 @@ sysfs driver link is not nvidia, as the real driver cannot see them."""
 from __future__ import annotations
 
 import hashlib
-import json
 
 from nodeconsole.console.demo.gen_libvirt import vm_uuid
 from nodeconsole.console.demo.gen_pci import Func, PciLayout
@@ -102,10 +101,6 @@ def _nvlink(spec: HostSpec, gpu: GpuSpec) -> dict:
                        "down": list(gpu.nvlink_down), "errors": errors},
             "fabric": {"state": "completed", "status": 0, "clique_id": 0,
                        "cluster_uuid": "00000000-0000-0000-0000-000000000000"}}
-
-
-def nvml_json(spec: HostSpec, pci: PciLayout) -> str:
-    return json.dumps(nvml_state(spec, pci), indent=1) + "\n"
 
 
 def _mig(seed: str, addr: str, gpu: GpuSpec) -> dict:

@@ -16,7 +16,7 @@ from nodeconsole.console.demo.gen_cpu import cpu_layout, write_cpus, write_nodes
 from nodeconsole.console.demo.gen_etc import write_etc
 from nodeconsole.console.demo.gen_kernel import validate_kernel, write_kernel
 from nodeconsole.console.demo.gen_libvirt import libvirt_xml, validate_vms
-from nodeconsole.console.demo.gen_nvml import nvml_json
+from nodeconsole.console.demo.gen_nvml import nvml_state
 from nodeconsole.console.demo.gen_pci import build_layout, write_pci
 from nodeconsole.console.demo.presets import demo_spec, large_spec, small_spec
 from nodeconsole.console.demo.spec import (
@@ -40,7 +40,8 @@ __all__ = ["GeneratedHost", "generate", "demo_spec", "small_spec", "large_spec",
            "HostBridge", "PciDev", "Link", "GpuSpec", "MigInstanceSpec", "VgpuTypeSpec", "MdevSpec",
            "GpuProcessSpec", "SriovSpec", "VfSpec", "VmSpec", "HostdevSpec"]
 
-from nodeconsole.console.demo.host import LIBVIRT, NVML, ROOT, GeneratedHost
+from nodeconsole.console.demo.host import LIBVIRT, NVML, ROOT, STATE_FILE_MODE, GeneratedHost, write_nvml_state
+from nodeconsole.console.outfile import write_atomic
 
 # What a reboot loses: the kernel's own trees and the simulator's notes. Everything else under the root
 # is the disk (/etc, /boot, /usr …) and survives it.
@@ -59,7 +60,7 @@ def generate(spec: HostSpec, dest: str | os.PathLike[str], *, keep_disk: bool = 
     validate_vms(spec, lay, pci)
     validate_kernel(spec, pci)
     xml = libvirt_xml(spec, lay)
-    nvml = nvml_json(spec, pci)
+    nvml = nvml_state(spec, pci)
     host = GeneratedHost.at(dest)
     dest_dir = host.dest
     dest_dir.mkdir(parents=True, exist_ok=True)
@@ -77,14 +78,10 @@ def generate(spec: HostSpec, dest: str | os.PathLike[str], *, keep_disk: bool = 
     write_etc(w, spec)
     if keep_disk and host.root.is_dir():
         _carry_disk(host.root, tmp)
-    _write_partial(host.nvml_state, nvml)
-    if not (keep_disk and host.libvirt_xml.is_file()):
-        _write_partial(host.libvirt_xml, xml)
     _swap_root(host.root, tmp)
-    for path in (host.nvml_state, host.libvirt_xml):
-        partial = path.with_name(path.name + ".partial")
-        if partial.exists():
-            os.replace(partial, path)
+    write_nvml_state(host.nvml_state, nvml)
+    if not (keep_disk and host.libvirt_xml.is_file()):
+        write_atomic(host.libvirt_xml, xml.encode("utf-8"), STATE_FILE_MODE)
     return host
 
 
@@ -111,8 +108,3 @@ def _swap_root(root: Path, new: Path) -> None:
         os.rename(root, old)
     os.rename(new, root)
     sysfs_ops.remove_tree(old)
-
-
-def _write_partial(path: Path, text: str) -> None:
-    tmp = path.with_name(path.name + ".partial")
-    tmp.write_text(text, encoding="utf-8")

@@ -2,11 +2,22 @@
 the demo host without importing the generator)."""
 from __future__ import annotations
 
+import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
+
+from nodeconsole.console.outfile import write_atomic
 
 ROOT, LIBVIRT, NVML = "root", "libvirt.xml", "nvml.json"
+STATE_FILE_MODE = 0o644  # the demo's own files; its state directory (0700) keeps them private
+
+
+def write_nvml_state(path: Path, state: dict[str, Any]) -> None:
+    """The one writer of nvml.json (the generator, the simulated library, the simulated
+    nvidia-persistenced): whole or not at all (console/outfile.write_atomic)."""
+    write_atomic(path, (json.dumps(state, indent=2) + "\n").encode("utf-8"), STATE_FILE_MODE)
 
 
 @dataclass(frozen=True)

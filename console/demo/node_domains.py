@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import os
 import re
-import tempfile
+import stat
 from collections.abc import Callable
 from pathlib import Path
 
 from nodeconsole.console.demo.gen_libvirt import FIRST_GUEST_BUS
 from nodeconsole.console.domain_edits import pci_hostdev_spec, put_hostdev
 from nodeconsole.console.libvirt_xml import parse_domain
+from nodeconsole.console.outfile import write_atomic
 from nodeconsole.console.pciaddr import parse_pci_address
 from nodeconsole.console.vms.libvirt_domains import DomainConfig, DomainConfigError
 
@@ -161,19 +162,6 @@ def _reindent(body: str, indent: str) -> str:
 
 
 def _atomic_write(path: Path, text: str) -> None:
-    """Replace `path` with `text` so a reader sees the old or the new file, never half of one."""
-    mode = os.stat(path).st_mode & 0o7777
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.chmod(tmp, mode)
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-        raise
+    """Replace `path` with `text` (its mode kept) so a reader sees the old or the new file, never half
+    of one (console/outfile.write_atomic)."""
+    write_atomic(path, text.encode("utf-8"), stat.S_IMODE(os.lstat(path).st_mode))

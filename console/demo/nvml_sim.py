@@ -18,7 +18,6 @@ from __future__ import annotations
 import ctypes
 import json
 import os
-import tempfile
 import threading
 import time
 from collections import Counter
@@ -217,18 +216,12 @@ class SimulatedNvml(SystemSymbols, DeviceSymbols, HealthSymbols, BoardSymbols, M
         raise KeyError(address)
 
     def save(self) -> None:
-        """Write the state back to its file atomically (temp file + rename); no-op for dict states."""
+        """Write the state back to its file (whole or not at all); no-op for dict states."""
         if self.path is None:
             return
-        fd, tmp = tempfile.mkstemp(prefix=".nvml-", suffix=".json", dir=self.path.parent)
-        try:
-            with os.fdopen(fd, "w") as f:
-                json.dump(self.state, f, indent=2)
-                f.write("\n")
-            os.replace(tmp, self.path)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+        from nodeconsole.console.demo.host import write_nvml_state
+
+        write_nvml_state(self.path, self.state)
         self._stamp = self._file_stamp()
 
     def _new_burst(self) -> None:

@@ -16,8 +16,9 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from nodeconsole.console.demo.host import LIBVIRT, NVML, ROOT, GeneratedHost
+from nodeconsole.console.demo.host import LIBVIRT, NVML, ROOT, STATE_FILE_MODE, GeneratedHost
 from nodeconsole.console.demo.owner import ForeignStateDir, check_ours, claim
+from nodeconsole.console.outfile import write_atomic
 from nodeconsole.console.root import Root
 
 if TYPE_CHECKING:
@@ -195,9 +196,7 @@ def _host_file(d: Path) -> dict:
 
 
 def _save_host_file(d: Path, data: dict) -> None:
-    tmp = d / (HOST_FILE + ".partial")
-    tmp.write_text(json.dumps(data) + "\n")
-    os.replace(tmp, d / HOST_FILE)
+    write_atomic(d / HOST_FILE, (json.dumps(data) + "\n").encode("utf-8"), STATE_FILE_MODE)
 
 
 def _recover(d: Path) -> None:
@@ -218,7 +217,6 @@ def _regenerate(d: Path, bare: bool = False) -> GeneratedHost:
         remove_tree(d / name)
     host = generate(_base_spec(bare), d)
     _save_host_file(d, {"bare": bare, "boot_count": 0})
-    tmp = d / (STAMP + ".partial")
-    tmp.write_text(json.dumps(_stamp()) + "\n")
-    os.replace(tmp, d / STAMP)  # last: a generation cut short leaves no stamp and is redone
+    # last: a generation cut short leaves no stamp and is redone
+    write_atomic(d / STAMP, (json.dumps(_stamp()) + "\n").encode("utf-8"), STATE_FILE_MODE)
     return host

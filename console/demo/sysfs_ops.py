@@ -8,6 +8,8 @@ import os
 from pathlib import Path
 
 from nodeconsole.console.demo.fstree import TreeWriter
+from nodeconsole.console.demo.host import STATE_FILE_MODE
+from nodeconsole.console.outfile import write_atomic
 
 PCI_DEVICES = "sys/bus/pci/devices"
 PCI_DRIVERS = "sys/bus/pci/drivers"
@@ -238,4 +240,5 @@ def load_sim(base: Path, name: str) -> dict:
 
 def save_sim(base: Path, name: str, data: dict) -> None:
     (base / SIM).mkdir(parents=True, exist_ok=True)
-    (base / SIM / name).write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
+    text = json.dumps(data, indent=1, sort_keys=True) + "\n"
+    write_atomic(base / SIM / name, text.encode("utf-8"), STATE_FILE_MODE)  # whole, never through a link

@@ -103,14 +103,14 @@ def test_a_failed_mig_save_leaves_no_empty_directories(state, capsys, monkeypatc
 
 
 def test_a_failed_layout_write_removes_the_directories_it_made(state, capsys, monkeypatch):
-    import tempfile
+    from nodeconsole.console import outfile
 
     before = tree_state(state)
 
-    def broken_mkstemp(*a, **k):
+    def broken_temp_file(*a, **k):
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(tempfile, "mkstemp", broken_mkstemp)
+    monkeypatch.setattr(outfile, "_create_temp", broken_temp_file)  # the one writer's temporary file
     rc, out, err = run(capsys, "mig", "save", "--apply", "--yes", "--demo")
     assert rc != 0
     assert changed(before, tree_state(state)) == set()
