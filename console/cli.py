@@ -1,6 +1,12 @@
 """The `nodeconsole` command. Without a subcommand it starts the console (Textual, imported lazily);
 every subcommand runs headless on the same core. Every subcommand takes --demo, --root, --libvirt and
 --replay (a capture, read-only).
+
+This module is the base: the parser, the host flags and the read-only subcommands (console/commands/).
+The subcommands that change the host live in actions/cli/ and register here when the full command
+loads them (`main(..., more=...)`: screens/launch.py, the installed command, and
+`python -m nodeconsole.actions.cli`, the headless one); `python -m nodeconsole.console.cli` has only
+the read-only ones and names the full command when asked for another.
 Bad arguments: one line on stderr, exit 2."""
 from __future__ import annotations
 
@@ -52,26 +58,39 @@ def host_args() -> _Parser:
 
 Configure = Callable[[argparse.ArgumentParser], None]
 # Subcommands registered by other modules: name → (help, configure(parser)); configure sets the parser's
-# `func` default: run(args) -> int
+# `func` default: run(args) -> int. A later registration of a name replaces it (actions/cli/ registers
+# `doctor` again with --fix); BASE keeps what console/ registered, which the base entry builds from.
 SUBCOMMANDS: dict[str, tuple[str, Configure]] = {}
+BASE: dict[str, tuple[str, Configure]] = {}
 
 
 def subcommand(name: str, help: str) -> Callable[[Configure], Configure]:
     """Decorator: register `configure(parser)`; the parser's `func` default runs it."""
     def wrap(configure: Configure) -> Configure:
         SUBCOMMANDS[name] = (help, configure)
+        if configure.__module__.startswith("nodeconsole.console."):
+            BASE.setdefault(name, (help, configure))
         return configure
     return wrap
 
 
-# Names of the subcommands the modules below register. Only used to skip importing them all when
-# the command line names none (starting the console), which saves ~50 ms before the first frame.
-KNOWN_COMMANDS = frozenset({"snapshot", "demo", "passthrough", "release", "log", "undo", "nccl", "pin",
-                            "mig", "vgpu", "doctor", "events", "capture", "nic", "diff", "exporter", "fleet", "reboot-impact",
-                            "gpu"})
+# Names of the subcommands console/commands/ registers (read-only). The subcommands are imported only
+# when the command line names one (not to start the console, which saves ~50 ms before the first frame).
+KNOWN_COMMANDS = frozenset({"snapshot", "demo", "doctor", "events", "capture", "diff", "exporter", "fleet",
+                            "reboot-impact"})
+# Names of the subcommands that change the host: actions/cli/ registers them into this parser (the full
+# command). Named here only to say, when the base entry is asked for one, where it is.
+CHANGE_COMMANDS = frozenset({"passthrough", "release", "log", "undo", "nccl", "pin", "mig", "vgpu", "nic", "gpu"})
+FULL_COMMAND = "nodeconsole (python -m nodeconsole.actions.cli without the console)"
+# Registers more subcommands (calls `subcommand`): the change commands of actions/cli/.
+Loader = Callable[[], None]
+# The order `--help` lists the subcommands in (whichever module registers them).
+ORDER = ("demo", "snapshot", "passthrough", "release", "log", "undo", "nccl", "pin", "mig", "vgpu", "doctor",
+         "events", "capture", "nic", "diff", "exporter", "fleet", "reboot-impact", "gpu")
 
 
-def build_parser(load: bool = True) -> argparse.ArgumentParser:
+def build_parser(load: bool = True, more: Loader | None = None) -> argparse.ArgumentParser:
+    """The parser; with `load`, every subcommand of console/commands/ and those `more` registers."""
     common = host_args()
     parser = _Parser(prog="nodeconsole", parents=[common],
                      description="Console for GPU virtualization hosts (KVM/libvirt + NVIDIA GPUs).")
@@ -85,7 +104,11 @@ def build_parser(load: bool = True) -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", parser_class=_Parser, metavar="COMMAND")
     if load:
         _load_subcommands()
-    for name, (help_text, configure) in SUBCOMMANDS.items():
+        if more is not None:
+            more()
+    registry = SUBCOMMANDS if more is not None else BASE
+    for name in sorted(registry, key=lambda n: ORDER.index(n) if n in ORDER else len(ORDER)):
+        help_text, configure = registry[name]
         sp = sub.add_parser(name, parents=[common], help=help_text, description=help_text)
         configure(sp)
     return parser
@@ -95,14 +118,10 @@ def _load_subcommands() -> None:
     # Each module registers its subcommands on import.
     import nodeconsole.console.commands.demo
     import nodeconsole.console.commands.snapshot  # noqa: F401
-    for optional in ("nodeconsole.console.commands.actions", "nodeconsole.console.commands.nccl",
-                     "nodeconsole.console.commands.pin",
-                     "nodeconsole.console.commands.mig", "nodeconsole.console.commands.vgpu",
-                     "nodeconsole.console.commands.doctor", "nodeconsole.console.commands.events",
-                     "nodeconsole.console.commands.capture", "nodeconsole.console.commands.nic",
+    for optional in ("nodeconsole.console.commands.doctor", "nodeconsole.console.commands.events",
+                     "nodeconsole.console.commands.capture",
                      "nodeconsole.console.commands.diff", "nodeconsole.console.commands.exporter",
-                     "nodeconsole.console.commands.fleet", "nodeconsole.console.commands.reboot_impact",
-                     "nodeconsole.console.commands.gpu"):
+                     "nodeconsole.console.commands.fleet", "nodeconsole.console.commands.reboot_impact"):
         try:
             __import__(optional)
         except ModuleNotFoundError as e:
@@ -202,15 +221,20 @@ def _wants_subcommand(argv: list[str]) -> bool:
     return False
 
 
-def main(argv: Sequence[str] | None = None, console: ConsoleRunner | None = None) -> int:
+def main(argv: Sequence[str] | None = None, console: ConsoleRunner | None = None,
+         more: Loader | None = None) -> int:
     """The nodeconsole command. `console` runs the interactive console when no subcommand is given:
     the UI package plugs it in (screens/launch.py is the installed command), so the core never imports
-    the UI. Without it only the subcommands work."""
+    the UI. Without it only the subcommands work. `more` registers the subcommands that change the host
+    (actions/cli/); without it they are refused with a line naming the full command."""
     argv = _host_flags_last(list(sys.argv[1:] if argv is None else argv))
     try:
         # Without a subcommand word (and without --help, which lists them) the console starts:
         # don't import every subcommand for that.
-        parser = build_parser(load=_wants_subcommand(argv))
+        wants = _wants_subcommand(argv)
+        if wants and more is None:
+            _refuse_change_command(argv)
+        parser = build_parser(load=wants, more=more)
         args = parser.parse_args(argv)
         if args.interval <= 0:
             raise UsageError("--interval must be positive")
@@ -233,6 +257,29 @@ def main(argv: Sequence[str] | None = None, console: ConsoleRunner | None = None
         return 0
 
 
+def _refuse_change_command(argv: list[str]) -> None:
+    """The base entry asked for a subcommand that changes the host: say where it is (UsageError)."""
+    name = _command_word(argv)
+    if name in CHANGE_COMMANDS:
+        raise UsageError(f"`{name}` changes the host: it is a command of the full {FULL_COMMAND}; "
+                         f"this entry has the read-only commands: {', '.join(sorted(KNOWN_COMMANDS))}")
+
+
+def _command_word(argv: list[str]) -> str | None:
+    """The subcommand word of a command line (the first word that is not an option nor its value)."""
+    i = 0
+    while i < len(argv):
+        a = argv[i]
+        if a == "--":
+            return None
+        if not a.startswith("-"):
+            return a
+        if a in CONSOLE_VALUE_FLAGS:
+            i += 1
+        i += 1
+    return None
+
+
 @contextlib.contextmanager
 def _visible_output() -> Iterator[None]:
     """While a subcommand runs, what it prints has control characters made visible: host text (names,
@@ -248,7 +295,8 @@ def _visible_output() -> Iterator[None]:
 
 
 if __name__ == "__main__":
-    # `python -m nodeconsole.console.cli`: the subcommands (the console itself: nodeconsole.screens.launch)
+    # `python -m nodeconsole.console.cli`: the read-only subcommands (every subcommand, headless:
+    # nodeconsole.actions.cli; the console itself: nodeconsole.screens.launch)
     from nodeconsole.console.cli import main as _main
 
     sys.exit(_main())

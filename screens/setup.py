@@ -23,6 +23,7 @@ from textual.binding import Binding
 from textual.containers import VerticalScroll
 from textual.widgets import DataTable, Static
 
+from nodeconsole.console.audit_log import AuditRecord
 from nodeconsole.console.doctor.model import CHECK_IDS, ROLES, CheckResult, DoctorReport
 from nodeconsole.console.hosttext import visible
 from nodeconsole.screens.base import SnapshotScreen
@@ -167,7 +168,7 @@ class SetupScreen(SnapshotScreen):
             return
         self.app.call_from_thread(self._got_report, report)
 
-    def _audit_records(self) -> list[dict]:
+    def _audit_records(self) -> list[AuditRecord]:
         """The audit log's records (the doctor marks fixes waiting for a reboot). Unreadable: none."""
         try:
             log = self.app.new_session().host.audit  # type: ignore[attr-defined]

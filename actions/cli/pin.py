@@ -11,8 +11,8 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING
 
+from nodeconsole.actions.cli.change import change_args, run_request
 from nodeconsole.console.cli import UsageError, subcommand
-from nodeconsole.console.commands.change import change_args, run_request
 
 if TYPE_CHECKING:
     from nodeconsole.actions.session import Request

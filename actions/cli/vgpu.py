@@ -14,8 +14,8 @@ import argparse
 import json
 from typing import Any
 
+from nodeconsole.actions.cli.change import allow_unhealthy_arg, change_args, run_request, session_for
 from nodeconsole.console.cli import UsageError, host_args, subcommand
-from nodeconsole.console.commands.change import allow_unhealthy_arg, change_args, run_request, session_for
 
 
 @subcommand("vgpu", "list, create and remove vGPUs (mdev or SR-IOV VF), attached to a VM's config")

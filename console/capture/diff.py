@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from nodeconsole.console.audit_log import AuditRecord
 from nodeconsole.console.capture import AUDIT, DOCTOR, INACTIVE_DIR, limits
 from nodeconsole.console.capture.archive import ArchiveError
 from nodeconsole.console.capture.boundedjson import load_json
@@ -87,7 +88,7 @@ class Side:
     modules: set[str] | None = None
     files: dict[str, str] = field(default_factory=dict)  # /etc, /boot path → text
     events: list[dict[str, Any]] = field(default_factory=list)
-    audit: list[dict[str, Any]] = field(default_factory=list)
+    audit: list[AuditRecord] = field(default_factory=list)
     doctor: dict[str, Any] | None = None
 
     @property
@@ -312,11 +313,11 @@ def _events(root: Any, snap: Any) -> list[dict[str, Any]]:
     return [e.to_dict() for e in tie_to_vms(events, snap)]
 
 
-def _audit(path: Path) -> list[dict[str, Any]]:
-    from nodeconsole.actions.audit import AuditLog
+def _audit(path: Path) -> list[AuditRecord]:
+    from nodeconsole.console.audit_log import AuditReader
 
     try:
-        return AuditLog(path).records()
+        return AuditReader(path).records()
     except OSError:
         return []
 
@@ -610,15 +611,13 @@ def _new_events(ch: _Changes, a: Side, b: Side) -> None:
 
 
 def _new_audit(ch: _Changes, a: Side, b: Side) -> None:
-    seen = {r.get("id") for r in a.audit}
+    seen = {r.id for r in a.audit}
     for r in b.audit:
-        if r.get("id") in seen:
+        if r.id in seen:
             continue
-        who = r.get("who") or {}
-        ch.add("audit", str(r.get("id")), str(r.get("action") or "change"), None,
-               {"title": r.get("title"), "result": r.get("result"), "when": r.get("when"),
-                "who": who.get("user") if isinstance(who, dict) else who,
-                **({"undoes": r["undoes"]} if r.get("undoes") else {})})
+        ch.add("audit", r.id, r.action or "change", None,
+               {"title": r.title, "result": r.result, "when": r.when, "who": (r.who or {}).get("user"),
+                **({"undoes": r.undoes} if r.undoes else {})})
 
 
 def _doctor(ch: _Changes, a: Side, b: Side) -> None:

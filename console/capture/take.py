@@ -12,6 +12,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from nodeconsole.console import __version__
+from nodeconsole.console.audit_log import AuditRecord
 from nodeconsole.console.capture import (
     AUDIT,
     CAPABILITIES,
@@ -64,7 +65,7 @@ def origin_of(seams: Seams) -> str:
     return "demo" if seams.is_demo else "live" if seams.is_this_machine else "tree"
 
 
-def take_capture(seams: Seams, *, changes: Sequence[Mapping[str, Any]] = (), audit: bytes | None = None,
+def take_capture(seams: Seams, *, changes: Sequence[AuditRecord] = (), audit: bytes | None = None,
                  programs: Mapping[str, str | None] | None = None, redact: bool = False, progress: Progress = lambda _line: None,
                  clock: Callable[[], float] = time.time) -> Capture:
     """Capture the host behind `seams`. `changes` are the audit log's records (the doctor marks pending
@@ -134,8 +135,7 @@ def take_capture(seams: Seams, *, changes: Sequence[Mapping[str, Any]] = (), aud
     if audit is not None:
         entries[AUDIT] = Entry(FILE, audit)
         sources["audit"] = {"status": "ok", "records": len(changes)}
-        vm_names += [str(r["request"]["vm"]) for r in changes
-                     if isinstance(r.get("request"), dict) and r["request"].get("vm")]
+        vm_names += [str(r.request["vm"]) for r in changes if r.request is not None and r.request.get("vm")]
     else:
         sources["audit"] = {"status": "skipped", "reason": "no audit log on this host"}
 

@@ -13,11 +13,14 @@ import datetime as dt
 import os
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from nodeconsole.console.capture import limits
 from nodeconsole.console.cli import UsageError, seams_from_args, subcommand
 from nodeconsole.console.hosttext import visible
+
+if TYPE_CHECKING:
+    from nodeconsole.console.audit_log import AuditRecord
 
 MAX_AUDIT = limits.MAX_MEMBER_BYTES  # the largest member a replay opens
 
@@ -42,7 +45,7 @@ def _programs(host: Any) -> dict[str, str | None]:
     return {name: host.commands.which(name) for name in PLAN_PROGRAMS}
 
 
-def _audit(host: Any) -> tuple[bytes | None, list[dict[str, Any]]]:
+def _audit(host: Any) -> tuple[bytes | None, list[AuditRecord]]:
     """The host's audit log (bytes and records), as `nodeconsole log` reads it."""
     log = host.audit
     try:

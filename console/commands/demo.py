@@ -56,7 +56,7 @@ def run(args: argparse.Namespace) -> int:
         return 1
     # The audit log describes changes to the host that was just thrown away: its undo records
     # would target devices and configs that no longer exist.
-    from nodeconsole.actions.audit import AUDIT_NAME
+    from nodeconsole.console.audit_log import AUDIT_NAME
 
     log = state / AUDIT_NAME
     if log.exists():

@@ -10,9 +10,9 @@ from dataclasses import replace
 
 import pytest
 
+from nodeconsole.actions.cli import main
 from nodeconsole.actions.pinning import plan_pin
 from nodeconsole.actions.runner import DONE, ActionHost, Runner, plan_undo
-from nodeconsole.console.cli import main
 from nodeconsole.console.cpulist import parse_cpulist
 from nodeconsole.console.demo.generator import generate, small_spec
 from nodeconsole.console.demo.spec import CpuSpec, HostdevSpec, VmSpec
