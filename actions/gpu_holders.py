@@ -6,11 +6,10 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Collection, Iterable
-from typing import Any
 
-from nodeconsole.actions.audit import UNDOABLE
 from nodeconsole.actions.host import ActionHost
 from nodeconsole.actions.plan import Check
+from nodeconsole.console.audit_log import UNDOABLE, AuditRecord
 from nodeconsole.console.model import Gpu, HostSnapshot
 
 STUB_DRIVERS = ("vfio-pci", "pci-stub")
@@ -122,30 +121,29 @@ def holder_daemons(host: ActionHost) -> list[tuple[int, str]]:
 
 # -- passthroughs in effect ----------------------------------------------------------------------------
 
-def passthroughs_in_effect(host: ActionHost, address: str) -> list[dict[str, Any]]:
+def passthroughs_in_effect(host: ActionHost, address: str) -> list[AuditRecord]:
     """The passthrough records of the GPU at `address` still in effect, oldest first: applied (or left
     half-applied), not undone, and not followed by a release of that GPU. [] when the log is unreadable."""
     try:
         records = host.audit.records()
     except OSError:
         return []
-    out: list[dict[str, Any]] = []
+    out: list[AuditRecord] = []
     for r in records:
-        if r.get("undoes") or r.get("undone_by") or r.get("result") not in UNDOABLE:
+        if r.undoes or r.undone_by or r.result not in UNDOABLE:
             continue
-        req = r.get("request")
-        if not isinstance(req, dict) or req.get("gpu") != address:
+        if r.request is None or r.request.get("gpu") != address:
             continue
-        if r.get("action") == "release":
+        if r.action == "release":
             out = []
-        elif r.get("action") == "passthrough":
+        elif r.action == "passthrough":
             out.append(r)
     return out
 
 
-def _added_to(record: dict[str, Any]) -> set[str]:
+def _added_to(record: AuditRecord) -> set[str]:
     """The VMs whose config the record's steps gave a device."""
-    return {op["vm"] for s in record.get("steps") or [] if isinstance(op := s.get("op"), dict)
+    return {op["vm"] for s in record.steps if isinstance(op := s.get("op"), dict)
             and op.get("kind") == "vm_hostdev" and op.get("present") and isinstance(op.get("vm"), str)}
 
 
@@ -159,12 +157,12 @@ def config_only(host: ActionHost, snap: HostSnapshot, address: str, members: lis
     out: dict[str, str] = {}
     if host.vms is not None and host.vms.one_state:
         for r in passthroughs_in_effect(host, address):
-            req = r["request"]
+            req = r.request or {}
             name = req.get("vm")
             vm = snap.vm(name) if isinstance(name, str) else None
             if vm is not None and vm.state not in INACTIVE and req.get("vm_state") not in (None, *INACTIVE) \
                     and name in _added_to(r):
-                out[vm.name] = f"passthrough {r['id']} added it to its config while it was {req['vm_state']}"
+                out[vm.name] = f"passthrough {r.id} added it to its config while it was {req['vm_state']}"
         return out
     for name in in_configs:
         vm = snap.vm(name)

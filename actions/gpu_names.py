@@ -30,7 +30,7 @@ def recorded_names(log: AuditLog) -> dict[str, str]:
         return {}
     names: dict[str, str] = {}
     for r in records:
-        req = r.get("request")
-        if isinstance(req, dict) and isinstance(req.get("gpu"), str) and isinstance(req.get("gpu_name"), str):
+        req = r.request
+        if req is not None and isinstance(req.get("gpu"), str) and isinstance(req.get("gpu_name"), str):
             names[req["gpu"]] = req["gpu_name"]
     return names

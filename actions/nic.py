@@ -10,7 +10,6 @@ unit because it runs whenever the PF's driver binds (at boot, and after a driver
 from __future__ import annotations
 
 import re
-from typing import Any
 
 from nodeconsole.actions.acs_path import acs_note
 from nodeconsole.actions.gpu_holders import STUB_DRIVERS
@@ -27,6 +26,7 @@ from nodeconsole.actions.plan import (
 )
 from nodeconsole.actions.targets import VFIO, add_steps, resolve_vm, source_checks, vms_with
 from nodeconsole.console.argtypes import did_you_mean
+from nodeconsole.console.audit_log import AuditRecord
 from nodeconsole.console.hosttext import visible
 from nodeconsole.console.model import Gpu, HostSnapshot, Nic, NicVf
 from nodeconsole.console.nics import (
@@ -371,11 +371,11 @@ def nic_for_gpu(host: ActionHost, snap: HostSnapshot, gpu: Gpu, vm: str, allow_f
     return ops
 
 
-def nic_release_keys(records: list[dict[str, Any]]) -> list[str]:
+def nic_release_keys(records: list[AuditRecord]) -> list[str]:
     """The NIC VF and PF addresses the passthrough records gave a VM (request["nic"])."""
     out: list[str] = []
     for r in records:
-        nic = (r.get("request") or {}).get("nic")
+        nic = (r.request or {}).get("nic")
         if isinstance(nic, dict):
             out += [a for a in (nic.get("vf"), nic.get("pf")) if isinstance(a, str) and a not in out]
     return out

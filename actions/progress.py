@@ -7,12 +7,14 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-# results of a run
-DONE = "applied"
-NOTHING = "nothing to do"
-REFUSED = "refused"
-CANCELLED = "cancelled"
-FAILED_RESULT = "failed"
+from nodeconsole.console.audit_log import Status
+
+# results of a run, by their names of old (the one vocabulary: console/audit_log.py Status)
+DONE = Status.APPLIED
+NOTHING = Status.NOTHING
+REFUSED = Status.REFUSED
+CANCELLED = Status.CANCELLED
+FAILED_RESULT = Status.FAILED
 
 
 @dataclass(frozen=True)
@@ -28,7 +30,7 @@ class Progress:
 
 @dataclass
 class RunResult:
-    status: str  # DONE, NOTHING, REFUSED, CANCELLED, FAILED_RESULT
+    status: Status  # APPLIED, NOTHING, REFUSED, CANCELLED, FAILED
     message: str
     record_id: str | None = None
     failed_step: str | None = None
@@ -40,7 +42,7 @@ class RunResult:
 
     @property
     def ok(self) -> bool:
-        return self.status in (DONE, NOTHING)
+        return self.status in (Status.APPLIED, Status.NOTHING)
 
 
 ProgressFn = Callable[[Progress], None]

@@ -36,6 +36,7 @@ from nodeconsole.actions.targets import (
     source_checks,
     vms_with,
 )
+from nodeconsole.console.audit_log import AuditRecord
 from nodeconsole.console.model import Gpu, HostSnapshot
 
 _RELEASE_KINDS = ("vm_hostdev", "driverctl", "file", "pci_driver", "sriov_numvfs", "sriov_autoprobe")
@@ -100,19 +101,19 @@ def _op_key(op: Any, members: list[str]) -> tuple[str, ...] | None:
 
 
 def _inverse_ops(host: ActionHost, snap: HostSnapshot, gpu: Gpu, members: list[str],
-                 records: list[dict[str, Any]], in_configs: dict[str, list[str]], plan: Plan,
+                 records: list[AuditRecord], in_configs: dict[str, list[str]], plan: Plan,
                  nic: list[str] | None = None) -> list[Op]:
     """The inverse operations of `records` (newest first, in each record's undo order), one per thing
     changed: the state before the oldest record that changed it. `nic`: the NIC VF and PF a record gave
     the VM with the GPU (--with-nic), whose changes go back too. Notes what release leaves alone."""
-    ids = ", ".join(r["id"] for r in records)
+    ids = ", ".join(r.id for r in records)
     what = f"passthrough {ids}"
     by_key: dict[tuple[str, ...], Op] = {}
     for r in reversed(records):
-        for op in r.get("undo") or []:
-            key = _op_key(op, members + (nic or []))
+        for inverse in r.undo:
+            key = _op_key(inverse, members + (nic or []))
             if key is not None:
-                by_key[key] = dict(op)  # an older record's wins; the place stays the newest's
+                by_key[key] = dict(inverse)  # an older record's wins; the place stays the newest's
     defined = set(host.vms.names()) if host.vms is not None else set()
     ops: list[Op] = []
     for key, op in by_key.items():
@@ -120,9 +121,10 @@ def _inverse_ops(host: ActionHost, snap: HostSnapshot, gpu: Gpu, members: list[s
             plan.notes.append(f"VM {op['vm']} (given the GPU by {what}) is no longer defined: nothing to remove")
             continue
         if key[0] == "file":
-            op = _modprobe_inverse(host, snap, members, records, op)
-            if op is None:
+            fixed = _modprobe_inverse(host, snap, members, records, op)
+            if fixed is None:
                 continue
+            op = fixed
         ops.append(op)
     plan.notes.insert(0, f"release undoes what {what} did for this GPU; what was there before stays")
     plan.notes += kept_notes(host, gpu, in_configs, ops, what)
@@ -139,11 +141,11 @@ def _inverse_ops(host: ActionHost, snap: HostSnapshot, gpu: Gpu, members: list[s
     return ops
 
 
-def _modprobe_inverse(host: ActionHost, snap: HostSnapshot, members: list[str], records: list[dict[str, Any]],
+def _modprobe_inverse(host: ActionHost, snap: HostSnapshot, members: list[str], records: list[AuditRecord],
                       inverse: Op) -> Op | None:
     """The recorded content of the modprobe.d file when it is still what the newest passthrough wrote;
     after another change of it, only this GPU's devices and ids come out."""
-    written = [op.get("content") for r in records for st in r.get("steps") or []
+    written = [op.get("content") for r in records for st in r.steps
                if isinstance(op := st.get("op"), dict) and op.get("kind") == "file" and op.get("path") == MODPROBE_FILE]
     if written and read_raw(host.root, MODPROBE_FILE) == written[-1]:
         return inverse
@@ -172,7 +174,7 @@ def _previous(host: ActionHost, address: str) -> tuple[str | None, str | None] |
     except OSError:  # an unreadable log (not root): the kernel's default driver will do
         return None
     for rec in reversed(records):
-        for s in rec.get("steps", []):
+        for s in rec.steps:
             op, inv = s.get("op") or {}, s.get("inverse") or {}
             if op.get("kind") == "pci_driver" and op.get("device") == address and op.get("driver") == VFIO:
                 return inv.get("override"), inv.get("driver")

@@ -9,12 +9,6 @@ from collections.abc import Callable
 from typing import Any
 
 from nodeconsole.actions.audit import (
-    APPLIED,
-    FAILED,
-    FAILED_PARTIAL,
-    IN_PROGRESS,
-    INTERRUPTED,
-    INTERRUPTED_PARTIAL,
     MIN_FREE_BYTES,
     new_id,
     now_iso,
@@ -33,15 +27,11 @@ from nodeconsole.actions.interrupt import (
 from nodeconsole.actions.lock import HostLock, LockHeld
 from nodeconsole.actions.plan import Plan, Step, StepError
 from nodeconsole.actions.progress import (
-    CANCELLED,
-    DONE,
-    FAILED_RESULT,
-    NOTHING,
-    REFUSED,
     Progress,
     ProgressFn,
     RunResult,
 )
+from nodeconsole.console.audit_log import Status
 
 Confirm = Callable[[Plan], bool]
 
@@ -79,20 +69,20 @@ class Runner:
         if plan.ok and not plan.steps:
             return self._settle(plan)
         if why := self.refusal(plan):
-            return RunResult(REFUSED, why)
+            return RunResult(Status.REFUSED, why)
         if confirm is not None and not confirm(plan):
-            return RunResult(CANCELLED, "cancelled: nothing was changed")
+            return RunResult(Status.CANCELLED, "cancelled: nothing was changed")
         lock = self.host.lock()
         try:
             lock.acquire({"user": who()["user"], "when": now_iso(), "action": plan.action})
         except LockHeld as e:
-            return RunResult(REFUSED, f"{e}; nothing was changed")
+            return RunResult(Status.REFUSED, f"{e}; nothing was changed")
         except OSError as e:
-            return RunResult(REFUSED, f"cannot take the host lock {lock.path}: {_err(e)}; nothing was changed")
+            return RunResult(Status.REFUSED, f"cannot take the host lock {lock.path}: {_err(e)}; nothing was changed")
         warnings = [stale_lock_message(lock.stale)] if lock.stale else []
         try:
             stale = self._stale(plan)
-            result = RunResult(REFUSED, stale) if stale else self._apply(plan, emit, lock)
+            result = RunResult(Status.REFUSED, stale) if stale else self._apply(plan, emit, lock)
             result.warnings[:0] = warnings
             return result
         finally:
@@ -103,7 +93,7 @@ class Runner:
         """An undo with nothing left to do (the host already is as the record says it was before, e.g.
         a run killed before its first write) is recorded as done, so a plain `undo` moves on to the next
         older change instead of choosing this one forever."""
-        nothing = RunResult(NOTHING, "nothing to do: the host is already in the requested state")
+        nothing = RunResult(Status.NOTHING, "nothing to do: the host is already in the requested state")
         if not plan.undoes or self.refusal(plan):
             return nothing
         lock = self.host.lock()
@@ -117,7 +107,7 @@ class Runner:
             rid = new_id()
             self.host.audit.append({"id": rid, "who": who(), "when": now_iso(), "action": plan.action,
                                     "title": plan.title, "request": plan.request, "steps": [], "undo": [],
-                                    "undoes": plan.undoes, "result": APPLIED, "finished": now_iso()})
+                                    "undoes": plan.undoes, "result": Status.APPLIED, "finished": now_iso()})
             nothing.record_id = rid
             nothing.message += f"; {plan.undoes} is marked as undone"
         except OSError:
@@ -145,7 +135,7 @@ class Runner:
         try:
             fault = FaultSwitch.from_env()
         except StepError as e:
-            return RunResult(REFUSED, f"{e}; nothing was changed")
+            return RunResult(Status.REFUSED, f"{e}; nothing was changed")
         rid = new_id()
         base = {
             "id": rid, "who": who(), "when": now_iso(), "action": plan.action, "title": plan.title,
@@ -153,7 +143,7 @@ class Runner:
             "steps": [_step_record(s) for s in plan.steps],
             "undo": [s.inverse for s in reversed(plan.steps) if s.inverse is not None],
             "undo_command": f"nodeconsole undo {rid} --apply",
-            "undoes": plan.undoes, "result": IN_PROGRESS,
+            "undoes": plan.undoes, "result": Status.IN_PROGRESS,
         }
         base.update(self._boot_fields(plan))
         with interruptible():
@@ -161,7 +151,7 @@ class Runner:
                 try:
                     audit.append(base, min_free=MIN_FREE_BYTES)  # whole and synced, or refused
                 except OSError as e:  # no record, no change
-                    return RunResult(REFUSED, f"cannot write the audit log {audit.path}: {_err(e)}; "
+                    return RunResult(Status.REFUSED, f"cannot write the audit log {audit.path}: {_err(e)}; "
                                               "nothing was changed")
                 lock.note(change=rid)
             done, failure, signame = self._steps(plan, emit, fault)
@@ -188,7 +178,7 @@ class Runner:
         """Record a run whose every step applied and verified; say what waits for a reboot and what a
         step reached short of its aim (its `outcome`)."""
         outcomes = [s.outcome for s in plan.steps if s.outcome]
-        record: dict[str, Any] = {"id": rid, "result": APPLIED, "finished": now_iso()}
+        record: dict[str, Any] = {"id": rid, "result": Status.APPLIED, "finished": now_iso()}
         if outcomes:
             record["notes"] = outcomes
         try:
@@ -200,7 +190,7 @@ class Runner:
         if plan.needs_reboot:
             which = ", ".join(str(i) for i, s in enumerate(plan.steps, 1) if s.needs_reboot)
             msg += f"; reboot once for step(s) {which} to take effect (pending reboot)"
-        return RunResult(DONE, f"{msg}; undo with `nodeconsole undo {rid} --apply`", record_id=rid,
+        return RunResult(Status.APPLIED, f"{msg}; undo with `nodeconsole undo {rid} --apply`", record_id=rid,
                          warnings=outcomes)
 
     def _steps(self, plan: Plan, emit: Callable[[Progress], None],
@@ -262,9 +252,9 @@ class Runner:
                     notes.append(step.undo_note)
                 emit(Progress(j + 1, total, step.title, "undone"))
         if signame:
-            result = INTERRUPTED if not undo_failed else INTERRUPTED_PARTIAL
+            result = Status.INTERRUPTED if not undo_failed else Status.INTERRUPTED_PARTIAL
         else:
-            result = FAILED if not undo_failed else FAILED_PARTIAL
+            result = Status.FAILED if not undo_failed else Status.FAILED_PARTIAL
         record = {"id": rid, "result": result, "finished": now_iso(),
                   "failed": {"step": k + 1, "title": plan.steps[k].title, "error": err},
                   "undone": undone, "undo_failed": undo_failed, "undo": remaining}
@@ -285,7 +275,7 @@ class Runner:
             msg += "Every change was undone; the host is as it was."
         if notes:
             msg += " Note: " + " ".join(notes)
-        return RunResult(FAILED_RESULT, msg, record_id=rid, failed_step=plan.steps[k].title, error=err,
+        return RunResult(Status.FAILED, msg, record_id=rid, failed_step=plan.steps[k].title, error=err,
                          undone=undone, undo_failed=undo_failed, interrupted=signame)
 
 

@@ -5,7 +5,7 @@
     result = session.apply(plan, confirm, progress)       # refusal, confirm, lock, apply + verify,
                                                           # audit, roll back on failure: actions/runner.py
 
-The CLI (console/commands/change.py), the console (screens/app.py), the MIG editor (which hands back a
+The CLI (actions/cli/change.py), the console (screens/app.py), the MIG editor (which hands back a
 `MigLayout` request) and the doctor's fixes (`DoctorFix`, actions/doctor_fixes.py) all go through it; they
 only differ in how they show a plan, ask and report progress.
 `plan` re-reads the host (a fresh snapshot) every time; nothing here imports a UI.
@@ -219,17 +219,16 @@ class ActionSession:
             try:
                 record = log.find(request.record_id)
             except OSError:
-                record = {}  # plan_undo reports the unreadable log
-            if record is not None and record and not record.get("undoes"):
+                record = None  # plan_undo reports the unreadable log
+            if record is not None and not record.undoes:
                 raise RequestError(f"{request.record_id} is not an undo: there is nothing to redo "
                                    f"(undo it instead)")
         elif request.record_id is None:
             try:
-                latest = log.latest_undoable()
+                if log.latest_undoable() is None:
+                    raise NothingToDo(f"nothing to undo: no recorded change left to roll back ({log.path})")
             except OSError:
-                latest = {}  # plan_undo reports the unreadable log
-            if latest is None:
-                raise NothingToDo(f"nothing to undo: no recorded change left to roll back ({log.path})")
+                pass  # plan_undo reports the unreadable log
         return plan_undo(self.host, request.record_id)
 
     def mig_state(self, gpu: str) -> MigState:

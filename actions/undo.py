@@ -7,14 +7,12 @@ the next older change that could be undone instead.
 """
 from __future__ import annotations
 
-from typing import Any
-
-from nodeconsole.actions.audit import FAILED, INTERRUPTED
 from nodeconsole.actions.host import ActionHost
 from nodeconsole.actions.plan import Check, Plan, RequestError, StepError, build_step
+from nodeconsole.console.audit_log import AuditRecord, Status
 
 
-def _find(host: ActionHost, record_id: str | None) -> tuple[dict[str, Any], list[str]]:
+def _find(host: ActionHost, record_id: str | None) -> tuple[AuditRecord, list[str]]:
     log = host.audit
     try:
         record = log.latest_undoable() if record_id is None else log.find(record_id)
@@ -31,19 +29,20 @@ def plan_undo(host: ActionHost, record_id: str | None = None) -> Plan:
     """The plan that rolls back audit record `record_id` (the latest undoable change when None).
     Raises RequestError when there is no such record."""
     record, problems = _find(host, record_id)
-    rid = record["id"]
-    plan = Plan(action="undo", title=f"Undo {rid}: {record.get('title', record.get('action', ''))}",
+    rid = record.id
+    named = record.title if record.title is not None else record.action if record.action is not None else ""
+    plan = Plan(action="undo", title=f"Undo {rid}: {named}",
                 request={"id": rid}, undoes=rid, rebuild=lambda: plan_undo(host, rid))
     plan.notes += problems
-    if record.get("undone_by"):
-        plan.checks.append(Check("not undone yet", False, f"{rid} was already undone by {record['undone_by']}"))
+    if record.undone_by:
+        plan.checks.append(Check("not undone yet", False, f"{rid} was already undone by {record.undone_by}"))
         return plan
-    if record.get("result") in (FAILED, INTERRUPTED):
-        plan.notes.append(f"{rid} was rolled back when it ran ({record['result']}): there is nothing left of it")
-    if record.get("undo_invalid"):
+    if record.result in (Status.FAILED, Status.INTERRUPTED):
+        plan.notes.append(f"{rid} was rolled back when it ran ({record.result}): there is nothing left of it")
+    if record.undo_invalid:
         plan.checks.append(Check("undo data is readable", False,
-                                 f"the record's undo data is damaged ({record['undo_invalid']})"))
-    for n, op in enumerate(record.get("undo") or [], 1):
+                                 f"the record's undo data is damaged ({record.undo_invalid})"))
+    for n, op in enumerate(record.undo, 1):
         try:
             step = build_step(host, op)
         except StepError as e:
@@ -66,8 +65,8 @@ def _offer_older(host: ActionHost, plan: Plan, rid: str) -> None:
         older = host.audit.older_undoable(rid)
     except OSError:
         return
-    fix = (f"the next older change is {older['id']} ({older.get('title', '')}): "
-           f"`nodeconsole undo {older['id']} --apply`" if older else "no older change is left to undo")
+    fix = (f"the next older change is {older.id} ({older.title if older.title is not None else ''}): "
+           f"`nodeconsole undo {older.id} --apply`" if older else "no older change is left to undo")
     failed = [i for i, c in enumerate(plan.checks) if not c.ok]
     c = plan.checks[failed[-1]]
     plan.checks[failed[-1]] = Check(c.title, c.ok, c.reason, (c.fix + "\n" if c.fix else "") + fix)

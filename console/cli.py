@@ -1,6 +1,12 @@
 """The `nodeconsole` command. Without a subcommand it starts the console (Textual, imported lazily);
 every subcommand runs headless on the same core. Every subcommand takes --demo, --root, --libvirt and
 --replay (a capture, read-only).
+
+This module is the base: the parser, the host flags and the read-only subcommands (console/commands/).
+The subcommands that change the host live in actions/cli/ and register here when the full command
+loads them (`main(..., more=...)`: screens/launch.py, the installed command, and
+`python -m nodeconsole.actions.cli`, the headless one); `python -m nodeconsole.console.cli` has only
+the read-only ones and names the full command when asked for another.
 Bad arguments: one line on stderr, exit 2."""
 from __future__ import annotations
 
@@ -8,70 +14,35 @@ import argparse
 import contextlib
 import sys
 from collections.abc import Callable, Iterator, Sequence
-from typing import TYPE_CHECKING, Any, NoReturn
 
 from nodeconsole.console import __version__
 from nodeconsole.console.argtypes import seconds
+from nodeconsole.console.cli_base import (
+    BASE,
+    FULL_COMMAND,
+    SUBCOMMANDS,
+    _Parser,
+    host_args,
+    validate_host_args,
+)
+from nodeconsole.console.usage import EXIT_USAGE, UsageError
 
-if TYPE_CHECKING:
-    from nodeconsole.console.seams import Seams
-
-EXIT_USAGE = 2
-
-
-class UsageError(Exception):
-    """Bad user input: one line, exit 2, nothing changed."""
-
-
-class _Parser(argparse.ArgumentParser):
-    """One line on a bad argument; no abbreviations (`--allow` must never be taken for one of the
-    `--allow-…` flags)."""
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        kwargs.setdefault("allow_abbrev", False)
-        super().__init__(*args, **kwargs)
-
-    def error(self, message: str) -> NoReturn:  # one line, not argparse's usage block
-        raise UsageError(message)
-
-
-def host_args() -> _Parser:
-    """A parent parser with --demo, --root, --libvirt and --replay, which every subcommand takes."""
-    p = _Parser(add_help=False)
-    g = p.add_argument_group("host")
-    g.add_argument("--demo", action="store_true", default=argparse.SUPPRESS,
-                   help="use the bundled simulated host")
-    g.add_argument("--root", metavar="DIR", default=argparse.SUPPRESS,
-                   help="read sysfs/procfs below DIR instead of / (a captured host)")
-    g.add_argument("--libvirt", metavar="URI", default=argparse.SUPPRESS,
-                   help="libvirt URI (default qemu:///system; test:///ABS/node.xml for the test driver)")
-    g.add_argument("--replay", metavar="FILE", default=argparse.SUPPRESS,
-                   help="open a capture (nodeconsole capture) read-only instead of a host")
-    return p
+# Names of the subcommands console/commands/ registers (read-only). The subcommands are imported only
+# when the command line names one (not to start the console, which saves ~50 ms before the first frame).
+KNOWN_COMMANDS = frozenset({"snapshot", "demo", "doctor", "events", "capture", "diff", "exporter", "fleet",
+                            "reboot-impact"})
+# Names of the subcommands that change the host: actions/cli/ registers them into this parser (the full
+# command). Named here only to say, when the base entry is asked for one, where it is.
+CHANGE_COMMANDS = frozenset({"passthrough", "release", "log", "undo", "nccl", "pin", "mig", "vgpu", "nic", "gpu"})
+# Registers more subcommands (calls `subcommand`): the change commands of actions/cli/.
+Loader = Callable[[], None]
+# The order `--help` lists the subcommands in (whichever module registers them).
+ORDER = ("demo", "snapshot", "passthrough", "release", "log", "undo", "nccl", "pin", "mig", "vgpu", "doctor",
+         "events", "capture", "nic", "diff", "exporter", "fleet", "reboot-impact", "gpu")
 
 
-Configure = Callable[[argparse.ArgumentParser], None]
-# Subcommands registered by other modules: name → (help, configure(parser)); configure sets the parser's
-# `func` default: run(args) -> int
-SUBCOMMANDS: dict[str, tuple[str, Configure]] = {}
-
-
-def subcommand(name: str, help: str) -> Callable[[Configure], Configure]:
-    """Decorator: register `configure(parser)`; the parser's `func` default runs it."""
-    def wrap(configure: Configure) -> Configure:
-        SUBCOMMANDS[name] = (help, configure)
-        return configure
-    return wrap
-
-
-# Names of the subcommands the modules below register. Only used to skip importing them all when
-# the command line names none (starting the console), which saves ~50 ms before the first frame.
-KNOWN_COMMANDS = frozenset({"snapshot", "demo", "passthrough", "release", "log", "undo", "nccl", "pin",
-                            "mig", "vgpu", "doctor", "events", "capture", "nic", "diff", "exporter", "fleet", "reboot-impact",
-                            "gpu"})
-
-
-def build_parser(load: bool = True) -> argparse.ArgumentParser:
+def build_parser(load: bool = True, more: Loader | None = None) -> argparse.ArgumentParser:
+    """The parser; with `load`, every subcommand of console/commands/ and those `more` registers."""
     common = host_args()
     parser = _Parser(prog="nodeconsole", parents=[common],
                      description="Console for GPU virtualization hosts (KVM/libvirt + NVIDIA GPUs).")
@@ -85,7 +56,11 @@ def build_parser(load: bool = True) -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", parser_class=_Parser, metavar="COMMAND")
     if load:
         _load_subcommands()
-    for name, (help_text, configure) in SUBCOMMANDS.items():
+        if more is not None:
+            more()
+    registry = SUBCOMMANDS if more is not None else BASE
+    for name in sorted(registry, key=lambda n: ORDER.index(n) if n in ORDER else len(ORDER)):
+        help_text, configure = registry[name]
         sp = sub.add_parser(name, parents=[common], help=help_text, description=help_text)
         configure(sp)
     return parser
@@ -95,67 +70,15 @@ def _load_subcommands() -> None:
     # Each module registers its subcommands on import.
     import nodeconsole.console.commands.demo
     import nodeconsole.console.commands.snapshot  # noqa: F401
-    for optional in ("nodeconsole.console.commands.actions", "nodeconsole.console.commands.nccl",
-                     "nodeconsole.console.commands.pin",
-                     "nodeconsole.console.commands.mig", "nodeconsole.console.commands.vgpu",
-                     "nodeconsole.console.commands.doctor", "nodeconsole.console.commands.events",
-                     "nodeconsole.console.commands.capture", "nodeconsole.console.commands.nic",
+    for optional in ("nodeconsole.console.commands.doctor", "nodeconsole.console.commands.events",
+                     "nodeconsole.console.commands.capture",
                      "nodeconsole.console.commands.diff", "nodeconsole.console.commands.exporter",
-                     "nodeconsole.console.commands.fleet", "nodeconsole.console.commands.reboot_impact",
-                     "nodeconsole.console.commands.gpu"):
+                     "nodeconsole.console.commands.fleet", "nodeconsole.console.commands.reboot_impact"):
         try:
             __import__(optional)
         except ModuleNotFoundError as e:
             if e.name != optional:
                 raise
-
-
-def seams_from_args(args: argparse.Namespace, sysfs_only: bool = False) -> Seams:
-    """Turn --demo/--root/--libvirt/--replay into Seams (validated: bad input is a UsageError).
-    `sysfs_only`: enough for a sysfs-only look (the demo's simulated NVML is not loaded)."""
-    from nodeconsole.console.seams import demo_host, real_host, replay_host
-
-    validate_host_args(args)
-    if getattr(args, "replay", None):
-        return replay_host(args.replay)
-    uri = getattr(args, "libvirt", None)
-    if getattr(args, "demo", False):
-        return demo_host(libvirt_uri=uri, sysfs_only=sysfs_only)
-    return real_host(getattr(args, "root", None) or "/", uri)
-
-
-def validate_host_args(args: argparse.Namespace) -> None:
-    """The cheap checks of --demo/--root/--libvirt/--replay (UsageError), without opening anything."""
-    import os
-
-    demo = getattr(args, "demo", False)
-    root = getattr(args, "root", None)
-    uri = getattr(args, "libvirt", None)
-    replay = getattr(args, "replay", None)
-    if replay is not None:
-        if demo or root is not None or uri is not None:
-            raise UsageError("--replay cannot be combined with --demo, --root or --libvirt (the capture is the host)")
-        if not replay.strip():
-            raise UsageError("--replay needs a capture file")
-        if not os.path.isfile(replay):
-            raise UsageError(f"--replay {replay}: no such file")
-    if demo and root:
-        raise UsageError("--demo and --root are exclusive")
-    if uri is not None and not uri.strip():
-        raise UsageError("--libvirt needs a URI")
-    if demo and uri is not None:
-        # the demo's VMs live in its own node file; another URI would let demo actions (no root
-        # check) change a real libvirt
-        raise UsageError("--libvirt cannot be combined with --demo (the demo host has its own libvirt)")
-    if demo:
-        from nodeconsole.console.seams import check_demo_state_dir
-
-        check_demo_state_dir()  # a directory the demo did not make is refused before anything is generated
-    if root is not None:
-        if not os.path.isdir(root):
-            raise UsageError(f"--root {root}: not a directory")
-        if not (os.path.isdir(os.path.join(root, "sys")) or os.path.isdir(os.path.join(root, "proc"))):
-            raise UsageError(f"--root {root}: no sys/ or proc/ below it")
 
 
 HOST_VALUE_FLAGS = ("--root", "--libvirt", "--replay")
@@ -202,15 +125,20 @@ def _wants_subcommand(argv: list[str]) -> bool:
     return False
 
 
-def main(argv: Sequence[str] | None = None, console: ConsoleRunner | None = None) -> int:
+def main(argv: Sequence[str] | None = None, console: ConsoleRunner | None = None,
+         more: Loader | None = None) -> int:
     """The nodeconsole command. `console` runs the interactive console when no subcommand is given:
     the UI package plugs it in (screens/launch.py is the installed command), so the core never imports
-    the UI. Without it only the subcommands work."""
+    the UI. Without it only the subcommands work. `more` registers the subcommands that change the host
+    (actions/cli/); without it they are refused with a line naming the full command."""
     argv = _host_flags_last(list(sys.argv[1:] if argv is None else argv))
     try:
         # Without a subcommand word (and without --help, which lists them) the console starts:
         # don't import every subcommand for that.
-        parser = build_parser(load=_wants_subcommand(argv))
+        wants = _wants_subcommand(argv)
+        if wants and more is None:
+            _refuse_change_command(argv)
+        parser = build_parser(load=wants, more=more)
         args = parser.parse_args(argv)
         if args.interval <= 0:
             raise UsageError("--interval must be positive")
@@ -233,6 +161,29 @@ def main(argv: Sequence[str] | None = None, console: ConsoleRunner | None = None
         return 0
 
 
+def _refuse_change_command(argv: list[str]) -> None:
+    """The base entry asked for a subcommand that changes the host: say where it is (UsageError)."""
+    name = _command_word(argv)
+    if name in CHANGE_COMMANDS:
+        raise UsageError(f"`{name}` changes the host: it is a command of the full {FULL_COMMAND}; "
+                         f"this entry has the read-only commands: {', '.join(sorted(KNOWN_COMMANDS))}")
+
+
+def _command_word(argv: list[str]) -> str | None:
+    """The subcommand word of a command line (the first word that is not an option nor its value)."""
+    i = 0
+    while i < len(argv):
+        a = argv[i]
+        if a == "--":
+            return None
+        if not a.startswith("-"):
+            return a
+        if a in CONSOLE_VALUE_FLAGS:
+            i += 1
+        i += 1
+    return None
+
+
 @contextlib.contextmanager
 def _visible_output() -> Iterator[None]:
     """While a subcommand runs, what it prints has control characters made visible: host text (names,
@@ -248,7 +199,8 @@ def _visible_output() -> Iterator[None]:
 
 
 if __name__ == "__main__":
-    # `python -m nodeconsole.console.cli`: the subcommands (the console itself: nodeconsole.screens.launch)
+    # `python -m nodeconsole.console.cli`: the read-only subcommands (every subcommand, headless:
+    # nodeconsole.actions.cli; the console itself: nodeconsole.screens.launch)
     from nodeconsole.console.cli import main as _main
 
     sys.exit(_main())

@@ -172,7 +172,7 @@ def _demo_dir_usage() -> Iterator[None]:
     try:
         yield
     except ForeignStateDir as e:
-        from nodeconsole.console.cli import UsageError
+        from nodeconsole.console.usage import UsageError
 
         raise UsageError(str(e)) from None
 
@@ -226,7 +226,7 @@ def demo_host(state_dir: Path | None = None, libvirt_uri: str | None = None, sys
     try:
         lib = SimulatedNvml.from_file(host.nvml_state, root=root, privileged=True)
     except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:  # a corrupt or truncated file
-        from nodeconsole.console.cli import UsageError
+        from nodeconsole.console.usage import UsageError
 
         reason = (e.strerror if isinstance(e, OSError) else None) or str(e).splitlines()[0] or type(e).__name__
         raise UsageError(f"the demo host's NVML state {host.nvml_state} is unreadable ({reason}); "
@@ -286,8 +286,8 @@ def replay_host(path: str | os.PathLike[str]) -> Seams:
     UsageError (one line) when the file is missing or not a capture."""
     from nodeconsole.console.capture.archive import ArchiveError
     from nodeconsole.console.capture.replay import READ_ONLY, ReplayWrites, open_replay
-    from nodeconsole.console.cli import UsageError
     from nodeconsole.console.demo.nvml_sim import SimulatedNvml
+    from nodeconsole.console.usage import UsageError
 
     try:
         opened = open_replay(path)

@@ -210,7 +210,7 @@ def _screen(module: str, name: str) -> Screen:
 
 
 def run_app(seams: Seams | Callable[[], Seams] | FirstLook, interval: float = 1.0, theme: str | None = None) -> int:
-    from nodeconsole.console.cli import UsageError
+    from nodeconsole.console.usage import UsageError
 
     try:
         resolve(theme)

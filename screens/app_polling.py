@@ -134,7 +134,7 @@ class PollingApp(_AppBase):
         """A host set up from this console and rebooted since: open at the Setup screen, where the
         doctor says whether the fixes took effect and what the next step is (the audit log keeps
         that progress across the reboot)."""
-        from nodeconsole.actions.audit import host_audit
+        from nodeconsole.console.audit_log import Status, host_audit
 
         try:
             if self.seams is None:
@@ -142,9 +142,9 @@ class PollingApp(_AppBase):
             records = host_audit(self.seams).records()
         except Exception:
             return  # no log, or unreadable: start where the console always starts
-        applied = [r for r in records if r.get("result") == "applied" and not r.get("undone_by")]
+        applied = [r for r in records if r.result == Status.APPLIED and not r.undone_by]
         last = applied[-1] if applied else None
-        if last is not None and last.get("fixes") and last.get("needs_reboot"):
+        if last is not None and last.fixes and last.needs_reboot:
             self.call_from_thread(self._open_setup)
 
     def _open_setup(self) -> None:

@@ -22,6 +22,7 @@ from textual.binding import Binding
 from textual.containers import VerticalScroll
 from textual.widgets import DataTable, Static
 
+from nodeconsole.console.audit_log import AuditRecord, Status
 from nodeconsole.console.hosttext import show, visible
 from nodeconsole.console.model import HostSnapshot
 from nodeconsole.screens.base import SnapshotScreen
@@ -38,7 +39,11 @@ COLS = [("id", "Id"), ("when", "When (UTC)"), ("who", "Who"), ("action", "Action
         ("state", "State"), ("title", "Title")]
 BOOT_ID = "proc/sys/kernel/random/boot_id"
 TITLE_MAX = 100  # a long title widens the table; the panel has it whole
-Record = Mapping[str, Any]
+Record = AuditRecord
+
+
+def _or(value: str | None, default: str) -> str:
+    return default if value is None else value
 
 
 # -- the undo history of a record (pure: tested without a console) -----------------------------------
@@ -46,34 +51,34 @@ Record = Mapping[str, Any]
 def original(record: Record, by_id: Mapping[str, Record]) -> Record:
     """The change an undo or redo is ultimately about: follow `undoes` back to a record that undoes
     nothing (a record it names that is missing from the log ends the walk)."""
-    seen = {record.get("id")}
-    while record.get("undoes") and record["undoes"] in by_id and record["undoes"] not in seen:
-        record = by_id[record["undoes"]]
-        seen.add(record.get("id"))
+    seen = {record.id}
+    while record.undoes and record.undoes in by_id and record.undoes not in seen:
+        record = by_id[record.undoes]
+        seen.add(record.id)
     return record
 
 
 def is_redo(record: Record, by_id: Mapping[str, Record]) -> bool:
     """Whether the record undoes an undo (puts a change back)."""
-    target = by_id.get(record.get("undoes") or "")
-    return bool(target and target.get("undoes"))
+    target = by_id.get(record.undoes or "")
+    return bool(target and target.undoes)
 
 
 def pending_reboot(record: Record, boot_id: str) -> bool:
     """An applied change, not undone, that takes effect at the next boot and was applied in this boot
     (or the boot cannot be told)."""
-    return (record.get("needs_reboot") is True and record.get("result") == "applied"
-            and not record.get("undone_by") and (not boot_id or record.get("boot_id") == boot_id))
+    return (record.needs_reboot is True and record.result == Status.APPLIED
+            and not record.undone_by and (not boot_id or record.boot_id == boot_id))
 
 
 def state_text(record: Record, by_id: Mapping[str, Record], boot_id: str) -> str:
     """The record's place in the undo history, short: undone, undo, redo (… redone), reboot pending."""
     parts = []
-    if record.get("undoes"):
+    if record.undoes:
         parts.append("redo" if is_redo(record, by_id) else "undo")
-        if record.get("undone_by"):
+        if record.undone_by:
             parts.append("undone" if is_redo(record, by_id) else "redone")
-    elif record.get("undone_by"):
+    elif record.undone_by:
         parts.append("undone")
     if pending_reboot(record, boot_id):
         parts.append("reboot pending")
@@ -84,45 +89,45 @@ def undo_target(record: Record, by_id: Mapping[str, Record]) -> tuple[str | None
     """(id to undo, '') for `u` on this row, or (None, why not): the change the row is about, while it
     is in effect."""
     o = original(record, by_id)
-    if o.get("undone_by"):
-        return None, f"{o['id']} is undone already (by {o['undone_by']}): r redoes it"
-    return str(o["id"]), ""
+    if o.undone_by:
+        return None, f"{o.id} is undone already (by {o.undone_by}): r redoes it"
+    return o.id, ""
 
 
 def redo_target(record: Record, by_id: Mapping[str, Record]) -> tuple[str | None, str]:
     """(undo record id to roll back, '') for `r` on this row, or (None, why not): the undo that
     reverted the change the row is about."""
     o = original(record, by_id)
-    undo = o.get("undone_by")
+    undo = o.undone_by
     if not undo:
-        return None, f"{o['id']} is in effect: nothing to redo (u undoes it)"
-    return str(undo), ""
+        return None, f"{o.id} is in effect: nothing to redo (u undoes it)"
+    return undo, ""
 
 
 def latest_redo(records: Sequence[Record]) -> str | None:
     """The newest undo that still reverts its change (what a plain "Redo" puts back)."""
-    by_id = {r["id"]: r for r in records}
+    by_id = {r.id: r for r in records}
     for r in reversed(records):
-        target = by_id.get(r.get("undoes") or "")
-        if target is not None and not target.get("undoes") and target.get("undone_by") == r["id"]:
-            return str(r["id"])
+        target = by_id.get(r.undoes or "")
+        if target is not None and not target.undoes and target.undone_by == r.id:
+            return r.id
     return None
 
 
 def _when(record: Record) -> str:
     """'2026-05-04T12:34:56+00:00' → '05-04 12:34' (the log's UTC time, never this machine's zone)."""
-    when = str(record.get("when") or "?")
+    when = record.when or "?"
     return f"{when[5:10]} {when[11:16]}" if len(when) >= 16 and when[10] == "T" else visible(when)[:11]
 
 
 def _user(record: Record) -> str:
-    who = record.get("who") or {}
+    who = record.who or {}
     return str(who.get("sudo_user") or who.get("user") or "?")
 
 
 def _who(record: Record) -> str:
     """'root (uid 0, on /dev/pts/1, over ssh from 10.0.0.5, through sudo by alice)'."""
-    who = record.get("who") or {}
+    who = record.who or {}
     more = [f"uid {who['uid']}" if who.get("uid") is not None else "",
             f"on {who['tty']}" if who.get("tty") else "",
             f"over ssh from {who['ssh_client']}" if who.get("ssh_client") else "",
@@ -133,34 +138,33 @@ def _who(record: Record) -> str:
 
 def change_rows(records: Sequence[Record], boot_id: str) -> list[tuple[str, tuple]]:
     """Table rows, newest first; host text (titles name VMs and GPUs) stays plain."""
-    by_id = {r["id"]: r for r in records}
+    by_id = {r.id: r for r in records}
     rows = []
     for r in reversed(records):
-        rows.append((str(r["id"]), (str(r["id"]), _when(r), _user(r), str(r.get("action") or "?"),
-                                    str(r.get("result") or "?"), state_text(r, by_id, boot_id),
-                                    Text(show(r.get("title") or "", TITLE_MAX)))))
+        rows.append((r.id, (r.id, _when(r), _user(r), r.action or "?", str(r.result or "?"),
+                            state_text(r, by_id, boot_id), Text(show(r.title or "", TITLE_MAX)))))
     return rows
 
 
 def record_text(record: Record, records: Sequence[Record], boot_id: str) -> str:
     """The selected record in full: what, who, the request, its place in the undo history, the steps
     with their commands, failures and notes, and the keys / command that undo or redo it."""
-    by_id = {r["id"]: r for r in records}
-    rid = record["id"]
-    out = [f"{rid}  {record.get('action', '?')}  {record.get('result', '?')}",
-           str(record.get("title") or ""),
-           f"when {record.get('when', '?')}" + (f", finished {record['finished']}" if record.get("finished") else ""),
+    by_id = {r.id: r for r in records}
+    rid = record.id
+    out = [f"{rid}  {_or(record.action, '?')}  {_or(record.result, '?')}",
+           record.title or "",
+           f"when {_or(record.when, '?')}" + (f", finished {record.finished}" if record.finished else ""),
            f"by {_who(record)}"]
-    request = record.get("request") or {}
+    request = record.request or {}
     if request:
         out.append("request: " + ", ".join(f"{k}={v}" for k, v in request.items() if v not in (None, "", [])))
     out += _history(record, by_id, boot_id)
-    failed = record.get("failed")
-    if failed:
+    if record.failed:
+        failed = record.failed
         out.append(f"failed at step {failed.get('step')} ({failed.get('title')}): {failed.get('error')}")
-        out += [f"  undone: {u}" for u in record.get("undone") or []]
-        out += [f"  NOT undone: {u}" for u in record.get("undo_failed") or []]
-    steps = record.get("steps") or []
+        out += [f"  undone: {u}" for u in record.undone]
+        out += [f"  NOT undone: {u}" for u in record.undo_failed]
+    steps = record.steps
     if steps:
         out.append(f"Steps ({len(steps)}):")
         for n, s in enumerate(steps, 1):
@@ -171,22 +175,21 @@ def record_text(record: Record, records: Sequence[Record], boot_id: str) -> str:
             out += [f"     | {line}" for line in str(s.get("detail") or "").splitlines()]
             if s.get("needs_reboot"):
                 out.append("     takes effect at the next boot")
-    notes = record.get("notes") or []
-    if notes:
+    if record.notes:
         out.append("Notes:")
-        out += [f"  - {n}" for n in notes]
+        out += [f"  - {n}" for n in record.notes]
     out.append(_keys(record, by_id))
     return "\n".join(out)
 
 
 def _history(record: Record, by_id: Mapping[str, Record], boot_id: str) -> list[str]:
     out = []
-    if record.get("undoes"):
+    if record.undoes:
         o = original(record, by_id)
         verb = "redo: puts back" if is_redo(record, by_id) else "undo of"
-        out.append(f"{verb} {record['undoes']}" + (f" ({o.get('title', '')})" if o is not record else ""))
-    if record.get("undone_by"):
-        out.append(f"rolled back by {record['undone_by']}")
+        out.append(f"{verb} {record.undoes}" + (f" ({_or(o.title, '')})" if o is not record else ""))
+    if record.undone_by:
+        out.append(f"rolled back by {record.undone_by}")
     if pending_reboot(record, boot_id):
         out.append("pending reboot: applied in this boot; it takes effect after the next reboot")
     return out
@@ -227,7 +230,7 @@ class ChangesScreen(SnapshotScreen):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.records: list[dict[str, Any]] = []
+        self.records: list[AuditRecord] = []
         self.boot_id = ""
         self.read_once = False  # the log has been read (an empty list then means "no changes")
         self._read_at = 0.0  # monotonic time of the last read
@@ -263,7 +266,7 @@ class ChangesScreen(SnapshotScreen):
 
     @work(thread=True, exclusive=True, group="changes", exit_on_error=False)
     def _read_log(self, seams: Seams) -> None:
-        from nodeconsole.actions.audit import host_audit
+        from nodeconsole.console.audit_log import host_audit
 
         try:
             log = host_audit(seams)
@@ -277,7 +280,7 @@ class ChangesScreen(SnapshotScreen):
     def _read_failed(self, exc: Exception) -> None:
         self.query_one("#changes-summary", Static).update(plain_text(f"cannot read the audit log: {exc}"))
 
-    def _got(self, records: list[dict[str, Any]], boot_id: str, path: str, problems: list[str]) -> None:
+    def _got(self, records: list[AuditRecord], boot_id: str, path: str, problems: list[str]) -> None:
         self.records, self.boot_id, self.read_once = records, boot_id, True
         head = (f"{len(records)} recorded change(s) in {path}, newest first; u undoes, r redoes the "
                 "selected change (plan first)" if records else f"no recorded changes ({path})")
@@ -291,8 +294,8 @@ class ChangesScreen(SnapshotScreen):
         table.sync(change_rows(self.records, self.boot_id))
         self._show_record(table.selected_key())
 
-    def _record(self, key: str | None) -> dict[str, Any] | None:
-        return next((r for r in self.records if r["id"] == key), None) if key else None
+    def _record(self, key: str | None) -> AuditRecord | None:
+        return next((r for r in self.records if r.id == key), None) if key else None
 
     def _show_record(self, key: str | None) -> None:
         r = self._record(key)
@@ -308,7 +311,7 @@ class ChangesScreen(SnapshotScreen):
         return (f"Change {key}", record_text(r, self.records, self.boot_id)) if r is not None else None
 
     # -- undo / redo -----------------------------------------------------------------------------
-    def _selected(self) -> dict[str, Any] | None:
+    def _selected(self) -> AuditRecord | None:
         r = self._record(self.query_one("#changes-table", KeyedTable).selected_key())
         if r is None:
             why = ("the audit log is not read yet" if not self.read_once else
@@ -322,7 +325,7 @@ class ChangesScreen(SnapshotScreen):
         r = self._selected()
         if r is None:
             return
-        rid, why = undo_target(r, {x["id"]: x for x in self.records})
+        rid, why = undo_target(r, {x.id: x for x in self.records})
         if rid is None:
             self.notify(why, severity="warning")
             return
@@ -334,7 +337,7 @@ class ChangesScreen(SnapshotScreen):
         r = self._selected()
         if r is None:
             return
-        rid, why = redo_target(r, {x["id"]: x for x in self.records})
+        rid, why = redo_target(r, {x.id: x for x in self.records})
         if rid is None:
             self.notify(why, severity="warning")
             return

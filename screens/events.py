@@ -16,6 +16,7 @@ from textual import work
 from textual.app import ComposeResult
 from textual.widgets import Static
 
+from nodeconsole.console.audit_log import AuditRecord, Status
 from nodeconsole.console.events import XID, KernelEvent
 from nodeconsole.console.gpu_events import SourceChange, local_text
 from nodeconsole.console.host_failures import FAILURES
@@ -45,7 +46,7 @@ def _epoch(iso: str) -> float | None:
     return (when if when.tzinfo else when.replace(tzinfo=dt.UTC)).timestamp()
 
 
-def event_rows(snap: HostSnapshot | None, events: tuple[KernelEvent, ...], changes: list[dict[str, Any]],
+def event_rows(snap: HostSnapshot | None, events: tuple[KernelEvent, ...], changes: list[AuditRecord],
                sources: tuple[SourceChange, ...]) -> list[tuple[str, tuple]]:
     """Rows newest first, in local time: kernel events (on the wall clock: console/event_time.py), applied
     changes and source changes in one order; events the log gives no wall-clock time (a tree without a
@@ -66,10 +67,10 @@ def event_rows(snap: HostSnapshot | None, events: tuple[KernelEvent, ...], chang
         else:
             dated.append((ev.wall, n, *row))
     for n, r in enumerate(changes):
-        at = _epoch(str(r.get("when") or ""))
-        dated.append((at if at is not None else 0.0, n, f"ch{r.get('id')}",
-                      (local_text(at) if at is not None else "-", "change", "", "", str(r.get("result") or "?"),
-                       Text(show(r.get("title") or "", TEXT_MAX)), str(r.get("action") or ""))))
+        at = _epoch(r.when or "")
+        dated.append((at if at is not None else 0.0, n, f"ch{r.id}",
+                      (local_text(at) if at is not None else "-", "change", "", "", str(r.result or "?"),
+                       Text(show(r.title or "", TEXT_MAX)), r.action or "")))
     for n, src in enumerate(sources):
         dated.append((src.at, n, f"src{n}", (local_text(src.at), "source", "", "", "lost" if src.lost else "back",
                                             Text(show(f"{src.source}: {src.was} → {src.now}", TEXT_MAX)), "")))
@@ -82,7 +83,7 @@ class EventsScreen(SnapshotScreen):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.changes: list[dict[str, Any]] = []
+        self.changes: list[AuditRecord] = []
         self._read_at = -REFRESH_S
         self._keys: list[str] = []
 
@@ -103,15 +104,15 @@ class EventsScreen(SnapshotScreen):
 
     @work(thread=True, exclusive=True, group="events", exit_on_error=False)
     def _read_audit(self, seams: Seams) -> None:
-        from nodeconsole.actions.audit import host_audit
+        from nodeconsole.console.audit_log import host_audit
 
         try:
             records = host_audit(seams).records()
         except Exception:  # no audit log (a replay, not read yet): the kernel events still show
             records = []
-        self.app.call_from_thread(self._got, [r for r in records if r.get("result") == "applied"])
+        self.app.call_from_thread(self._got, [r for r in records if r.result == Status.APPLIED])
 
-    def _got(self, records: list[dict[str, Any]]) -> None:
+    def _got(self, records: list[AuditRecord]) -> None:
         self.changes = records
         self._show()
 

@@ -137,8 +137,8 @@ class FleetApp(App):
 
 
 def run_fleet(url: str, interval: float = 15.0, theme: str | None = None, timeout: float = 10.0) -> int:
-    from nodeconsole.console.cli import UsageError
     from nodeconsole.console.fleet import FleetError, check_url, fleet_report, http_fetch
+    from nodeconsole.console.usage import UsageError
 
     try:
         base = check_url(url)

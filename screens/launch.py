@@ -1,6 +1,7 @@
-"""The installed `nodeconsole` command: the headless CLI (console/cli.py) with the interactive console
-plugged in for the case without a subcommand. The UI depends on the core, never the other way round:
-Textual is imported only when the console starts, so `nodeconsole snapshot` stays light."""
+"""The installed `nodeconsole` command: the headless CLI (console/cli.py with the change subcommands of
+actions/cli/) with the interactive console plugged in for the case without a subcommand. The UI depends
+on the core, never the other way round: Textual is imported only when the console starts, so
+`nodeconsole snapshot` stays light."""
 from __future__ import annotations
 
 import argparse
@@ -8,8 +9,8 @@ import gc
 import sys
 from collections.abc import Sequence
 
-from nodeconsole.console.cli import main as cli_main
-from nodeconsole.console.cli import seams_from_args
+from nodeconsole.actions.cli import main as cli_main
+from nodeconsole.console.cli_base import seams_from_args
 
 
 def run_console(args: argparse.Namespace) -> int:
@@ -28,8 +29,8 @@ def run_console(args: argparse.Namespace) -> int:
 
 
 def _run_host_console(args: argparse.Namespace) -> int:
-    from nodeconsole.console.cli import UsageError
     from nodeconsole.console.first_look import FirstLook
+    from nodeconsole.console.usage import UsageError
     from nodeconsole.themes import resolve
 
     try:  # bad input changes nothing: before the first look (which may generate the demo host)

@@ -15,29 +15,15 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING
 
-from textual.app import App
 from textual.widgets import Footer
+
+from nodeconsole.screens.stock_app import StockApp
 
 if TYPE_CHECKING:
     from textual.screen import Screen
 
 STOCK_ENV = "NODECONSOLE_STOCK_TEXTUAL"
 STOCK = os.environ.get(STOCK_ENV, "") == "1"
-
-
-class StockApp(App):
-    """Textual's App with the two hooks the console's app uses, drawn by stock Textual: nothing is
-    kept of what the terminal shows, and the first frame is taken to be out once the app is ready
-    (after its first screen's first layout) and refreshed."""
-
-    def forget_terminal(self) -> None:
-        """What the terminal shows is unknown (ctrl+l, a return from suspension): nothing kept here."""
-
-    def frame_written(self) -> None:
-        """Called once the first frame is out (the console starts its polls)."""
-
-    def on_ready(self) -> None:
-        self.call_after_refresh(self.frame_written)
 
 
 def app_base() -> type[StockApp]:

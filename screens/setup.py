@@ -23,6 +23,7 @@ from textual.binding import Binding
 from textual.containers import VerticalScroll
 from textual.widgets import DataTable, Static
 
+from nodeconsole.console.audit_log import AuditRecord
 from nodeconsole.console.doctor.model import CHECK_IDS, ROLES, CheckResult, DoctorReport
 from nodeconsole.console.hosttext import visible
 from nodeconsole.screens.base import SnapshotScreen
@@ -263,9 +264,9 @@ class SetupScreen(SnapshotScreen):
 
 
 
-def _audit_records(seams: Seams) -> list[dict]:
+def _audit_records(seams: Seams) -> list[AuditRecord]:
     """The audit log's records (the doctor marks fixes waiting for a reboot). Unreadable: none."""
-    from nodeconsole.actions.audit import host_audit
+    from nodeconsole.console.audit_log import host_audit
 
     try:
         return list(host_audit(seams).records())

@@ -29,14 +29,15 @@ def test_the_console_gets_its_options_without_the_subcommands(monkeypatch):
     built = []
     real = cli.build_parser
 
-    def spy(load: bool = True):
+    def spy(load: bool = True, more=None):
         built.append(load)
-        return real(load=load)
+        return real(load=load, more=more)
 
     monkeypatch.setattr(cli, "build_parser", spy)
-    seen = []
-    assert cli.main(["--interval", "2", "--theme", "light", "--demo"], console=lambda a: seen.append(a) or 0) == 0
-    assert built == [False]
+    seen, loaded = [], []
+    assert cli.main(["--interval", "2", "--theme", "light", "--demo"], console=lambda a: seen.append(a) or 0,
+                    more=lambda: loaded.append(True)) == 0
+    assert built == [False] and loaded == []  # not even the change subcommands of actions/cli/
     assert seen[0].interval == 2 and seen[0].theme == "light" and seen[0].demo and seen[0].command is None
 
 

@@ -20,6 +20,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from nodeconsole.console.audit_log import AuditRecord
 from nodeconsole.console.capture import AUDIT, DOCTOR, INACTIVE_DIR, limits
 from nodeconsole.console.capture.archive import ArchiveError
 from nodeconsole.console.capture.boundedjson import load_json
@@ -44,10 +45,10 @@ MAX_AUDIT_READ = limits.MAX_MEMBER_BYTES  # what a replay opens
 def load_side(path: str | os.PathLike[str], label: str | None = None) -> Side:
     """Open the capture at `path` and read what the diff compares. DiffError when it is not a capture."""
     from nodeconsole.console.capture.replay import open_replay
-    from nodeconsole.console.cli import UsageError
     from nodeconsole.console.collector import Collector
     from nodeconsole.console.root import Root
     from nodeconsole.console.seams import replay_host
+    from nodeconsole.console.usage import UsageError
 
     name = label or str(path)
     try:
@@ -89,12 +90,11 @@ def _one_line(reason: str) -> str:
 
 def capture_now(seams: Any) -> bytes:
     """A capture of the host behind `seams` now, in memory (as `nodeconsole capture` takes it)."""
-    from nodeconsole.actions.audit import AuditLog
+    from nodeconsole.console.audit_log import AUDIT_NAME, AuditReader
     from nodeconsole.console.capture.replay import PLAN_PROGRAMS
     from nodeconsole.console.capture.take import take_capture
-    from nodeconsole.console.state_dir import AUDIT_NAME
 
-    log = AuditLog(seams.audit_dir / AUDIT_NAME)  # the host's audit log, where its seams keep it
+    log = AuditReader(seams.audit_dir / AUDIT_NAME)  # the host's audit log, where its seams keep it
     try:
         with open(log.path, "rb") as f:  # the console's own audit log, as `capture` reads it
             audit: bytes | None = f.read(MAX_AUDIT_READ + 1)
@@ -172,11 +172,11 @@ def _events(root: Any, snap: Any) -> list[dict[str, Any]]:
     return [e.to_dict() for e in tie_to_vms(events, snap)]
 
 
-def _audit(path: Path) -> list[dict[str, Any]]:
-    from nodeconsole.actions.audit import AuditLog
+def _audit(path: Path) -> list[AuditRecord]:
+    from nodeconsole.console.audit_log import AuditReader
 
     try:
-        return AuditLog(path).records()
+        return AuditReader(path).records()
     except OSError:
         return []
 

@@ -302,15 +302,13 @@ def _new_events(ch: _Changes, a: Side, b: Side) -> None:
 
 
 def _new_audit(ch: _Changes, a: Side, b: Side) -> None:
-    seen = {r.get("id") for r in a.audit}
+    seen = {r.id for r in a.audit}
     for r in b.audit:
-        if r.get("id") in seen:
+        if r.id in seen:
             continue
-        who = r.get("who") or {}
-        ch.add("audit", str(r.get("id")), str(r.get("action") or "change"), None,
-               {"title": r.get("title"), "result": r.get("result"), "when": r.get("when"),
-                "who": who.get("user") if isinstance(who, dict) else who,
-                **({"undoes": r["undoes"]} if r.get("undoes") else {})})
+        ch.add("audit", r.id, r.action or "change", None,
+               {"title": r.title, "result": r.result, "when": r.when, "who": (r.who or {}).get("user"),
+                **({"undoes": r.undoes} if r.undoes else {})})
 
 
 def _doctor(ch: _Changes, a: Side, b: Side) -> None:

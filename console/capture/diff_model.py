@@ -7,6 +7,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from nodeconsole.console.audit_log import AuditRecord
+
 # topic → heading, in the order the text lists them
 TOPICS: dict[str, str] = {
     "capture": "What each capture could read",
@@ -58,7 +60,7 @@ class Side:
     modules: set[str] | None = None
     files: dict[str, str] = field(default_factory=dict)  # /etc, /boot path → text
     events: list[dict[str, Any]] = field(default_factory=list)
-    audit: list[dict[str, Any]] = field(default_factory=list)
+    audit: list[AuditRecord] = field(default_factory=list)
     doctor: dict[str, Any] | None = None
 
     @property

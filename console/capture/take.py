@@ -12,6 +12,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from nodeconsole.console import __version__
+from nodeconsole.console.audit_log import AuditRecord
 from nodeconsole.console.capture import (
     AUDIT,
     CAPABILITIES,
@@ -62,7 +63,7 @@ def origin_of(seams: Seams) -> str:
     return seams.origin
 
 
-def take_capture(seams: Seams, *, changes: Sequence[Mapping[str, Any]] = (), audit: bytes | None = None,
+def take_capture(seams: Seams, *, changes: Sequence[AuditRecord] = (), audit: bytes | None = None,
                  programs: Mapping[str, str | None] | None = None, redact: bool = False, progress: Progress = lambda _line: None,
                  clock: Callable[[], float] = time.time) -> Capture:
     """Capture the host behind `seams`. `changes` are the audit log's records (the doctor marks pending
@@ -136,7 +137,7 @@ def _read_host(rseams: Seams, rec: RecordingRoot, sources: dict[str, Any], versi
     return snap
 
 
-def _doctor(snap: Any, rec: RecordingRoot, changes: Sequence[Mapping[str, Any]], entries: dict[str, Entry],
+def _doctor(snap: Any, rec: RecordingRoot, changes: Sequence[AuditRecord], entries: dict[str, Entry],
             sources: dict[str, Any]) -> None:
     """The doctor's report over the snapshot (skipped without one; a failure never costs the capture)."""
     if snap is None:
@@ -175,7 +176,7 @@ def _hostnames(snap: Any, rec: RecordingRoot) -> list[str]:
     return hostnames
 
 
-def _audit(audit: bytes | None, changes: Sequence[Mapping[str, Any]], entries: dict[str, Entry],
+def _audit(audit: bytes | None, changes: Sequence[AuditRecord], entries: dict[str, Entry],
            sources: dict[str, Any]) -> list[str]:
     """The audit log's bytes as a member; the VM names its records' requests name (for redaction)."""
     if audit is None:
@@ -183,8 +184,7 @@ def _audit(audit: bytes | None, changes: Sequence[Mapping[str, Any]], entries: d
         return []
     entries[AUDIT] = Entry(FILE, audit)
     sources["audit"] = {"status": "ok", "records": len(changes)}
-    return [str(r["request"]["vm"]) for r in changes
-            if isinstance(r.get("request"), dict) and r["request"].get("vm")]
+    return [str(r.request["vm"]) for r in changes if r.request is not None and r.request.get("vm")]
 
 
 def _context(rec: RecordingRoot) -> None:

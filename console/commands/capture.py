@@ -13,13 +13,15 @@ import datetime as dt
 import os
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from nodeconsole.console.capture import limits
-from nodeconsole.console.cli import UsageError, seams_from_args, subcommand
+from nodeconsole.console.cli_base import seams_from_args, subcommand
 from nodeconsole.console.hosttext import visible
+from nodeconsole.console.usage import UsageError
 
 if TYPE_CHECKING:
+    from nodeconsole.console.audit_log import AuditRecord
     from nodeconsole.console.seams import Seams
 
 MAX_AUDIT = limits.MAX_MEMBER_BYTES  # the largest member a replay opens
@@ -46,13 +48,12 @@ def _programs(seams: Seams) -> dict[str, str | None]:
     return {name: commands.which(name) for name in PLAN_PROGRAMS}
 
 
-def _audit(seams: Seams) -> tuple[bytes | None, list[dict[str, Any]]]:
+def _audit(seams: Seams) -> tuple[bytes | None, list[AuditRecord]]:
     """The host's audit log (bytes and records) in the state directory its seams chose, as `nodeconsole
     log` reads it."""
-    from nodeconsole.actions.audit import AuditLog
-    from nodeconsole.console.state_dir import AUDIT_NAME
+    from nodeconsole.console.audit_log import host_audit
 
-    log = AuditLog(seams.audit_dir / AUDIT_NAME, seams.state_mode)
+    log = host_audit(seams)
     try:
         with open(log.path, "rb") as f:
             data = f.read(MAX_AUDIT + 1)

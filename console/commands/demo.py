@@ -10,7 +10,8 @@ from __future__ import annotations
 import argparse
 import sys
 
-from nodeconsole.console.cli import UsageError, subcommand
+from nodeconsole.console.cli_base import subcommand
+from nodeconsole.console.usage import UsageError
 
 
 @subcommand("demo", "manage the bundled demo host (demo reset [--bare], demo reboot, demo inject xid|aer|host GPU …)")
@@ -56,7 +57,7 @@ def run(args: argparse.Namespace) -> int:
         return 1
     # The audit log describes changes to the host that was just thrown away: its undo records
     # would target devices and configs that no longer exist.
-    from nodeconsole.actions.audit import AUDIT_NAME
+    from nodeconsole.console.audit_log import AUDIT_NAME
 
     log = state / AUDIT_NAME
     if log.exists():

@@ -15,7 +15,8 @@ import json
 import os
 import sys
 
-from nodeconsole.console.cli import UsageError, seams_from_args, subcommand
+from nodeconsole.console.cli_base import seams_from_args, subcommand
+from nodeconsole.console.usage import UsageError
 
 EXIT_SAME, EXIT_DIFFERENT = 0, 1
 

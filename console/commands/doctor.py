@@ -1,7 +1,8 @@
 """`nodeconsole doctor`: is this host ready for GPU VMs? Every check (console/doctor) on one snapshot,
 grouped (firmware & kernel, modules & driver, memory & CPUs, PCIe, GPUs, VMs), with the fix of each
-warning or failure; `--json` for scripts; `--fix ID…` plans those checks' fixes through the action
-session (plan → confirm → apply → verify → audit → undo), like every other change.
+warning or failure; `--json` for scripts. `--fix ID…` plans those checks' fixes through the action
+session (plan → confirm → apply → verify → audit → undo), like every other change: the full command
+plugs it in (actions/cli/doctor_fix.py registers `doctor` again with `configure(p, fix=...)`).
 
 Exit status: 0 when no check fails, 1 when one does (or a fix is refused or fails), 2 for bad arguments.
 """
@@ -11,24 +12,36 @@ import argparse
 import difflib
 import json
 import sys
-from typing import Any
+from typing import TYPE_CHECKING
 
-from nodeconsole.console.cli import UsageError, seams_from_args, subcommand
-from nodeconsole.console.commands.change import change_args
+from nodeconsole.console.cli_base import FULL_COMMAND, Configure, seams_from_args, subcommand
 from nodeconsole.console.doctor.model import CHECK_IDS, GROUPS, ROLES, CheckResult, DoctorReport
 from nodeconsole.console.hosttext import visible
+from nodeconsole.console.usage import UsageError
+
+if TYPE_CHECKING:
+    from nodeconsole.console.audit_log import AuditRecord
+    from nodeconsole.console.seams import Seams
+
+HELP = "check the host's readiness for GPU VMs (pass/warn/fail/skip, each with its fix)"
 
 
-@subcommand("doctor", "check the host's readiness for GPU VMs (pass/warn/fail/skip, each with its fix)")
+@subcommand("doctor", HELP)
 def configure(p: argparse.ArgumentParser) -> None:
+    configure_doctor(p)
+
+
+def configure_doctor(p: argparse.ArgumentParser, fix: Configure | None = None) -> None:
+    """The read-only doctor; `fix(p)` adds --fix ID… and what it takes, and sets the parser's `func`."""
     p.add_argument("--role", choices=ROLES, default="mixed",
                    help="what the host is for: passthrough, mig, vgpu or mixed (default); decides which "
                         "checks apply")
     p.add_argument("--json", action="store_true", help="print the report as JSON")
-    p.add_argument("--fix", nargs="+", metavar="ID",
-                   help="plan the fixes of these checks (printed; made with --apply)")
-    change_args(p)
     p.set_defaults(func=run)
+    if fix is not None:
+        fix(p)
+    else:  # the base entry: named, so that asking for it says where it is
+        p.add_argument("--fix", nargs="+", metavar="ID", help=argparse.SUPPRESS)
 
 
 def check_ids(words: list[str]) -> tuple[str, ...]:
@@ -50,26 +63,15 @@ def check_ids(words: list[str]) -> tuple[str, ...]:
 
 
 def run(args: argparse.Namespace) -> int:
+    """The report (exit 1 when a check fails)."""
     if args.fix:
-        ids = check_ids(args.fix)
-        if args.json:
-            raise UsageError("--json shows the report; it does not go with --fix")
-        return _fix(args, ids)
-    if args.apply or args.yes:
-        raise UsageError("--apply and --yes go with --fix ID… (the checks whose fixes to make)")
+        raise UsageError(f"doctor --fix changes the host: it is a command of the full {FULL_COMMAND}")
     report = diagnose(args)
     if args.json:
         print(json.dumps(report.to_dict(), indent=2))
     else:
         print(render(report))
     return report.exit_code
-
-
-def _fix(args: argparse.Namespace, ids: tuple[str, ...]) -> int:
-    from nodeconsole.actions.session import DoctorFix
-    from nodeconsole.console.commands.change import run_request
-
-    return run_request(args, DoctorFix(ids, role=args.role))
 
 
 def diagnose(args: argparse.Namespace) -> DoctorReport:
@@ -87,12 +89,11 @@ def diagnose(args: argparse.Namespace) -> DoctorReport:
     return run_doctor(snap, seams.root, role=args.role, changes=_changes(seams))
 
 
-def _changes(seams: Any) -> list[dict[str, Any]]:
+def _changes(seams: Seams) -> list[AuditRecord]:
     """The audit log's records (as `nodeconsole log` reads them); an unreadable log: none, with a warning."""
-    from nodeconsole.actions.host import ActionHost
+    from nodeconsole.console.audit_log import host_audit
 
-    host = ActionHost.from_seams(seams)
-    log = host.audit
+    log = host_audit(seams)
     try:
         records = log.records()
     except OSError as e:

@@ -16,13 +16,14 @@ import sys
 import time
 from collections.abc import Sequence
 
-from nodeconsole.console.cli import UsageError, seams_from_args, subcommand
+from nodeconsole.console.cli_base import seams_from_args, subcommand
 from nodeconsole.console.event_time import boot_time, on_wall_clock, parse_boot_time, since
 from nodeconsole.console.events import KernelEvent, parse_duration, tie_to_vms, within
 from nodeconsole.console.gpu_events import GUEST_LOG
 from nodeconsole.console.hosttext import LINE_MAX, show
 from nodeconsole.console.seams import Seams
 from nodeconsole.console.sources.kernel_log import SIM_KMSG, KernelLog, LogDenied, host_sources, read_host
+from nodeconsole.console.usage import UsageError
 
 EXIT_DENIED = 1
 

@@ -6,7 +6,8 @@ import argparse
 import re
 
 from nodeconsole.console.argtypes import seconds
-from nodeconsole.console.cli import UsageError, seams_from_args, subcommand
+from nodeconsole.console.cli_base import seams_from_args, subcommand
+from nodeconsole.console.usage import UsageError
 
 DEFAULT_LISTEN = "127.0.0.1:9842"
 

@@ -5,7 +5,8 @@ import argparse
 import json
 
 from nodeconsole.console.argtypes import seconds
-from nodeconsole.console.cli import UsageError, subcommand
+from nodeconsole.console.cli_base import subcommand
+from nodeconsole.console.usage import UsageError
 
 
 @subcommand("fleet", "the fleet from Prometheus: unhealthy GPUs, misaligned VMs, failing checks, drift")

@@ -4,7 +4,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from nodeconsole.console.cli import seams_from_args, subcommand
+from nodeconsole.console.cli_base import seams_from_args, subcommand
 from nodeconsole.console.hosttext import LINE_MAX, show, visible
 from nodeconsole.console.model import HostSnapshot, format_metric
 

@@ -11,10 +11,10 @@ checks are "pending reboot (change ID)"; after a reboot they say whether the cha
 """
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable
 from dataclasses import replace
-from typing import Any
 
+from nodeconsole.console.audit_log import AuditRecord, Status
 from nodeconsole.console.doctor import facts
 from nodeconsole.console.doctor.checks_common import Context, skipped
 from nodeconsole.console.doctor.checks_gpus import check_mig_pending, check_vgpu_host
@@ -70,7 +70,7 @@ ROLE_ONLY: dict[str, tuple[str, ...]] = {
 
 
 def run_doctor(snap: HostSnapshot, root: Root, role: str = "mixed",
-               changes: Iterable[Mapping[str, Any]] = ()) -> DoctorReport:
+               changes: Iterable[AuditRecord] = ()) -> DoctorReport:
     """Every check on `snap` and the files below `root`, for `role` (model.ROLES)."""
     if role not in ROLES:
         raise ValueError(f"unknown role {role!r} (one of {', '.join(ROLES)})")
@@ -99,22 +99,18 @@ def run_doctor(snap: HostSnapshot, root: Root, role: str = "mixed",
     return DoctorReport(role=role, checks=tuple(results), boot_id=boot_id, notes=tuple(notes))
 
 
-def mark_pending(results: list[CheckResult], changes: Iterable[Mapping[str, Any]],
+def mark_pending(results: list[CheckResult], changes: Iterable[AuditRecord],
                  boot_id: str) -> list[CheckResult]:
     """Each check named by an applied, not undone change that needs a reboot gets its note: pending while
     the boot is the one the change was applied in (or the boot cannot be told), else whether it took
     effect — the check passes now or not (a skipped check gets no note). The latest change wins."""
     latest: dict[str, tuple[str, bool]] = {}  # check id → (change id, still the same boot)
     for r in changes:
-        if r.get("needs_reboot") is not True or r.get("result") != "applied" or r.get("undone_by"):
+        if r.needs_reboot is not True or r.result != Status.APPLIED or r.undone_by:
             continue
-        fixes = r.get("fixes")
-        if not isinstance(fixes, list):
-            continue
-        same_boot = not boot_id or r.get("boot_id") == boot_id
-        for cid in fixes:
-            if isinstance(cid, str):
-                latest[cid] = (str(r.get("id", "?")), same_boot)
+        same_boot = not boot_id or r.boot_id == boot_id
+        for cid in r.fixes:
+            latest[cid] = (r.id, same_boot)
     out = []
     for c in results:
         if c.id not in latest:

@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from textual.screen import Screen
     from textual.widgets import Footer
 
-    from nodeconsole.screens.rendering import StockApp
+    from nodeconsole.screens.stock_app import StockApp
     from nodeconsole.screens.widgets.stock_table import StockTable
 
 

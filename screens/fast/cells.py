@@ -4,8 +4,6 @@ lines over as they are. Part of screens/fast/ (Textual's private `_styles_cache`
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from rich.containers import Lines
 from rich.segment import Segment
 from rich.style import Style
@@ -13,9 +11,6 @@ from rich.text import Text
 from textual._styles_cache import StylesCache
 from textual.strip import Strip
 from textual.widgets.data_table import ColumnKey, RowKey
-
-if TYPE_CHECKING:
-    from nodeconsole.screens.fast.table import QuietTable
 
 _NULL = Style.null()
 _NEWLINE = Text("\n")
@@ -105,24 +100,6 @@ class _CellRenders:
 
     def forget(self, row_key: RowKey, column_key: ColumnKey) -> None:
         self._cells.pop((row_key, column_key), None)
-
-
-class _RepaintAfter:
-    def __init__(self, table: QuietTable) -> None:
-        self.table = table
-
-    def __enter__(self) -> None:
-        if self.table._repaint_later is None:
-            self.table._repaint_later = set()
-            self.outer = True
-        else:
-            self.outer = False  # nested: the outer block repaints
-
-    def __exit__(self, *exc: object) -> None:
-        if self.outer:
-            rows, self.table._repaint_later = self.table._repaint_later, None
-            if rows:
-                self.table._repaint_rows(sorted(rows))
 
 
 class _LeanStylesCache(StylesCache):

@@ -30,10 +30,28 @@ from textual.geometry import Region
 from textual.strip import Strip
 from textual.widgets.data_table import CellType, ColumnKey, RowKey
 
-from nodeconsole.screens.fast.cells import _CellRenders, _kept_cell, _LeanStylesCache, _RepaintAfter, text_cell_line
+from nodeconsole.screens.fast.cells import _CellRenders, _kept_cell, _LeanStylesCache, text_cell_line
 from nodeconsole.screens.widgets.stock_table import StockTable
 
 _NO_ROW: dict = {}
+
+
+class _RepaintAfter:
+    def __init__(self, table: QuietTable) -> None:
+        self.table = table
+
+    def __enter__(self) -> None:
+        if self.table._repaint_later is None:
+            self.table._repaint_later = set()
+            self.outer = True
+        else:
+            self.outer = False  # nested: the outer block repaints
+
+    def __exit__(self, *exc: object) -> None:
+        if self.outer:
+            rows, self.table._repaint_later = self.table._repaint_later, None
+            if rows:
+                self.table._repaint_rows(sorted(rows))
 
 
 class QuietTable(StockTable):

@@ -14,7 +14,7 @@ import pytest
 
 from nodeconsole.actions import audit
 from nodeconsole.actions.audit import IN_PROGRESS, MIN_FREE_BYTES, AuditLog
-from nodeconsole.console.cli import main
+from nodeconsole.actions.cli import main
 from tests.actions.test_passthrough import changed, tree_state
 
 PF = "0000:3c:00.0"  # NIC1 of the demo host: no VFs
@@ -53,7 +53,7 @@ def test_short_writes_are_continued(tmp_path, monkeypatch):
     log = AuditLog(tmp_path / "audit.jsonl")
     log.append(REC)
     log.append({"id": REC["id"], "result": "applied"})
-    assert len(sizes) > 4 and log.records() == [{**REC, "result": "applied"}] and log.problems == []
+    assert len(sizes) > 4 and [r.to_json() for r in log.records()] == [{**REC, "result": "applied"}] and log.problems == []
 
 
 @pytest.mark.parametrize("limit", [0, 1, 40])
@@ -65,7 +65,7 @@ def test_a_line_that_cannot_be_finished_is_cut_off_again(tmp_path, monkeypatch, 
     with pytest.raises(OSError) as e:
         log.append({**REC, "id": "20260101-000000-0002"})
     assert e.value.errno == errno.ENOSPC
-    assert log.path.read_bytes() == before and log.records() == [REC] and log.problems == []
+    assert log.path.read_bytes() == before and [r.to_json() for r in log.records()] == [REC] and log.problems == []
 
 
 def test_a_write_that_takes_nothing_is_an_error_not_a_loop(tmp_path, monkeypatch):
@@ -80,7 +80,7 @@ def test_a_torn_line_left_by_a_crash_does_not_swallow_the_next_record(tmp_path):
     log = AuditLog(tmp_path / "audit.jsonl")
     log.path.write_bytes(b'{"id": "torn", "resu')
     log.append(REC)
-    assert log.records() == [REC] and len(log.problems) == 1 and "line 1" in log.problems[0]
+    assert [r.to_json() for r in log.records()] == [REC] and len(log.problems) == 1 and "line 1" in log.problems[0]
 
 
 def test_free_space_is_asked_for_only_when_told(tmp_path, monkeypatch):
@@ -89,7 +89,7 @@ def test_free_space_is_asked_for_only_when_told(tmp_path, monkeypatch):
     log.append(REC)  # a final record is never refused for space
     with pytest.raises(OSError, match="KiB free"):
         log.append({**REC, "id": "x"}, min_free=MIN_FREE_BYTES)
-    assert log.records() == [REC]
+    assert [r.to_json() for r in log.records()] == [REC]
 
 
 # -- the runner, through the CLI (the issue's reproduction: `nic vfs PF 2 --demo --apply --yes`) ----------
@@ -131,7 +131,7 @@ def test_a_lost_final_record_keeps_the_change_and_log_and_undo_find_it(state, mo
         return real(fd, data)
     monkeypatch.setattr(audit, "write_some", no_final)
     rc, out, err = _cli(capsys, "nic", "vfs", PF, "2", "--apply", "--yes")
-    records = AuditLog(state / "audit.jsonl").records()
+    records = [r.to_json() for r in AuditLog(state / "audit.jsonl").records()]
     assert len(records) == 1 and records[0]["result"] == IN_PROGRESS and records[0]["undo"]
     rid = records[0]["id"]
     assert rc == 0 and "Traceback" not in err and "[2/2] ok" in out

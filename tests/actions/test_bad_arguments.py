@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from nodeconsole.console.cli import main
+from nodeconsole.actions.cli import main
 from tests.actions.test_passthrough import changed, tree_state
 
 GPU = "0000:9a:00.0"
@@ -67,7 +67,7 @@ def test_refused_with_one_line_and_exit_2(state_ro, capsys, args, says):
 
 
 def test_nccl_parse_refuses_a_fifo_and_an_oversized_file(tmp_path, capsys, monkeypatch):
-    from nodeconsole.console.commands import nccl
+    from nodeconsole.actions.cli import nccl
 
     fifo = tmp_path / "fifo"
     os.mkfifo(fifo)  # nobody writes: a blocking open would hang

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from nodeconsole.actions.cli import main
 from nodeconsole.actions.lock import HostLock
-from nodeconsole.console.cli import main
 from tests.actions.test_passthrough import IDLE, IDLE_AUDIO, changed, tree_state
 
 REPO = Path(__file__).resolve().parents[2]
@@ -19,7 +19,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 def _cli(state: Path, *args: str) -> subprocess.CompletedProcess:
     env = {**os.environ, "NODECONSOLE_STATE_DIR": str(state)}
-    code = "import sys; from nodeconsole.console.cli import main; sys.exit(main(sys.argv[1:]))"  # what the script runs
+    code = "import sys; from nodeconsole.actions.cli import main; sys.exit(main(sys.argv[1:]))"  # what the script runs
     return subprocess.run([sys.executable, "-c", code, *args], cwd=REPO, env=env, capture_output=True,
                           text=True, timeout=120)
 

@@ -8,9 +8,9 @@ import sys
 
 import pytest
 
+from nodeconsole.actions.cli import main
 from nodeconsole.actions.session import ActionSession, Passthrough, Pin, RequestError, VgpuCreate
 from nodeconsole.console.argtypes import close_names, did_you_mean
-from nodeconsole.console.cli import main
 from nodeconsole.console.seams import demo_host
 from tests.actions.test_passthrough import changed, tree_state
 

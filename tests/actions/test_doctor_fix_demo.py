@@ -57,7 +57,7 @@ def test_bare_demo_fixed_in_one_plan_and_one_reboot_then_undone(tmp_path, monkey
     assert plan.needs_reboot and any("reboot once" in n for n in plan.notes)
     result = session.apply(plan)
     assert result.status == DONE, result.message
-    record = session.host.audit.find(result.record_id)
+    record = session.host.audit.find(result.record_id).to_json()
     assert record["needs_reboot"] is True and record["fixes"] == list(ids)
     assert record["boot_id"] == (root / facts.BOOT_ID).read_text().strip()
 

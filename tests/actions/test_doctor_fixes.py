@@ -327,7 +327,7 @@ def test_kernel_reserving_fewer_pages_is_said_and_the_boot_reservation_stays(tre
     result = _apply(host, plan)
     assert any("only 3 of 10 1 GiB pages" in w for w in result.warnings)
     assert "hugepages=10" in (bl.grub_value((tree / bl.GRUB_DEFAULT).read_bytes().decode("latin-1")) or "")
-    assert any("only 3 of 10" in n for n in host.audit.find(result.record_id)["notes"])
+    assert any("only 3 of 10" in n for n in host.audit.find(result.record_id).to_json()["notes"])
 
 
 def test_live_reservation_alone_fails_when_the_kernel_reserves_fewer(tree):
@@ -398,7 +398,7 @@ def test_audit_record_says_pending_reboot_with_boot_id_and_fixes(tree):
     host = make_host(tree)
     result = _apply(host, ActionSession(host).plan(DoctorFix(("iommu", "numa-balancing"))))
     assert "reboot once" in result.message
-    record = host.audit.find(result.record_id)
+    record = host.audit.find(result.record_id).to_json()
     assert record["result"] == APPLIED and record["needs_reboot"] is True
     assert record["boot_id"] == BOOT_ID and record["fixes"] == ["iommu", "numa-balancing"]
     assert [s.get("needs_reboot", False) for s in record["steps"]] == [True, False, False]
@@ -407,7 +407,7 @@ def test_audit_record_says_pending_reboot_with_boot_id_and_fixes(tree):
 def test_live_only_change_has_no_pending_reboot(tree):
     host = make_host(tree)
     result = _apply(host, ActionSession(host).plan(DoctorFix(("numa-balancing",))))
-    record = host.audit.find(result.record_id)
+    record = host.audit.find(result.record_id).to_json()
     assert "needs_reboot" not in record and "boot_id" not in record and record["fixes"] == ["numa-balancing"]
 
 
@@ -419,7 +419,7 @@ def test_failure_in_the_last_step_rolls_every_file_back(tree, monkeypatch):
     monkeypatch.setenv("NODECONSOLE_FAIL_STEP", str(len(plan.steps)))
     result = ActionSession(host).apply(plan)
     assert result.status == FAILED_RESULT and not result.undo_failed
-    assert host.audit.find(result.record_id)["result"] == FAILED
+    assert host.audit.find(result.record_id).to_json()["result"] == FAILED
     assert tree_bytes(tree) == before
 
 

@@ -108,7 +108,7 @@ def test_any_fault_point_leaves_the_host_before_or_as_planned(kind, base, point)
         res = Runner(host).run(plan)
     finally:
         os.environ.pop(FAIL_ENV, None)
-    rec = host.audit.find(res.record_id)
+    rec = host.audit.find(res.record_id).to_json()
     now = host_state(host)
     if res.status == DONE:
         _restore(host, res.record_id)  # first, so one failed example does not spoil the next ones

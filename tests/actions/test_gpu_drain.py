@@ -9,7 +9,7 @@ import stat
 
 import pytest
 
-from nodeconsole.console.cli import main
+from nodeconsole.actions.cli import main
 from nodeconsole.console.drains import DRAINS_FILE
 
 GPU = "0000:9a:00.0"  # GPU 4: the demo's idle host GPU; train-c (shut off) has it in its config

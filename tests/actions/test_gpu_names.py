@@ -25,7 +25,7 @@ def test_a_gpu_keeps_nvmls_name_on_vfio_pci_and_in_the_audit_log(tmp_path):
     assert g.name == NVML_NAME  # …its name is still NVML's
     release = plan_release(host, host.snapshot(), GPU)
     assert Runner(host).run(release).status == DONE
-    titles = [r["title"] for r in host.audit.records()]
+    titles = [r.title for r in host.audit.records()]
     names = {m[1] for t in titles if (m := re.search(rf"\({GPU}, ([^,]+), nvidia-smi", t))}
     assert names == {NVML_NAME}, titles
 

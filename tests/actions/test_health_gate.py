@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 
-from nodeconsole.console.cli import main
+from nodeconsole.actions.cli import main
 
 GPU = "0000:9a:00.0"  # GPU 4: the demo's idle host GPU; train-c (shut off) has it in its config
 

@@ -19,7 +19,7 @@ from nodeconsole.actions.plan import StepError
 from tests.actions.test_passthrough import IDLE, changed, tree_state
 
 REPO = Path(__file__).resolve().parents[2]
-CODE = "import sys; from nodeconsole.console.cli import main; sys.exit(main(sys.argv[1:]))"
+CODE = "import sys; from nodeconsole.actions.cli import main; sys.exit(main(sys.argv[1:]))"
 
 
 def _env(state: Path, fail: str = "") -> dict[str, str]:
@@ -46,7 +46,7 @@ def _blocked(state: Path, step: int, *args: str) -> subprocess.Popen:
 
 
 def _records(state: Path) -> list[dict]:
-    return AuditLog(state / "audit.jsonl").records()
+    return [r.to_json() for r in AuditLog(state / "audit.jsonl").records()]
 
 
 PASSTHROUGH = ("passthrough", IDLE, "--vm", "build-1", "--persist", "--demo", "--apply", "--yes")

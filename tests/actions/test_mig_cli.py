@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from nodeconsole.console.cli import main
+from nodeconsole.actions.cli import main
 from tests.actions.test_passthrough import changed, tree_state
 
 GPU = "0000:9a:00.0"

@@ -5,11 +5,11 @@ from __future__ import annotations
 import io
 from contextlib import redirect_stdout
 
+from nodeconsole.actions.cli import main
 from nodeconsole.actions.host import ActionHost
 from nodeconsole.actions.interrupt import FAIL_ENV
 from nodeconsole.actions.mig import plan_mig
 from nodeconsole.actions.runner import FAILED_RESULT, Runner
-from nodeconsole.console.cli import main
 from nodeconsole.console.seams import demo_host
 
 GPU = "0000:9a:00.0"
@@ -35,7 +35,7 @@ def test_failed_relayout_notes_new_uuids(tmp_path, monkeypatch):
     assert res.status == FAILED_RESULT
     assert _layout(host) == before  # same profiles and placements again
     assert "new MIG device UUIDs" in res.message
-    rec = host.audit.find(res.record_id)
+    rec = host.audit.find(res.record_id).to_json()
     assert rec is not None and len(rec["notes"]) == 2 and all("3g.40gb" in n for n in rec["notes"])
     out = io.StringIO()
     with redirect_stdout(out):
@@ -50,5 +50,5 @@ def test_a_rollback_that_recreates_nothing_has_no_note(tmp_path, monkeypatch):
     res = Runner(host).run(plan)
     monkeypatch.delenv(FAIL_ENV)
     assert res.status == FAILED_RESULT and "Note:" not in res.message
-    rec = host.audit.find(res.record_id)
+    rec = host.audit.find(res.record_id).to_json()
     assert rec is not None and "notes" not in rec

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from nodeconsole.actions.cli import main
 from nodeconsole.actions.nccl.torch_allreduce import bus_factor, footer_lines, format_row, header_lines
-from nodeconsole.console.cli import main
 from nodeconsole.console.collector import Collector
 from nodeconsole.console.seams import demo_host
 
@@ -260,7 +260,7 @@ def test_check_run_prints_rows_while_the_test_runs(host_env: Path, fake_exe: Pat
     record = tmp_path / "record.json"
     env = {**os.environ, "FAKE_NCCL_OUTPUT": str(output), "FAKE_NCCL_DELAY": "0.05",
            "FAKE_NCCL_RECORD": str(record), "PYTHONUNBUFFERED": "1"}
-    cli = "import sys; from nodeconsole.console.cli import main; sys.exit(main())"
+    cli = "import sys; from nodeconsole.actions.cli import main; sys.exit(main())"
     proc = subprocess.Popen([sys.executable, "-c", cli, "nccl", "check", "--demo", "--gpus", "0,4",
                              "--run", "--binary", str(fake_exe)], cwd=REPO, env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from nodeconsole.actions.cli import main
 from nodeconsole.actions.nccl.guest import (
     LINE_BUFFERED,
     AgentRun,
@@ -26,7 +27,6 @@ from nodeconsole.actions.nccl.guest import (
 )
 from nodeconsole.actions.nccl.pick import Thresholds, auto_pick, condition, selection_findings, skip_findings
 from nodeconsole.actions.nccl.snapshot_topology import local_plan, snapshot_preflight
-from nodeconsole.console.cli import main
 from nodeconsole.console.collector import Collector
 from nodeconsole.console.health import judge
 from nodeconsole.console.model import GpuProcess, HostSnapshot, PciLink

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from nodeconsole.console.cli import main
+from nodeconsole.actions.cli import main
 from nodeconsole.console.collector import Collector
 from nodeconsole.console.seams import demo_host
 

@@ -114,7 +114,7 @@ def test_passthrough_to_vm_with_persist_then_undo_restores_exactly(demo):
         assert demo.root.read(f"etc/driverctl.d/pci-{a}") == "vfio-pci"
     assert demo.root.read(MODPROBE_FILE) is None
 
-    rec = demo.audit.find(res.record_id)
+    rec = demo.audit.find(res.record_id).to_json()
     assert rec["result"] == APPLIED and rec["action"] == "passthrough"
     assert rec["request"] == {"gpu": IDLE, "gpu_name": "NVIDIA H100 80GB HBM3", "given": "4", "vm": "build-1",
                               "persist": True, "vm_state": "shut off"}
@@ -342,7 +342,7 @@ def test_failure_at_every_write_leaves_the_host_as_it_was(demo):
         res = Runner(demo).run(plan)
         assert res.status == FAILED_RESULT, (k, res.message)
         assert changed(before, tree_state(_dir(demo))) == set(), k
-        rec = demo.audit.find(res.record_id)
+        rec = demo.audit.find(res.record_id).to_json()
         assert rec["result"] == FAILED and "injected failure" in rec["failed"]["error"]
         assert rec["failed"]["step"] == k // 3 + 1  # three writes per bind step
         assert rec["undone"][0] == rec["failed"]["title"] and len(rec["undone"]) == k // 3 + 1
@@ -392,7 +392,7 @@ def test_ctrl_c_mid_run_rolls_back(demo):
     assert res.status == FAILED_RESULT and res.interrupted == "SIGINT"
     assert "interrupted by SIGINT at step 3" in res.message and "the host is as it was" in res.message
     assert changed(before, tree_state(_dir(demo))) == set()
-    rec = demo.audit.find(res.record_id)
+    rec = demo.audit.find(res.record_id).to_json()
     assert rec["result"] == INTERRUPTED and rec["interrupted"] == {"signal": "SIGINT", "step": 3}
     assert rec["undo"] == [] and demo.audit.latest_undoable() is None
     assert not (demo.state_dir / "nodeconsole.lock").exists()
@@ -412,7 +412,7 @@ def test_crash_mid_run_leaves_an_undoable_record(demo):
     with pytest.raises(Killed):
         Runner(demo).run(plan_passthrough(demo, demo.snapshot(), IDLE, vm="build-1", persist=True), progress=crash)
     rec = demo.audit.latest_undoable()
-    assert rec["result"] == IN_PROGRESS and _driver(demo, IDLE) == "vfio-pci"
+    assert rec.result == IN_PROGRESS and _driver(demo, IDLE) == "vfio-pci"
     assert not (demo.state_dir / "nodeconsole.lock").exists()
     undo = plan_undo(demo)
     assert len(undo.steps) == 2  # only what had been done: the two binds

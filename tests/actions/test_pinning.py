@@ -45,7 +45,7 @@ def demo_ro(tmp_path_factory) -> ActionHost:
 
 def _cli(state: Path, *args: str) -> subprocess.CompletedProcess:
     env = {**os.environ, "NODECONSOLE_STATE_DIR": str(state)}
-    code = "import sys; from nodeconsole.console.cli import main; sys.exit(main(sys.argv[1:]))"
+    code = "import sys; from nodeconsole.actions.cli import main; sys.exit(main(sys.argv[1:]))"
     return subprocess.run([sys.executable, "-c", code, *args], cwd=REPO, env=env, capture_output=True,
                           text=True, timeout=120)
 
@@ -101,7 +101,7 @@ def test_pin_train_b_moves_everything_to_its_gpu_node_and_undo_restores_exactly(
     assert vm_alignment(after, vm) == "aligned" and vm.emulator_pins == (32, 33, 96, 97)
     assert (vm.numa_mode, vm.numa_nodeset) == ("strict", (1,))
     assert not [p for p in find_problems(after) if p.subject == "train-b"]
-    rec = demo.audit.find(res.record_id)
+    rec = demo.audit.find(res.record_id).to_json()
     assert rec["result"] == APPLIED and rec["action"] == "pin" and rec["request"]["vm"] == "train-b"
     assert rec["undo"][0]["vcpus"][0] == [0, "10"] and rec["undo"][0]["numa"]["mode"] == "interleave"
 
@@ -265,7 +265,7 @@ def test_connection_lost_mid_apply_undoes_the_completed_steps(tmp_path):
         assert read_xml_state(cfg.live_xml("vm-gpu")) == read_xml_state(live_before)
         pins = [tuple(i for i, on in enumerate(m) if on) for m in cfg.domain("vm-gpu").vcpuPinInfo(0)]
         assert pins == [(3,), (7,)]  # the live pins the first step had made are gone
-        assert host.audit.find(res.record_id)["result"] == FAILED
+        assert host.audit.find(res.record_id).to_json()["result"] == FAILED
     finally:
         cfg.close()
 

@@ -63,18 +63,18 @@ def test_build_step_unknown_kind():
 
 def test_audit_merges_lines_and_finds_undoable(tmp_path):
     log = AuditLog(tmp_path / "sub" / "audit.jsonl")
-    assert log.records() == [] and log.latest_undoable() is None
+    assert [r.to_json() for r in log.records()] == [] and log.latest_undoable() is None
     log.append({"id": "a", "action": "passthrough", "result": IN_PROGRESS, "undo": [{"kind": "k"}]})
     log.append({"id": "a", "result": APPLIED})
     log.append({"id": "b", "action": "release", "result": FAILED, "undo": []})
     with open(log.path, "a") as f:
         f.write('{"id": "torn", "result"\n')  # a crash mid-line must not hide the other records
-    recs = log.records()
+    recs = [r.to_json() for r in log.records()]
     assert [r["id"] for r in recs] == ["a", "b"]
     assert recs[0]["result"] == APPLIED and recs[0]["action"] == "passthrough"
-    assert log.latest_undoable()["id"] == "a"  # b failed and was rolled back: nothing to undo
+    assert log.latest_undoable().id == "a"  # b failed and was rolled back: nothing to undo
     log.append({"id": "c", "action": "undo", "undoes": "a", "result": APPLIED, "undo": [{"kind": "k"}]})
-    assert log.find("a")["undone_by"] == "c"
+    assert log.find("a").to_json()["undone_by"] == "c"
     assert log.latest_undoable() is None  # the undo record itself is not undone by a plain `undo`
 
 

@@ -100,7 +100,7 @@ def test_success_audits_and_reports_progress(host):
     assert res.status == DONE and res.ok and asked == [plan]
     assert _load(host)["values"] == {"a": 10, "b": 20, "d": 40}
     assert [(e.index, e.phase) for e in events] == [(i, ph) for i in range(1, 5) for ph in ("apply", "verify", "ok")]
-    rec = host.audit.find(res.record_id)
+    rec = host.audit.find(res.record_id).to_json()
     assert rec["result"] == APPLIED and rec["action"] == "test" and rec["request"] == {"changes": CHANGES}
     assert [s["commands"] for s in rec["steps"]] == [["echo 10 > a"], ["echo 20 > b"], ["echo None > c"], ["echo 40 > d"]]
     assert rec["undo"] == [{"kind": "test_value", "key": "d", "value": None},
@@ -123,7 +123,7 @@ def test_failure_at_step_k_rolls_everything_back(host, k, mode):
     res = Runner(host).run(_plan(host, CHANGES), progress=events.append)
     assert res.status == FAILED_RESULT and not res.ok
     assert _load(host) == before  # exactly as it was
-    rec = host.audit.find(res.record_id)
+    rec = host.audit.find(res.record_id).to_json()
     assert rec["result"] == FAILED and rec["failed"]["step"] == k + 1
     assert rec["failed"]["title"] == f"Set {key} to {value}"
     assert ("injected" in rec["failed"]["error"]) and rec["undo"] == []
@@ -141,10 +141,10 @@ def test_failed_undo_is_reported_and_left_undoable(host):
     _save(host, d)
     res = Runner(host).run(_plan(host, CHANGES))
     assert res.status == FAILED_RESULT and res.undo_failed and "Set b to 20" in res.undo_failed[0]
-    rec = host.audit.find(res.record_id)
+    rec = host.audit.find(res.record_id).to_json()
     assert rec["result"] == FAILED_PARTIAL and rec["undone"] == ["Set a to 10"]
     assert rec["undo"] == [{"kind": "test_value", "key": "b", "value": None}]
-    assert host.audit.latest_undoable()["id"] == res.record_id
+    assert host.audit.latest_undoable().id == res.record_id
     # the admin fixes the cause and undoes what is left
     d = _load(host)
     d["fail"] = {}
@@ -220,7 +220,7 @@ def test_undo_latest_then_walks_back(host):
     assert undo.undoes == second.record_id and [s.title for s in undo.steps] == ["Set b to None"]
     res = Runner(host).run(undo)
     assert res.status == DONE and _load(host)["values"] == {"a": 10, "c": 3}
-    assert host.audit.find(res.record_id)["undoes"] == second.record_id
+    assert host.audit.find(res.record_id).to_json()["undoes"] == second.record_id
     # again: the change before, not a redo of the undo
     assert plan_undo(host).undoes == first.record_id
     assert Runner(host).run(plan_undo(host)).ok
@@ -284,7 +284,7 @@ def test_a_failing_progress_display_never_stops_a_change_half_way(host):
     res = Runner(host).run(_plan(host, CHANGES), progress=broken)
     assert res.status == DONE
     assert _load(host)["values"] == {"a": 10, "b": 20, "d": 40}
-    assert host.audit.find(res.record_id)["result"] == APPLIED
+    assert host.audit.find(res.record_id).to_json()["result"] == APPLIED
 
 
 def test_after_a_redo_plain_undo_targets_the_change_back_in_effect(host):

@@ -22,7 +22,7 @@ from nodeconsole.actions.undo import plan_undo
 from tests.actions.test_passthrough import IDLE, changed, demo, tree_state  # noqa: F401
 
 REPO = Path(__file__).resolve().parents[2]
-CODE = "import sys; from nodeconsole.console.cli import main; sys.exit(main(sys.argv[1:]))"
+CODE = "import sys; from nodeconsole.actions.cli import main; sys.exit(main(sys.argv[1:]))"
 
 
 def _cli(state: Path, *args: str, umask: int | None = None) -> subprocess.CompletedProcess:
@@ -130,7 +130,7 @@ def test_the_reader_survives_any_bytes_and_shapes(tmp_path):
     path = tmp_path / "audit.jsonl"
     path.write_bytes((json.dumps(GOOD) + "\n").encode() + b"".join(BAD_LINES))
     log = AuditLog(path)
-    records = log.records()
+    records = [r.to_json() for r in log.records()]
     assert [r["id"] for r in records] == [GOOD["id"], "r1", "r2"]
     r1 = records[1]
     assert "who" not in r1 and "steps" not in r1 and "undo" not in r1 and "result" not in r1

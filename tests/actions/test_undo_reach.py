@@ -74,4 +74,4 @@ def test_an_undo_with_nothing_left_is_recorded_and_plain_undo_moves_on(demo):  #
     res = Runner(demo).run(plan)
     assert res.status == "nothing to do" and "marked as undone" in res.message
     assert changed(before, tree_state(demo.state_dir)) == set()
-    assert demo.audit.latest_undoable()["id"] == first.record_id
+    assert demo.audit.latest_undoable().id == first.record_id

@@ -20,12 +20,12 @@ from pathlib import Path
 
 import pytest
 
+from nodeconsole.actions.cli import main
 from nodeconsole.console.capture import MANIFEST
 from nodeconsole.console.capture.kernel_events import keep_lines
 from nodeconsole.console.capture.live import blank_live
 from nodeconsole.console.capture.recording import LINK, Tree
 from nodeconsole.console.capture.redact import Redactor
-from nodeconsole.console.cli import main
 from nodeconsole.console.collector import Collector
 from nodeconsole.console.root import Root
 from nodeconsole.console.sources.kernel_log import parse

@@ -17,8 +17,9 @@ from pathlib import Path
 
 import pytest
 
+from nodeconsole.actions.cli import main
+from nodeconsole.console.audit_log import AuditRecord
 from nodeconsole.console.capture.diff import Change, Side, compare, describe, render
-from nodeconsole.console.cli import main
 
 GPU4, AUDIO4 = "0000:9a:00.0", "0000:9a:00.1"
 XID = "3,300,1950000000,-;NVRM: Xid (PCI:0000:9b:00): 79, pid=1, name=python3, GPU has fallen off the bus."
@@ -226,6 +227,8 @@ def side(label="a", gpus=(), vms=(), vm_config=None, load=None, **kw) -> Side:
                 "load": load or {"load_avg": [0.1, 0, 0]}}
     manifest = {"hostname": "h", "captured_at": "t", "versions": {"kernel": "6.8"}, "sources": {}}
     manifest.update(kw.pop("manifest", {}))
+    if "audit" in kw:
+        kw["audit"] = [AuditRecord.from_dict(r) for r in kw["audit"]]
     return Side(label=label, manifest=manifest, snapshot=snapshot, vm_config=vm_config or {"web": config()}, **kw)
 
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from nodeconsole.console.cli import main
+from nodeconsole.actions.cli import main
 from nodeconsole.console.collector import Collector
 from nodeconsole.console.cpulist import parse_cpulist
 from tests.console.test_sysfs_hosts import TREES, hosts  # noqa: F401 - the session fixture
@@ -170,11 +170,15 @@ def test_malformed_sysfs_values(demo_dir):
 
 
 def test_known_commands_match_the_registry():
-    """The console start skips importing subcommands by name: the list must match what registers."""
-    from nodeconsole.console.cli import KNOWN_COMMANDS, SUBCOMMANDS, build_parser
+    """The base names its read-only subcommands and those actions/cli/ registers: the lists must match
+    what registers."""
+    from nodeconsole.actions.cli import load
+    from nodeconsole.console.cli import CHANGE_COMMANDS, KNOWN_COMMANDS, build_parser
+    from nodeconsole.console.cli_base import SUBCOMMANDS
 
-    build_parser()
-    assert set(SUBCOMMANDS) == set(KNOWN_COMMANDS)
+    build_parser(more=load)
+    assert set(SUBCOMMANDS) == set(KNOWN_COMMANDS) | set(CHANGE_COMMANDS)
+    assert not KNOWN_COMMANDS & CHANGE_COMMANDS
 
 
 def test_gpu_rebound_behind_nvmls_back(demo_dir):

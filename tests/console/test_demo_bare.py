@@ -13,7 +13,7 @@ from pathlib import Path
 import pynvml
 import pytest
 
-from nodeconsole.console.cli import main
+from nodeconsole.actions.cli import main
 from nodeconsole.console.cpulist import parse_cpulist
 from nodeconsole.console.demo.boot import (
     BootConfig,

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from nodeconsole.console.cli import main
+from nodeconsole.actions.cli import main
 from nodeconsole.console.demo import state
 from nodeconsole.console.demo.owner import MARKER, ForeignStateDir
 from nodeconsole.console.demo.state import ensure_demo, is_current, reset_demo

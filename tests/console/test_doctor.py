@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from nodeconsole.console.audit_log import AuditRecord
 from nodeconsole.console.doctor import facts
 from nodeconsole.console.doctor.files import HostFiles, systemd_setting
 from nodeconsole.console.doctor.model import CHECK_IDS, DoctorReport
@@ -608,8 +609,9 @@ def test_vm_memory_host_commit_and_no_vms(t):
 BOOT = "11111111-2222-3333-4444-555555555555"
 
 
-def _change(rid: str, boot_id: str, fixes=("iommu",), **extra) -> dict:
-    return {"id": rid, "result": "applied", "needs_reboot": True, "boot_id": boot_id, "fixes": list(fixes), **extra}
+def _change(rid: str, boot_id: str, fixes=("iommu",), **extra) -> AuditRecord:
+    return AuditRecord.from_dict({"id": rid, "result": "applied", "needs_reboot": True, "boot_id": boot_id,
+                                  "fixes": list(fixes), **extra})
 
 
 def test_pending_reboot_then_took_effect_or_not(t):

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from nodeconsole.console.cli import main
+from nodeconsole.actions.cli import main
 from nodeconsole.console.doctor.model import CHECK_IDS, GROUPS
 from tests.console.test_sysfs_hosts import TREES, hosts  # noqa: F401 - the session fixture
 

@@ -157,7 +157,7 @@ def test_http_scrape_and_promtool_metrics(sampled):
 
 
 def test_textfile_cli(state_ro, tmp_path, capsys):
-    from nodeconsole.console.cli import main
+    from nodeconsole.actions.cli import main
 
     out = tmp_path / "nodeconsole.prom"
     out.write_text("stale-content\n")
@@ -169,7 +169,7 @@ def test_textfile_cli(state_ro, tmp_path, capsys):
 
 @pytest.mark.parametrize("listen", ["9842", "host:", "1.2.3.4:99999", "a b:1"])
 def test_bad_listen(listen, state_ro, capsys):
-    from nodeconsole.console.cli import main
+    from nodeconsole.actions.cli import main
 
     assert main(["exporter", "--demo", "--listen", listen]) == 2
     assert "--listen" in capsys.readouterr().err

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from nodeconsole.console.cli import main
+from nodeconsole.actions.cli import main
 
 PROMETHEUS = "/usr/bin/prometheus"
 DRIFTED_DRIVER = "535.183.01"

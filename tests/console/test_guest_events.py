@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from nodeconsole.console.cli import main
+from nodeconsole.actions.cli import main
 from nodeconsole.console.collector import Collector
 from nodeconsole.console.gpu_events import GUEST_LOG, HOST_LOG
 from nodeconsole.console.guest_watch import GuestWatch, guest_targets, parse_guest_log

@@ -46,7 +46,8 @@ def test_core_never_imports_textual() -> None:
 
 def test_cli_snapshot_path_stays_headless() -> None:
     """Running the CLI parser (all subcommands registered) must not pull Textual in either."""
-    code = ("import sys; from nodeconsole.console.cli import build_parser; build_parser(); "
+    code = ("import sys; from nodeconsole.console.cli import build_parser; "
+            "from nodeconsole.actions.cli import load; build_parser(more=load); "
             "print('textual' in sys.modules or any(m.startswith('nodeconsole.screens') for m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr

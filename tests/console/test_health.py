@@ -8,7 +8,7 @@ from dataclasses import replace
 
 import pytest
 
-from nodeconsole.console.cli import main
+from nodeconsole.actions.cli import main
 from nodeconsole.console.gpu_events import AER, BOOT, XID, KernelEvent
 from nodeconsole.console.health import (
     CORRECTED_AER_REPEATED,

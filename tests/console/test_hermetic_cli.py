@@ -17,7 +17,7 @@ import pytest
 
 TOOLS = ("nvidia-smi", "driverctl", "lspci", "journalctl", "dmesg", "virsh", "all_reduce_perf", "modprobe",
          "update-initramfs", "systemctl", "nodeconsole")
-CODE = "import sys; from nodeconsole.console.cli import main; sys.exit(main(sys.argv[1:]))"
+CODE = "import sys; from nodeconsole.actions.cli import main; sys.exit(main(sys.argv[1:]))"
 COMMANDS = (
     ("snapshot", "--json"),
     ("passthrough", "4", "--vm", "build-1", "--persist"),

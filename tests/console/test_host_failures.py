@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from nodeconsole.console.cli import main
+from nodeconsole.actions.cli import main
 from nodeconsole.console.event_watch import describe, events_by_gpu, is_alarm
 from nodeconsole.console.events import HOST, gpu_of, tie_to_vms
 from nodeconsole.console.health import judge

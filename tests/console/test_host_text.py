@@ -74,7 +74,7 @@ def hostile_demo(state: Path) -> Path:
 
 def _cli(state: Path, *args: str) -> subprocess.CompletedProcess:
     env = {**os.environ, "NODECONSOLE_STATE_DIR": str(state)}
-    code = "import sys; from nodeconsole.console.cli import main; sys.exit(main(sys.argv[1:]))"
+    code = "import sys; from nodeconsole.actions.cli import main; sys.exit(main(sys.argv[1:]))"
     return subprocess.run([sys.executable, "-c", code, *args], cwd=REPO, env=env, capture_output=True,
                           text=True, timeout=120)
 

@@ -10,8 +10,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from nodeconsole.actions.cli import main
 from nodeconsole.console import events as ev_mod
-from nodeconsole.console.cli import main
 from nodeconsole.console.events import JSON_KEYS, parse_duration
 from nodeconsole.console.root import Root
 from nodeconsole.console.sources import kernel_log

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from nodeconsole.console.cli import main
+from nodeconsole.actions.cli import main
 
 RUNNING = ["db-1", "legacy-app", "mig-infer-a", "net-fw", "train-a", "train-b", "vgpu-desk-1", "vgpu-desk-2",
            "web-1", "web-2"]

@@ -132,7 +132,7 @@ def test_connection_dropped_mid_apply_rolls_the_live_pins_back(guest, host, real
     fresh = libvirt.open(real_libvirtd.uri)
     assert parse_domain(fresh.lookupByName(NAME).XMLDesc(_INACTIVE)).pins == ()
     fresh.close()
-    assert host.audit.find(res.record_id)["result"] == "failed"
+    assert host.audit.find(res.record_id).to_json()["result"] == "failed"
 
 
 def _drop_our_connections(d) -> None:

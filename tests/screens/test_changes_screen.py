@@ -6,6 +6,7 @@ from __future__ import annotations
 from textual.widgets import Input, Static
 
 from nodeconsole.actions.session import Passthrough
+from nodeconsole.console.audit_log import AuditRecord
 from nodeconsole.screens.app import NodeConsoleApp
 from nodeconsole.screens.changes import ChangesScreen, latest_redo, record_text, redo_target, undo_target
 from nodeconsole.screens.messages import PlanChange
@@ -78,26 +79,33 @@ async def test_undo_and_redo_a_console_passthrough_from_the_changes_screen(demo_
         assert [r[5] for r in _rows(screen)[1:3]] == ["undo, redone", ""]  # the passthrough is in effect again
 
 
-def _rec(rid: str, **kw) -> dict:
+def _fields(rid: str, **kw) -> dict:
     return {"id": rid, "action": kw.pop("action", "passthrough"), "result": "applied", "undo": [{"kind": "x"}], **kw}
 
 
+def _rec(rid: str, **kw) -> AuditRecord:
+    return AuditRecord.from_dict(_fields(rid, **kw))
+
+
+def _typed(records: list[dict]) -> tuple[list[AuditRecord], dict[str, AuditRecord]]:
+    typed = [AuditRecord.from_dict(r) for r in records]
+    return typed, {r.id: r for r in typed}
+
+
 def test_undo_and_redo_targets_follow_the_history():
-    o = _rec("1", undone_by="2")
-    u = _rec("2", action="undo", undoes="1", undone_by="3")
-    r = _rec("3", action="undo", undoes="2")
-    records = [o, u, r]
-    by_id = {x["id"]: x for x in records}
-    o.pop("undone_by")  # the redo put the change back: in effect
+    o = _fields("1")  # undone by 2, then the redo 3 put the change back: in effect
+    u = _fields("2", action="undo", undoes="1", undone_by="3")
+    r = _fields("3", action="undo", undoes="2")
+    records, by_id = _typed([o, u, r])
     for row in records:  # u from any row of the chain undoes the change itself; nothing to redo
         assert undo_target(row, by_id) == ("1", "")
         assert redo_target(row, by_id)[0] is None
     assert latest_redo(records) is None
-    o["undone_by"], u2 = "4", _rec("4", action="undo", undoes="1")
-    records.append(u2)
-    by_id["4"] = u2
-    assert redo_target(o, by_id) == ("4", "") and latest_redo(records) == "4"
-    assert undo_target(o, by_id)[0] is None and "r redoes" in undo_target(o, by_id)[1]
+    o["undone_by"] = "4"
+    records, by_id = _typed([o, u, r, _fields("4", action="undo", undoes="1")])
+    o_, u2 = by_id["1"], by_id["4"]
+    assert redo_target(o_, by_id) == ("4", "") and latest_redo(records) == "4"
+    assert undo_target(o_, by_id)[0] is None and "r redoes" in undo_target(o_, by_id)[1]
     text = record_text(u2, records, "")
     assert "undo of 1" in text and "r redoes it" in text and "nodeconsole undo 4 --apply" in text
 

@@ -7,8 +7,8 @@ import io
 
 from textual.widgets import Input, Static
 
+from nodeconsole.actions.cli import main
 from nodeconsole.console.capture.take import take_capture
-from nodeconsole.console.cli import main
 from nodeconsole.screens.app import NodeConsoleApp
 from nodeconsole.screens.modals.diff import DiffModal
 from tests.screens.helpers import wait_until

@@ -9,7 +9,8 @@ import json
 from rich.console import Console
 from textual.widgets import Static
 
-from nodeconsole.console.cli import main
+from nodeconsole.actions.cli import main
+from nodeconsole.console.audit_log import AuditRecord
 from nodeconsole.console.collector import Collector
 from nodeconsole.screens.app import NodeConsoleApp
 from nodeconsole.screens.events import EventsScreen
@@ -92,7 +93,8 @@ def test_events_changes_and_source_changes_are_in_one_order_of_local_time():
 
     t = 1_796_200_000.0  # 2026-12-02 08:26:40 UTC
     events = (ev(t), ev(None), ev(t + 20))
-    changes = [{"id": "c1", "when": "2026-12-02T08:26:50+00:00", "result": "applied", "title": "x"}]  # t + 10
+    changes = [AuditRecord.from_dict({"id": "c1", "when": "2026-12-02T08:26:50+00:00", "result": "applied",
+                                      "title": "x"})]  # t + 10
     sources = (SourceChange(t + 5, "nvml", "ok", "unavailable: lost"),)
     rows = event_rows(None, events, changes, sources)
     # the undated event on top, then newest first across kinds: ev2 (t+20), the change (t+10), the source (t+5),

@@ -270,7 +270,7 @@ async def test_theme_switch(demo_seams):
 
 
 async def test_gpus_panel_shows_the_health_verdict_and_the_event_in_local_time(demo_seams, monkeypatch):
-    from nodeconsole.console.cli import main
+    from nodeconsole.actions.cli import main
     from nodeconsole.console.gpu_events import local_text
 
     monkeypatch.setenv("TZ", "Asia/Kolkata")  # local time is not UTC here: the panel must show local time

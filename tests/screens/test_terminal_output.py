@@ -208,7 +208,8 @@ async def test_console_output_equals_a_fresh_render(state_ro):
     emulated terminal shows what a fresh whole render shows, cell for cell."""
     from dataclasses import replace
 
-    from nodeconsole.console.cli import build_parser, seams_from_args
+    from nodeconsole.console.cli import build_parser
+    from nodeconsole.console.cli_base import seams_from_args
 
     args = build_parser().parse_args(["--demo"])
     app = TerminalApp(lambda: replace(seams_from_args(args), pci_ids=FIXED_IDS), interval=0.2)

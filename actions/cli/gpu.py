@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import argparse
 
-from nodeconsole.console.cli import UsageError, host_args, subcommand
-from nodeconsole.console.commands.change import change_args, run_request
+from nodeconsole.actions.cli.change import change_args, run_request
+from nodeconsole.console.cli_base import host_args, subcommand
 from nodeconsole.console.drains import reason_problem
+from nodeconsole.console.usage import UsageError
 
 GPU_HELP = "console index, PCI address (DDDD:BB:DD.F), UUID or smi:N (nvidia-smi's index)"
 

@@ -1,7 +1,7 @@
 """Guided changes from the command line: passthrough, release, log, undo.
 
 Each change is a request to the action session (actions/session.py), planned, printed and applied by
-console/commands/change.py: nothing changes without --apply; --apply asks unless --yes. Exit status: 0
+actions/cli/change.py: nothing changes without --apply; --apply asks unless --yes. Exit status: 0
 done or nothing to do, 1 refused / cancelled / failed, 2 bad arguments.
 """
 from __future__ import annotations
@@ -10,9 +10,10 @@ import argparse
 import json
 import sys
 
+from nodeconsole.actions.cli.change import allow_unhealthy_arg, change_args, run_request, session_for
 from nodeconsole.console.argtypes import count
-from nodeconsole.console.cli import subcommand
-from nodeconsole.console.commands.change import allow_unhealthy_arg, change_args, run_request, session_for
+from nodeconsole.console.audit_log import AuditRecord, Status
+from nodeconsole.console.cli_base import subcommand
 from nodeconsole.console.hosttext import visible
 
 
@@ -86,34 +87,42 @@ def run_log(args: argparse.Namespace) -> int:
         records = records[-args.last:]
     if args.json:
         for r in records:
-            print(json.dumps(r, sort_keys=True))
+            print(json.dumps(r.to_json(), sort_keys=True))
         return 0
     if not records:
         print(f"no recorded changes ({host.audit.path})")
         return 0
     for r in records:  # records hold host text (titles name VMs and GPUs): shown with visible escapes
-        user = visible((r.get("who") or {}).get("user", "?"))
-        result = visible(r.get("result", "?"))
-        if r.get("undone_by"):
-            result += f", undone by {visible(r['undone_by'])}"
-        rid = visible(r["id"])
-        print(f"{rid}  {visible(r.get('when', '?'))}  {user:<8}  {visible(r.get('action', '?')):<11}  {result}")
-        print(f"    {visible(r.get('title', ''))}")
-        failed = r.get("failed")
-        if failed:
-            print(visible(f"    failed at step {failed.get('step')} ({failed.get('title')}): {failed.get('error')}"))
-            if r.get("undone"):
-                print(visible(f"    undone: {'; '.join(map(str, r['undone']))}"))
-            for f in r.get("undo_failed") or []:
-                print(f"    NOT undone: {visible(f)}")
-        for note in r.get("notes") or []:
-            print(f"    note: {visible(note)}")
-        pending = ("applied", "failed, undo", "interrupted, undo", "in-progress")
-        if r.get("undo") and not r.get("undone_by") and result.startswith(pending):
-            if result.startswith("in-progress"):
-                print("    never finished (the process died mid-change, or its final record was lost): "
-                      "it may be half-applied")
-            # undoing an undo puts the change back: say so, the plain `undo` walks back instead
-            verb = "redo" if r.get("undoes") else "undo"
-            print(f"    {verb}: nodeconsole undo {rid} --apply")
+        _print_record(r)
     return 0
+
+
+def _or(value: str | None, default: str) -> str:
+    return default if value is None else value
+
+
+def _print_record(r: AuditRecord) -> None:
+    user = visible((r.who or {}).get("user", "?"))
+    result = visible(_or(r.result, "?"))
+    if r.undone_by:
+        result += f", undone by {visible(r.undone_by)}"
+    rid = visible(r.id)
+    print(f"{rid}  {visible(_or(r.when, '?'))}  {user:<8}  {visible(_or(r.action, '?')):<11}  {result}")
+    print(f"    {visible(_or(r.title, ''))}")
+    if r.failed:
+        failed = r.failed
+        print(visible(f"    failed at step {failed.get('step')} ({failed.get('title')}): {failed.get('error')}"))
+        if r.undone:
+            print(visible(f"    undone: {'; '.join(map(str, r.undone))}"))
+        for f in r.undo_failed:
+            print(f"    NOT undone: {visible(f)}")
+    for note in r.notes:
+        print(f"    note: {visible(note)}")
+    pending = (Status.APPLIED, "failed, undo", "interrupted, undo", Status.IN_PROGRESS)
+    if r.undo and not r.undone_by and result.startswith(pending):
+        if result.startswith(Status.IN_PROGRESS):
+            print("    never finished (the process died mid-change, or its final record was lost): "
+                  "it may be half-applied")
+        # undoing an undo puts the change back: say so, the plain `undo` walks back instead
+        verb = "redo" if r.undoes else "undo"
+        print(f"    {verb}: nodeconsole undo {rid} --apply")

@@ -11,8 +11,9 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING
 
-from nodeconsole.console.cli import UsageError, subcommand
-from nodeconsole.console.commands.change import change_args, run_request
+from nodeconsole.actions.cli.change import change_args, run_request
+from nodeconsole.console.cli_base import subcommand
+from nodeconsole.console.usage import UsageError
 
 if TYPE_CHECKING:
     from nodeconsole.actions.session import Request

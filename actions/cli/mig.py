@@ -14,8 +14,9 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING
 
-from nodeconsole.console.cli import UsageError, subcommand
-from nodeconsole.console.commands.change import allow_unhealthy_arg, change_args, run_request, session_for
+from nodeconsole.actions.cli.change import allow_unhealthy_arg, change_args, run_request, session_for
+from nodeconsole.console.cli_base import subcommand
+from nodeconsole.console.usage import UsageError
 
 if TYPE_CHECKING:  # the actions are imported when a command runs
     from nodeconsole.actions.host import ActionHost

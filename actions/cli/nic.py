@@ -4,7 +4,7 @@
   ports, netdevs), its VFs with the VM that holds each, and the closest GPUs (PIX/PXB/PHB/NODE/SYS).
 - `nic vfs PF COUNT [--persist]`: create or remove VFs (a plan with undo; --apply makes it).
 - `nic passthrough VF --vm VM`: one VF to vfio-pci and the VM's definition.
-Exit status as every change command (console/commands/change.py): 0 done or nothing to do, 1 refused /
+Exit status as every change command (actions/cli/change.py): 0 done or nothing to do, 1 refused /
 failed, 2 bad arguments.
 """
 from __future__ import annotations
@@ -12,9 +12,9 @@ from __future__ import annotations
 import argparse
 import json
 
+from nodeconsole.actions.cli.change import change_args, run_request
 from nodeconsole.console.argtypes import count
-from nodeconsole.console.cli import host_args, seams_from_args, subcommand
-from nodeconsole.console.commands.change import change_args, run_request
+from nodeconsole.console.cli_base import host_args, seams_from_args, subcommand
 from nodeconsole.console.hosttext import show
 from nodeconsole.console.model import Nic, to_jsonable
 

@@ -14,8 +14,9 @@ import argparse
 import json
 from typing import Any
 
-from nodeconsole.console.cli import UsageError, host_args, subcommand
-from nodeconsole.console.commands.change import allow_unhealthy_arg, change_args, run_request, session_for
+from nodeconsole.actions.cli.change import allow_unhealthy_arg, change_args, run_request, session_for
+from nodeconsole.console.cli_base import host_args, subcommand
+from nodeconsole.console.usage import UsageError
 
 
 @subcommand("vgpu", "list, create and remove vGPUs (mdev or SR-IOV VF), attached to a VM's config")

@@ -11,9 +11,10 @@ import argparse
 import sys
 from typing import TYPE_CHECKING
 
-from nodeconsole.console.cli import UsageError, seams_from_args
+from nodeconsole.console.cli_base import seams_from_args
 from nodeconsole.console.hosttext import lines as host_lines
 from nodeconsole.console.hosttext import visible
+from nodeconsole.console.usage import UsageError
 
 if TYPE_CHECKING:  # the actions are imported when a command runs
     from nodeconsole.actions.plan import Plan

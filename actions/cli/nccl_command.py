@@ -1,0 +1,128 @@
+"""`nodeconsole nccl command` and `nccl topo`: the multi-node command line (printed, never launched), a
+VM's guest environment, and a VM's NCCL topology file (actions/cli/nccl.py registers them)."""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import TYPE_CHECKING
+
+from nodeconsole.console.cli_base import seams_from_args
+from nodeconsole.console.usage import UsageError
+
+if TYPE_CHECKING:  # the NCCL checks are imported when a command runs
+    pass
+
+from nodeconsole.actions.cli.nccl_text import _sweep
+
+
+def run_command(args: argparse.Namespace) -> int:
+    from nodeconsole.actions.nccl.commands import format_command, mpirun_command, torchrun_commands, validate_env
+
+    if args.vm is not None:
+        return _vm_env(args)
+    if args.topo_path is not None:
+        raise UsageError("--topo-path goes with --vm NAME")
+    if args.hosts is None or args.gpus_per_host is None:
+        raise UsageError("the following arguments are required: --hosts, --gpus-per-host (or --vm NAME)")
+    if args.launcher == "torchrun" and args.binary is not None:
+        raise UsageError("--binary is for --launcher mpirun (torchrun runs the PyTorch benchmark)")
+    hosts = [h.strip() for h in args.hosts.split(",")]
+    if any(not h for h in hosts):
+        raise UsageError(f"--hosts {args.hosts!r}: an empty host name")
+    env: dict[str, str] = {}
+    for item in args.env:
+        name, sep, value = item.partition("=")
+        if not sep:
+            raise UsageError(f"--env {item!r}: expected NAME=VALUE")
+        env[name] = value
+    sweep = _sweep(args)
+    try:
+        env = validate_env(env)
+        if args.launcher == "mpirun":
+            lines = [("", mpirun_command(hosts, args.gpus_per_host, args.binary or "all_reduce_perf", sweep, env))]
+            envs: dict[str, str] = {}
+        else:
+            lines = list(torchrun_commands(hosts, args.gpus_per_host, sweep))
+            envs = {"NCCL_DEBUG": "INFO", **env}
+    except ValueError as e:
+        raise UsageError(str(e)) from None
+    if args.json:
+        print(json.dumps({"launcher": args.launcher, "commands": [
+            {"host": h or None, "argv": argv, "env": envs, "shell": format_command(argv, envs)}
+            for h, argv in lines]}, indent=2))
+        return 0
+    for host, argv in lines:
+        if host:
+            print(f"# on {host}:")
+        print(format_command(argv, envs))
+    return 0
+
+
+# -- topo and command --vm -------------------------------------------------------------------------------
+def _vm_topology(args: argparse.Namespace):  # -> VmTopology
+    from nodeconsole.actions.nccl.topo_xml import vm_topology
+    from nodeconsole.actions.plan import RequestError
+    from nodeconsole.console.collector import Collector
+
+    seams = seams_from_args(args)
+    snap = Collector(seams).collect()
+    try:
+        return vm_topology(snap, args.vm, cpuinfo=seams.root.read("proc/cpuinfo") or "")
+    except RequestError as e:
+        raise UsageError(str(e)) from None
+
+
+def run_topo(args: argparse.Namespace) -> int:
+    topo = _vm_topology(args)
+    if args.output is None:
+        sys.stdout.write(topo.xml)
+    else:
+        write_file(args.output, topo.xml)
+        print(f"wrote {args.output}: the NCCL topology of VM {topo.vm} ({len(topo.gpus)} GPU(s), "
+              f"{len(topo.nics)} NIC function(s)); in the guest: NCCL_TOPO_FILE=<its path there>", file=sys.stderr)
+    for note in topo.notes:
+        print(f"note: {note}", file=sys.stderr)
+    return 0
+
+
+def write_file(path: str, text: str) -> None:
+    """Write `text` to `path` with mode 0644, never through a symlink (console/outfile.py)."""
+    from nodeconsole.console.outfile import OutputError, write_output
+
+    try:
+        write_output(path, text.encode("utf-8"), 0o644)
+    except OutputError as e:
+        raise UsageError(str(e)) from None
+
+
+def _vm_env(args: argparse.Namespace) -> int:
+    from nodeconsole.actions.nccl.topo_xml import DEFAULT_TOPO_PATH, guest_env
+
+    for flag, value in (("--hosts", args.hosts), ("--gpus-per-host", args.gpus_per_host),
+                        ("--binary", args.binary)):
+        if value is not None:
+            raise UsageError(f"{flag} does not go with --vm (the guest's environment is printed, no command)")
+    if args.env or args.launcher != "mpirun":
+        raise UsageError("--env and --launcher do not go with --vm (the guest's environment is printed, no command)")
+    path = args.topo_path or DEFAULT_TOPO_PATH
+    if not path.startswith("/") or any(c.isspace() or c in "'\"$`\\;&|<>" for c in path):
+        raise UsageError(f"--topo-path {path!r}: give an absolute path without spaces or shell characters")
+    topo = _vm_topology(args)
+    items = guest_env(topo, path)
+    if args.json:
+        print(json.dumps({"vm": topo.vm, "env": {i.name: i.value for i in items if i.value is not None},
+                          "unknown": {i.name: i.note for i in items if i.value is None},
+                          "notes": {i.name: i.note for i in items if i.value is not None and i.note},
+                          "topology_notes": topo.notes}, indent=2))
+        return 0
+    print(f"# NCCL environment for VM {topo.vm} ({len(topo.gpus)} GPU(s), {len(topo.nics)} NIC function(s)): set it "
+          "in the guest")
+    for i in items:
+        if i.value is None:
+            print(f"# export {i.name}=...  # {i.note}")
+        else:
+            print(f"export {i.name}={i.value}" + (f"  # {i.note}" if i.note else ""))
+    for note in topo.notes:
+        print(f"# note: {note}")
+    return 0
