@@ -16,18 +16,28 @@ from __future__ import annotations
 
 import xml.etree.ElementTree as ET
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from nodeconsole.console.cpulist import format_cpulist
 from nodeconsole.console.domain_edits import set_emulatorpin, set_numa_memory, set_vcpupin
 from nodeconsole.console.vms.backend import LIVE_AND_CONFIG, PinScopes, VmConfigError, VmPins
 
-if TYPE_CHECKING:
-    from nodeconsole.console.vms.libvirt_domains import LibvirtDomainConfig
-
 _AFFECT_LIVE = 1  # libvirt.VIR_DOMAIN_AFFECT_LIVE
 _RETRY_CURRENT = (3, 8)  # VIR_ERR_NO_SUPPORT, VIR_ERR_INVALID_ARG ("unsupported flags": test driver)
 NEXT_START = "only its config changes; the pins take effect at its next start"
+
+
+class LiveDomains(Protocol):
+    """What the live pins need of a libvirt connection (console/vms/libvirt_domains.py's
+    `LibvirtDomainConfig`)."""
+
+    def domain(self, vm: str) -> Any: ...
+
+    def is_active(self, vm: str) -> bool: ...
+
+    def live_xml(self, vm: str) -> str: ...
+
+    def every_cpu(self) -> frozenset[int]: ...
 
 
 def read_xml_state(xml: str) -> VmPins:
@@ -77,7 +87,7 @@ def stored_scopes(running: bool, label: str, one_state: bool) -> PinScopes:
                                          f"{label})")
 
 
-def libvirt_scopes(cfg: LibvirtDomainConfig, vm: str) -> PinScopes:
+def libvirt_scopes(cfg: LiveDomains, vm: str) -> PinScopes:
     """libvirt, the VM active: live and in the persistent config; live only for a transient VM (no
     config); the config only when libvirt cannot show the live pins (the reason is said). The VM not
     running: the config, used from its next start."""
@@ -100,7 +110,7 @@ def libvirt_scopes(cfg: LibvirtDomainConfig, vm: str) -> PinScopes:
     return PinScopes(("live", "config"), True, f"its pins are set {LIVE_AND_CONFIG}")
 
 
-def write_live(cfg: LibvirtDomainConfig, vm: str, target: VmPins, with_numa: bool) -> None:
+def write_live(cfg: LiveDomains, vm: str, target: VmPins, with_numa: bool) -> None:
     """Set the running domain's pins to `target` (only those that differ)."""
     dom = cfg.domain(vm)
     every = cfg.every_cpu()
