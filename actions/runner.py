@@ -26,19 +26,12 @@ from nodeconsole.actions.interrupt import (
 )
 from nodeconsole.actions.lock import HostLock, LockHeld
 from nodeconsole.actions.plan import Plan, Step, StepError
-from nodeconsole.actions.progress import (  # the run results, for the runner's callers
-    CANCELLED,
-    DONE,
-    FAILED_RESULT,
-    NOTHING,
-    REFUSED,
+from nodeconsole.actions.progress import (
     Progress,
     ProgressFn,
     RunResult,
 )
 from nodeconsole.console.audit_log import Status
-
-__all__ = ["CANCELLED", "DONE", "FAILED_RESULT", "NOTHING", "REFUSED", "Progress", "ProgressFn", "RunResult", "Runner"]
 
 Confirm = Callable[[Plan], bool]
 

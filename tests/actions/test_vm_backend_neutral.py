@@ -13,7 +13,8 @@ import pytest
 from nodeconsole.actions.host import ActionHost
 from nodeconsole.actions.passthrough import plan_passthrough, plan_release
 from nodeconsole.actions.pinning import plan_pin
-from nodeconsole.actions.runner import DONE, Runner
+from nodeconsole.actions.progress import DONE
+from nodeconsole.actions.runner import Runner
 from nodeconsole.actions.undo import plan_undo
 from nodeconsole.console.libvirt_xml import parse_libvirt_set
 from nodeconsole.console.model import Hostdev, VcpuPin, Vm
