@@ -1,7 +1,7 @@
 """The VM backend: a host's VMs read and changed in terms of the VM model (console/model.py `Vm`), not of
 one hypervisor's formats. console/seams.py holds a factory of it (`Seams.vm_backend`); the collector reads
-VMs through its `reader()`, the actions' host-device operations (passthrough, release, NIC pairing) go
-through its host-device methods.
+VMs through its `reader()`; every action that changes a VM's definition (passthrough, release, NIC pairing,
+vGPU, pinning) goes through its methods (tests/actions/test_vm_backend_neutral.py: a dict serves them).
 
 libvirt implements it (console/vms/libvirt_domains.py's `DomainConfig`: a libvirt connection, and the
 demo's test-driver node file); a second hypervisor (Proxmox VE) implements it again. Actions speak to it
