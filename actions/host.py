@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 from nodeconsole.actions.audit import AUDIT_NAME, AuditLog
 from nodeconsole.actions.lock import LOCK_NAME, HostLock
 from nodeconsole.console.host_programs import Commands
-from nodeconsole.console.host_seams import CommandRunner, DomainStore, KernelWriter
+from nodeconsole.console.host_seams import CommandRunner, KernelWriter
 from nodeconsole.console.root import Root
 from nodeconsole.console.seams import Seams
 from nodeconsole.console.vms.backend import VmBackend
@@ -31,7 +31,7 @@ class ActionHost:
     tests construct it with their own kernel, domain config, commands and root check."""
     seams: Seams
     kernel: KernelWriter  # console.kernel_writer.Kernel, the demo's SimulatedKernel… (Seams.writes)
-    domains: DomainStore | None  # the seams' VM backend; None when the host has no libvirt
+    domains: VmBackend | None  # the seams' VM backend; None when the host has no libvirt
     state_dir: Path
     commands: CommandRunner = field(default_factory=Commands)
     is_root: Callable[[], bool] = _euid_root
@@ -50,8 +50,8 @@ class ActionHost:
 
     @property
     def vms(self) -> VmBackend | None:
-        """The host's VM backend in hypervisor-neutral terms (list, host devices, save/restore); `domains`
-        is the same object with libvirt's XML methods, for the actions that still edit domain XML."""
+        """The host's VM backend (console/vms/backend.py), in the VM model's terms: what actions change VM
+        definitions through (`domains` is the same object, the field's older name)."""
         return self.domains
 
     @property

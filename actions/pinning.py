@@ -32,7 +32,7 @@ from nodeconsole.console.checks import vm_alignment
 from nodeconsole.console.cpulist import format_cpulist
 from nodeconsole.console.doctor.checks_memory import kept_host_cpus
 from nodeconsole.console.model import HostSnapshot, Vm
-from nodeconsole.console.vms.libvirt_domains import DomainConfigError
+from nodeconsole.console.vms.backend import VmConfigError
 
 STRICT = "strict"
 
@@ -70,8 +70,8 @@ def _host_checks(host: ActionHost, snap: HostSnapshot) -> list[Check]:
     if not snap.sources.sysfs.ok:
         out.append(Check("host topology readable", False, f"sysfs {snap.sources.sysfs}",
                          "run on the host itself (or --demo)"))
-    if host.domains is None or not snap.sources.libvirt.ok:
-        why = "this host has no libvirt connection" if host.domains is None else f"libvirt {snap.sources.libvirt}"
+    if host.vms is None or not snap.sources.libvirt.ok:
+        why = "this host has no libvirt connection" if host.vms is None else f"libvirt {snap.sources.libvirt}"
         out.append(Check("libvirt reachable", False, why, "start libvirtd, or pass --libvirt URI"))
     return out
 
@@ -157,12 +157,12 @@ def _add_vm(host: ActionHost, snap: HostSnapshot, topo: Topology, plan: Plan, vm
     plan.checks.append(Check(f"{label} can be placed", True,
                              f"{vm.vcpus} vCPUs on CPU {format_cpulist(prop.vcpus)}, host reserve "
                              f"{format_cpulist(prop.reserve) or 'none'}, {source}"))
-    cfg = host.domains
+    cfg = host.vms
     assert cfg is not None, "_host_checks refuses a host without libvirt"
     try:
         where = pin_scopes(cfg, vm.name, running=vm.state not in INACTIVE)
         live_numa = read_state(cfg, vm.name, "live").numa if "live" in where.scopes else None
-    except DomainConfigError as e:
+    except VmConfigError as e:
         plan.checks.append(Check(f"{label}'s config readable", False, str(e), "check libvirt (virsh dominfo)"))
         return
     target = PinState(vcpus=tuple((i, str(c)) for i, c in enumerate(prop.vcpus)),

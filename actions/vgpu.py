@@ -10,6 +10,7 @@ actions/vm_hostdev.py for VFs).
 """
 from __future__ import annotations
 
+import os
 import re
 import uuid as uuidlib
 from collections import Counter
@@ -30,11 +31,9 @@ from nodeconsole.actions.plan import (
     vms_known_check,
 )
 from nodeconsole.actions.targets import resolve_gpu
-from nodeconsole.console.domain_edits import add_mdev_hostdev, remove_mdev_hostdev
-from nodeconsole.console.libvirt_xml import parse_domain
 from nodeconsole.console.model import Gpu, HostSnapshot, VgpuInstance, Vm
 from nodeconsole.console.pciaddr import parse_pci_address
-from nodeconsole.console.vms.libvirt_domains import DomainConfigError
+from nodeconsole.console.vms.backend import VmConfigError
 
 _MIG_TYPE = re.compile(r"-(\d+)-(\d+)[A-Z]$")
 _UUID = re.compile(r"^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$")
@@ -158,7 +157,7 @@ def plan_vgpu_create(host: ActionHost, snap: HostSnapshot, gpu_text: str, type_t
                              "MIG-backed type needs a free GPU instance of its profile (nodeconsole mig)"))
     if vm is not None:
         plan.checks += vms_known_check(snap, f"VM {vm}'s devices")
-    if vm is not None and host.domains is None:
+    if vm is not None and host.vms is None:
         plan.checks.append(Check("libvirt reachable", False, "this host has no libvirt connection",
                                  "pass --libvirt URI"))
     if not plan.ok:
@@ -239,14 +238,18 @@ def plan_vgpu_remove(host: ActionHost, snap: HostSnapshot, ident: str) -> Plan:
 def _vms_holding(host: ActionHost, snap: HostSnapshot, ident: str, is_vf: bool,
                  unreadable: dict[str, str]) -> list[str]:
     out = []
+    cfg = host.vms
     for v in snap.vms:
         try:
-            devs = parse_domain(host.domains.xml(v.name)).hostdevs if host.domains is not None else v.hostdevs
-        except (DomainConfigError, ValueError) as e:
+            if cfg is not None:
+                held = cfg.pci_hostdevs(v.name) if is_vf else cfg.mdev_hostdevs(v.name)
+            else:
+                held = {k for h in v.hostdevs if h.type == ("pci" if is_vf else "mdev")
+                        and (k := h.address if is_vf else h.uuid)}
+        except (VmConfigError, ValueError) as e:
             unreadable[v.name] = str(e) or type(e).__name__
             continue
-        if any((h.type == "pci" and h.address == ident) if is_vf else (h.type == "mdev" and h.uuid == ident)
-               for h in devs):
+        if ident in held:
             out.append(v.name)
     return sorted(out)
 
@@ -269,6 +272,13 @@ def _add_steps(host: ActionHost, plan: Plan, ops: list[Op]) -> None:
 
 def _mdev_type(host: ActionHost, uuid: str) -> str | None:
     return host.root.link_name(f"sys/bus/mdev/devices/{uuid}/mdev_type")
+
+
+def _mdev_parent(host: ActionHost, uuid: str) -> str | None:
+    """The PCI device an mdev lives on (its sysfs link points below the parent's directory)."""
+    target = host.root.readlink(f"sys/bus/mdev/devices/{uuid}")
+    parent = os.path.basename(os.path.dirname(target.rstrip("/"))) if target else ""
+    return parent or None
 
 
 @step_kind("mdev")
@@ -345,24 +355,24 @@ def vm_mdev_step(host: ActionHost, op: Op) -> Step | None:
     """`{"kind": "vm_mdev", "vm": NAME, "uuid": U, "present": bool}`: the VM's persistent config has (or
     has not) an mdev <hostdev> for U."""
     vm, uuid, present = op["vm"], op["uuid"].lower(), bool(op["present"])
-    cfg = host.domains
+    cfg = host.vms
     if cfg is None:
         raise StepError("this host has no libvirt connection")
 
     def has() -> bool:
         try:
-            return any(h.type == "mdev" and h.uuid == uuid for h in parse_domain(cfg.xml(vm)).hostdevs)
-        except DomainConfigError as e:
+            return uuid in cfg.mdev_hostdevs(vm)
+        except VmConfigError as e:
             raise StepError(str(e)) from None
 
     if has() == present:
         return None
 
     def apply() -> None:
-        try:
-            cfg.edit(vm, (lambda x: add_mdev_hostdev(x, uuid)) if present else (lambda x: remove_mdev_hostdev(x, uuid)))
-        except ValueError as e:
-            raise DomainConfigError(f"the config of {vm} cannot be edited: {e}") from None
+        if present:  # the mdev's GPU and type, for a hypervisor that creates the mdev itself
+            cfg.add_mdev(vm, uuid, parent=_mdev_parent(host, uuid), type_id=_mdev_type(host, uuid))
+        else:
+            cfg.remove_mdev(vm, uuid)
 
     def verify() -> str | None:
         return None if has() == present else \

@@ -56,10 +56,10 @@ class HostWrites(Protocol):
 
 
 class DomainStore(VmBackend, Protocol):
-    """libvirt's VM backend (console/vms/backend.py's `VmBackend`) with the libvirt-only methods that
-    actions still need in domain-XML terms: pins and NUMA (actions/pin_steps.py), mdevs (actions/vgpu.py),
-    the exact put-back of a removed <hostdev> (actions/vm_hostdev.py). A second hypervisor implements
-    `VmBackend` alone."""
+    """libvirt's VM backend (console/vms/backend.py's `VmBackend`) with its domain-XML methods: what
+    libvirt's implementation of the backend's operations is built on (console/vms/libvirt_domains.py,
+    console/vms/libvirt_pins.py) and what tests read. No action calls them (actions/ speak `VmBackend`
+    only, tests/actions/test_vm_backend_neutral.py); a second hypervisor implements `VmBackend` alone."""
 
     def xml(self, vm: str) -> str:
         """libvirt-only: the domain's persistent (inactive) XML. DomainConfigError for an unknown domain."""

@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     from nodeconsole.console.host_seams import DomainStore, HostWrites
     from nodeconsole.console.model import Cpu, Vm
     from nodeconsole.console.sources.guest_agent import GuestAgent
+    from nodeconsole.console.vms.backend import VmBackend
 
 SYSTEM_URI = "qemu:///system"
 TREE_READ_ONLY = "a captured tree (--root) is read-only: changes need the real host or --demo"
@@ -88,7 +89,7 @@ class Seams:
     origin: str = "tree"
     # The host's VM backend (console/vms/backend.py) for its libvirt URI: libvirt's, or the demo's node
     # file; the collector reads VMs through it, actions change their definitions through it.
-    vm_backend: Callable[[str | None], DomainStore | None] = field(default=lambda uri: _libvirt_domains(uri))
+    vm_backend: Callable[[str | None], VmBackend | None] = field(default=lambda uri: _libvirt_domains(uri))
     # Where the host's boot id is read (root-relative): a later read that differs means it rebooted.
     boot_id_file: str = BOOT_ID
 
@@ -97,7 +98,7 @@ class Seams:
         """Where the host's audit log and lock live."""
         return self.state_dir if self.state_dir is not None else self.root.p(TREE_STATE)
 
-    def open_vm_backend(self) -> DomainStore | None:
+    def open_vm_backend(self) -> VmBackend | None:
         """A fresh VM backend of this host; None: the host has no hypervisor to read (no libvirt URI)."""
         return self.vm_backend(self.libvirt_uri)
 

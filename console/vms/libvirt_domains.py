@@ -17,9 +17,19 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from nodeconsole.console.domain_edits import add_pci_hostdev, hostdev_place, remove_pci_hostdev
+from nodeconsole.console.domain_edits import (
+    add_mdev_hostdev,
+    add_pci_hostdev,
+    hostdev_place,
+    put_hostdev,
+    remove_mdev_hostdev,
+    remove_pci_hostdev,
+    take_hostdev,
+)
 from nodeconsole.console.libvirt_xml import parse_domain
 from nodeconsole.console.pciaddr import parse_pci_address
+from nodeconsole.console.vms import libvirt_pins
+from nodeconsole.console.vms.backend import PinScopes, SavedHostdev, VmConfigError, VmPins
 
 if TYPE_CHECKING:
     from nodeconsole.console.model import Vm
@@ -31,8 +41,7 @@ _AFFECT_CONFIG = 2  # libvirt.VIR_DOMAIN_AFFECT_CONFIG
 _XML_INACTIVE = 2  # libvirt.VIR_DOMAIN_XML_INACTIVE
 
 
-class DomainConfigError(Exception):
-    """A domain's configuration cannot be read or changed; the message says why."""
+DomainConfigError = VmConfigError  # a domain's configuration cannot be read or changed (the backend's error)
 
 
 def hostdev_xml(address: str, managed: bool = True) -> str:
@@ -109,6 +118,84 @@ class DomainConfig:
     def close(self) -> None:
         pass
 
+    # -- pins, memory policy, mdevs, a removed device's exact put-back (console/vms/backend.py) ---------
+
+    def pin_scopes(self, vm: str, running: bool) -> PinScopes:
+        return libvirt_pins.stored_scopes(running, self.label, self.one_state)
+
+    def every_cpu(self) -> frozenset[int]:
+        return frozenset()
+
+    def pins(self, vm: str, live: bool) -> VmPins:
+        if live:
+            raise VmConfigError("live pins need a libvirt connection")
+        return libvirt_pins.read_xml_state(self.xml(vm))
+
+    def set_pins(self, vm: str, pins: VmPins, live: bool, memory_policy: bool) -> None:
+        if live:
+            raise VmConfigError("live pins need a libvirt connection")
+        self._edit_checked(vm, lambda xml: libvirt_pins.edit_pins(xml, pins, memory_policy))
+
+    def _edit_checked(self, vm: str, change: Callable[[str], str]) -> None:
+        try:
+            self.edit(vm, change)
+        except ValueError as e:
+            raise VmConfigError(f"the config of {vm} cannot be edited: {e}") from None
+
+    def mdev_hostdevs(self, vm: str) -> set[str]:
+        return {h.uuid for h in parse_domain(self.xml(vm)).hostdevs if h.type == "mdev" and h.uuid}
+
+    def add_mdev(self, vm: str, uuid: str, parent: str | None = None, type_id: str | None = None) -> None:
+        self._edit_checked(vm, lambda x: add_mdev_hostdev(x, uuid))  # libvirt: the mdev exists already
+
+    def remove_mdev(self, vm: str, uuid: str) -> None:
+        self._edit_checked(vm, lambda x: remove_mdev_hostdev(x, uuid))
+
+    def saved_hostdev(self, vm: str, address: str) -> SavedHostdev | None:
+        """The <hostdev> of `address` as the store edits the definition (the text `edit` hands over, whose
+        indentation can differ from `xml()`'s), read through an edit that changes nothing."""
+        seen: list[SavedHostdev] = []
+
+        def look(text: str) -> str:
+            found = take_hostdev(text, "pci", address)
+            if found is not None:
+                seen.append(SavedHostdev(found.text, found.child))
+            return text  # unchanged: nothing is written
+
+        self.edit(vm, look)
+        return seen[0] if seen else None
+
+    def check_saved_hostdev(self, address: str, token: str) -> str:
+        """One <hostdev> element of `address` (an audit log is a file anyone with access could have
+        edited), its text stripped."""
+        text = token.strip()
+        if not (text.startswith("<hostdev") and text.endswith(">")):
+            raise VmConfigError("'element' is not a <hostdev> element")
+        try:
+            hostdevs = parse_domain("<domain><devices>" + text + "</devices></domain>").hostdevs
+        except ValueError as e:
+            raise VmConfigError(str(e)) from None
+        if [(h.type, h.address) for h in hostdevs] != [("pci", parse_pci_address(address))]:
+            raise VmConfigError(f"'element' is not the hostdev of {address}")
+        return text
+
+    def restore_hostdev(self, vm: str, address: str, saved: SavedHostdev) -> None:
+        self.edit(vm, lambda x: put_hostdev(x, saved.token, child=saved.place))
+
+    def hostdev_text(self, address: str, managed: bool, token: str | None = None) -> str:
+        return as_shown(token) if token is not None else hostdev_xml(address, managed)
+
+
+def as_shown(element: str) -> str:
+    """An element's text as a domain file holds it, without the indentation of its place there: its
+    closing line's indent comes off every later line."""
+    lines = element.strip("\n").split("\n")
+    if len(lines) < 2:
+        return element.strip()
+    last = lines[-1]
+    indent = last[:len(last) - len(last.lstrip(" \t"))]
+    return "\n".join([lines[0]] + [ln[len(indent):] if ln.startswith(indent) else ln for ln in lines[1:]])
+
 
 class LibvirtDomainConfig(DomainConfig):
     """A libvirt connection (opened on first use, kept: the test driver forgets changes on reopen)."""
@@ -173,6 +260,23 @@ class LibvirtDomainConfig(DomainConfig):
 
     def names(self) -> list[str]:
         return sorted(d.name() for d in self._c().listAllDomains())
+
+    def pin_scopes(self, vm: str, running: bool) -> PinScopes:
+        return libvirt_pins.libvirt_scopes(self, vm)
+
+    def every_cpu(self) -> frozenset[int]:
+        """Every CPU of libvirt's CPU maps: a live pin to all of them is no pin (libvirt keeps an unpinned
+        vCPU's "pin" as the full map; offline CPUs in it are ignored by the kernel)."""
+        return frozenset(range(self.cpu_count()))
+
+    def pins(self, vm: str, live: bool) -> VmPins:
+        return libvirt_pins.read_xml_state(self.live_xml(vm) if live else self.xml(vm))
+
+    def set_pins(self, vm: str, pins: VmPins, live: bool, memory_policy: bool) -> None:
+        if live:
+            libvirt_pins.write_live(self, vm, pins, memory_policy)
+        else:
+            super().set_pins(vm, pins, False, memory_policy)
 
     def xml(self, vm: str) -> str:
         import libvirt

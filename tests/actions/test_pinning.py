@@ -13,7 +13,7 @@ import pytest
 
 from nodeconsole.actions.audit import APPLIED, FAILED
 from nodeconsole.actions.host import ActionHost
-from nodeconsole.actions.pin_steps import PinState, edit_pins, read_xml_state
+from nodeconsole.actions.pin_steps import PinState
 from nodeconsole.actions.pinning import plan_pin, plan_pin_all
 from nodeconsole.actions.plan import RequestError, build_step
 from nodeconsole.actions.progress import DONE, FAILED_RESULT, REFUSED
@@ -26,7 +26,9 @@ from nodeconsole.console.demo.spec import CpuSpec, HostdevSpec, VmSpec
 from nodeconsole.console.host_programs import NoCommands
 from nodeconsole.console.root import Root
 from nodeconsole.console.seams import Seams, demo_host
+from nodeconsole.console.vms.backend import VmPins
 from nodeconsole.console.vms.libvirt_domains import DomainConfigError, LibvirtDomainConfig
+from nodeconsole.console.vms.libvirt_pins import edit_pins, read_xml_state
 from tests.actions.test_passthrough import changed, tree_state
 
 REPO = Path(__file__).resolve().parents[2]
@@ -239,10 +241,10 @@ def test_test_driver_live_and_config_pins_then_undo(tmp_path):
         assert Runner(host).run(plan).status == DONE
         dom = cfg.domain("vm-gpu")
         assert [tuple(i for i, on in enumerate(m) if on) for m in dom.vcpuPinInfo(0)] == [(2,), (6,)]
-        assert read_xml_state(cfg.xml("vm-gpu")) == PinState(((0, "2"), (1, "6")), "0-1,4-5", ("strict", "0"))
+        assert read_xml_state(cfg.xml("vm-gpu")) == VmPins(((0, "2"), (1, "6")), "0-1,4-5", ("strict", "0"))
         assert Runner(host).run(plan_undo(host)).status == DONE
         assert [tuple(i for i, on in enumerate(m) if on) for m in dom.vcpuPinInfo(0)] == [(3,), (7,)]
-        assert read_xml_state(cfg.xml("vm-gpu")) == PinState(((0, "3"), (1, "7")), "3", ("strict", "0"))
+        assert read_xml_state(cfg.xml("vm-gpu")) == VmPins(((0, "3"), (1, "7")), "3", ("strict", "0"))
 
         off = plan_pin(host, host.snapshot(), "vm-off")
         assert [s.op["scope"] for s in off.steps] == ["config"]
