@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from nodeconsole.actions.runner import DONE
+from nodeconsole.actions.progress import DONE
 from nodeconsole.actions.session import ActionSession, DoctorFix, Undo
 from nodeconsole.console.collector import Collector
 from nodeconsole.console.doctor import facts

@@ -13,7 +13,7 @@ import pytest
 from nodeconsole.actions.audit import APPLIED, FAILED
 from nodeconsole.actions.host import ActionHost
 from nodeconsole.actions.plan import RequestError
-from nodeconsole.actions.runner import DONE, FAILED_RESULT, REFUSED
+from nodeconsole.actions.progress import DONE, FAILED_RESULT, REFUSED
 from nodeconsole.actions.session import ActionSession, DoctorFix, Undo
 from nodeconsole.console.demo.commands import DemoCommands
 from nodeconsole.console.doctor import bootloader as bl

@@ -20,7 +20,8 @@ from nodeconsole.actions.mig import plan_mig
 from nodeconsole.actions.passthrough import plan_passthrough, plan_release
 from nodeconsole.actions.pinning import plan_pin
 from nodeconsole.actions.plan import Plan
-from nodeconsole.actions.runner import DONE, FAILED_RESULT, Runner
+from nodeconsole.actions.progress import DONE, FAILED_RESULT
+from nodeconsole.actions.runner import Runner
 from nodeconsole.actions.undo import plan_undo
 from nodeconsole.actions.vgpu import plan_vgpu_create, plan_vgpu_remove
 from nodeconsole.console.seams import demo_host

@@ -7,7 +7,8 @@ import re
 
 from nodeconsole.actions.host import ActionHost
 from nodeconsole.actions.passthrough import plan_passthrough, plan_release
-from nodeconsole.actions.runner import DONE, Runner
+from nodeconsole.actions.progress import DONE
+from nodeconsole.actions.runner import Runner
 from nodeconsole.console.seams import demo_host
 
 GPU = "0000:9a:00.0"

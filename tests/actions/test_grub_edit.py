@@ -121,7 +121,7 @@ def test_what_cannot_be_edited_safely_is_refused(tmp_path, grub, why):
 # -- issue 28, item 10: the doctor reads what the shell reads ---------------------------------------
 
 def test_doctor_sees_grub_cmdline_linux_and_replaces_a_conflicting_value(tmp_path, monkeypatch):
-    from nodeconsole.actions.runner import DONE
+    from nodeconsole.actions.progress import DONE
     from nodeconsole.console.seams import reboot_demo, reset_demo
     from tests.actions.test_doctor_fix_demo import _doctor
 

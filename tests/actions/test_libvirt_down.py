@@ -6,7 +6,8 @@ import pytest
 
 from nodeconsole.actions.host import ActionHost
 from nodeconsole.actions.passthrough import plan_passthrough, plan_release
-from nodeconsole.actions.runner import REFUSED, Runner
+from nodeconsole.actions.progress import REFUSED
+from nodeconsole.actions.runner import Runner
 from nodeconsole.actions.vgpu import plan_vgpu_remove
 from tests.actions.test_cli_actions import _cli
 from tests.actions.test_passthrough import changed, tree_state

@@ -18,7 +18,8 @@ from nodeconsole.actions.host import ActionHost
 from nodeconsole.actions.mig import plan_mig
 from nodeconsole.actions.mig_planner import Profile, format_layout, maximal_layouts
 from nodeconsole.actions.plan import RequestError
-from nodeconsole.actions.runner import DONE, FAILED_RESULT, REFUSED, Runner
+from nodeconsole.actions.progress import DONE, FAILED_RESULT, REFUSED
+from nodeconsole.actions.runner import Runner
 from nodeconsole.actions.undo import plan_undo
 from nodeconsole.console import mig_profiles
 from nodeconsole.console.seams import demo_host

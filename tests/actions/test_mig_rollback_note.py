@@ -9,7 +9,8 @@ from nodeconsole.actions.cli import main
 from nodeconsole.actions.host import ActionHost
 from nodeconsole.actions.interrupt import FAIL_ENV
 from nodeconsole.actions.mig import plan_mig
-from nodeconsole.actions.runner import FAILED_RESULT, Runner
+from nodeconsole.actions.progress import FAILED_RESULT
+from nodeconsole.actions.runner import Runner
 from nodeconsole.console.seams import demo_host
 
 GPU = "0000:9a:00.0"

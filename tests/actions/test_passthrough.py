@@ -17,7 +17,8 @@ from nodeconsole.actions.host_steps import MODPROBE_FILE
 from nodeconsole.actions.lock import HostLock
 from nodeconsole.actions.passthrough import plan_passthrough, plan_release, resolve_gpu
 from nodeconsole.actions.plan import RequestError, needs_typed_confirmation
-from nodeconsole.actions.runner import DONE, FAILED_RESULT, REFUSED, Runner
+from nodeconsole.actions.progress import DONE, FAILED_RESULT, REFUSED
+from nodeconsole.actions.runner import Runner
 from nodeconsole.actions.undo import plan_undo
 from nodeconsole.console.demo.generator import generate, small_spec
 from nodeconsole.console.demo.nvml_sim import SimulatedNvml

@@ -14,7 +14,8 @@ from nodeconsole.actions.host import ActionHost
 from nodeconsole.actions.mig import plan_mig
 from nodeconsole.actions.passthrough import plan_passthrough
 from nodeconsole.actions.passthrough_mig import TITLE
-from nodeconsole.actions.runner import DONE, Runner
+from nodeconsole.actions.progress import DONE
+from nodeconsole.actions.runner import Runner
 from nodeconsole.actions.undo import plan_undo
 from nodeconsole.console.seams import demo_host
 from tests.actions.test_passthrough import changed, tree_state

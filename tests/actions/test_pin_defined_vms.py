@@ -13,7 +13,8 @@ import pytest
 from nodeconsole.actions.cli import main
 from nodeconsole.actions.host import ActionHost
 from nodeconsole.actions.pinning import plan_pin
-from nodeconsole.actions.runner import DONE, Runner
+from nodeconsole.actions.progress import DONE
+from nodeconsole.actions.runner import Runner
 from nodeconsole.actions.undo import plan_undo
 from nodeconsole.console.cpulist import parse_cpulist
 from nodeconsole.console.demo.generator import generate, small_spec

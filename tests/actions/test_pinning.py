@@ -16,7 +16,8 @@ from nodeconsole.actions.host import ActionHost
 from nodeconsole.actions.pin_steps import PinState, edit_pins, read_xml_state
 from nodeconsole.actions.pinning import plan_pin, plan_pin_all
 from nodeconsole.actions.plan import RequestError, build_step
-from nodeconsole.actions.runner import DONE, FAILED_RESULT, REFUSED, Runner
+from nodeconsole.actions.progress import DONE, FAILED_RESULT, REFUSED
+from nodeconsole.actions.runner import Runner
 from nodeconsole.actions.undo import plan_undo
 from nodeconsole.console.checks import find_problems, vm_alignment
 from nodeconsole.console.demo.generator import generate, small_spec

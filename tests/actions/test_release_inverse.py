@@ -12,7 +12,8 @@ import pytest
 from nodeconsole.actions.host import ActionHost
 from nodeconsole.actions.passthrough import memory_note, plan_passthrough, plan_release
 from nodeconsole.actions.plan import needs_typed_confirmation
-from nodeconsole.actions.runner import DONE, Runner
+from nodeconsole.actions.progress import DONE
+from nodeconsole.actions.runner import Runner
 from nodeconsole.actions.undo import plan_undo
 from nodeconsole.console.seams import demo_host
 from tests.actions.test_passthrough import IDLE, IDLE_AUDIO, changed, tree_state

@@ -12,7 +12,8 @@ import pytest
 from nodeconsole.actions.audit import APPLIED, FAILED, FAILED_PARTIAL
 from nodeconsole.actions.host import ActionHost
 from nodeconsole.actions.plan import Check, Plan, RequestError, Step, build_step, step_kind
-from nodeconsole.actions.runner import CANCELLED, DONE, FAILED_RESULT, NOTHING, REFUSED, Progress, Runner
+from nodeconsole.actions.progress import CANCELLED, DONE, FAILED_RESULT, NOTHING, REFUSED, Progress
+from nodeconsole.actions.runner import Runner
 from nodeconsole.actions.undo import plan_undo
 from nodeconsole.console.root import Root
 from nodeconsole.console.seams import Seams

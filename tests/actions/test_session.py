@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from nodeconsole.actions.plan import RequestError
-from nodeconsole.actions.runner import DONE, REFUSED
+from nodeconsole.actions.progress import DONE, REFUSED
 from nodeconsole.actions.session import (
     ActionSession,
     MigLayout,

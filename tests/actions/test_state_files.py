@@ -16,7 +16,8 @@ from nodeconsole.actions.audit import AuditLog
 from nodeconsole.actions.lock import HostLock
 from nodeconsole.actions.passthrough import plan_passthrough
 from nodeconsole.actions.plan import StepError, build_step
-from nodeconsole.actions.runner import REFUSED, Runner
+from nodeconsole.actions.progress import REFUSED
+from nodeconsole.actions.runner import Runner
 from nodeconsole.actions.safe_files import UnsafePath, ensure_dir
 from nodeconsole.actions.undo import plan_undo
 from tests.actions.test_passthrough import IDLE, changed, demo, tree_state  # noqa: F401

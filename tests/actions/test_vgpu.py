@@ -9,7 +9,8 @@ import pytest
 
 from nodeconsole.actions.host import ActionHost
 from nodeconsole.actions.plan import RequestError, needs_typed_confirmation
-from nodeconsole.actions.runner import DONE, REFUSED, Runner
+from nodeconsole.actions.progress import DONE, REFUSED
+from nodeconsole.actions.runner import Runner
 from nodeconsole.actions.undo import plan_undo
 from nodeconsole.actions.vgpu import mig_profile_of, offers, plan_vgpu_create, plan_vgpu_remove
 from nodeconsole.console.libvirt_xml import parse_domain

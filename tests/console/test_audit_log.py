@@ -10,9 +10,9 @@ from nodeconsole.console.audit_log import AuditReader, AuditRecord, Status
 
 
 def test_one_status_vocabulary_with_the_strings_of_old():
-    from nodeconsole.actions import audit, runner
+    from nodeconsole.actions import audit, progress
 
-    assert runner.DONE is audit.APPLIED is Status.APPLIED and runner.FAILED_RESULT is audit.FAILED is Status.FAILED
+    assert progress.DONE is audit.APPLIED is Status.APPLIED and progress.FAILED_RESULT is audit.FAILED is Status.FAILED
     assert [s.value for s in Status] == ["in-progress", "applied", "failed", "failed, undo incomplete",
                                          "interrupted", "interrupted, undo incomplete", "nothing to do",
                                          "refused", "cancelled"]

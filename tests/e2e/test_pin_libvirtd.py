@@ -15,7 +15,8 @@ import pytest
 
 from nodeconsole.actions.host import ActionHost
 from nodeconsole.actions.pinning import plan_pin
-from nodeconsole.actions.runner import DONE, FAILED_RESULT, Runner
+from nodeconsole.actions.progress import DONE, FAILED_RESULT
+from nodeconsole.actions.runner import Runner
 from nodeconsole.actions.undo import plan_undo
 from nodeconsole.console.libvirt_xml import parse_domain
 from nodeconsole.console.seams import real_host
