@@ -89,11 +89,12 @@ def vm_step(host: ActionHost, op: Op) -> Step:
             except DomainConfigError as e:
                 raise StepError(str(e)) from None
         return Step(f"Start VM {vm} again and see it running", "it was running before the reset",
-                    (f"virsh start {vm}",), dict(op), None, start, verify)
+                    (f"virsh start {vm}",), dict(op), None, start, verify, host=host)
     how = f"destroyed if it has not stopped after {wait_s:g} s" if force else f"up to {wait_s:g} s, else the reset stops"
     return Step(f"Shut VM {vm} down ({how})", f"{vm} holds the GPU: a function in use by a guest is not reset",
                 (f"virsh shutdown {vm}",) + ((f"virsh destroy {vm}",) if force else ()), dict(op),
-                {"kind": "vm_run", "vm": vm, "running": True}, lambda: _stop(host, vm, force, wait_s), verify)
+                {"kind": "vm_run", "vm": vm, "running": True}, lambda: _stop(host, vm, force, wait_s), verify,
+                host=host)
 
 
 def reset_method(host: ActionHost, addr: str) -> str:
@@ -137,7 +138,8 @@ def pci_reset_step(host: ActionHost, op: Op) -> Step:
     return Step(f"Reset function {addr} ({how})",
                 "clears the GPU's state (what an Xid or a failed FLR left); then its config space must answer",
                 (f"echo 1 > /sys/bus/pci/devices/{addr}/reset",), dict(op), None, apply,
-                lambda: function_answers(host, addr))
+                lambda: function_answers(host, addr), host=host,
+                undo_note=f"{addr} stays reset: a reset is not undone (the VMs it stopped are started again)")
 
 
 def _nvml_answers(host: ActionHost, addr: str) -> str | None:
@@ -161,7 +163,7 @@ def nvidia_reset_step(host: ActionHost, op: Op) -> Step:
             raise StepError(f"{' '.join(argv)} exited {rc}: {out.strip()}")
 
     return Step(f"Reset GPU {addr} through the nvidia driver", "the driver resets the GPU and re-initialises it",
-                (" ".join(argv),), dict(op), None, apply, lambda: _nvml_answers(host, addr))
+                (" ".join(argv),), dict(op), None, apply, lambda: _nvml_answers(host, addr), host=host)
 
 
 step_kind("pci_reset")(pci_reset_step)
