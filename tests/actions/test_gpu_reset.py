@@ -166,3 +166,53 @@ def test_a_guest_that_ignores_shutdown_stops_the_reset_unless_forced(tmp_path):
     step.apply()
     assert step.verify() is None and deaf.calls[-1] == "destroy"
     assert step.inverse == {"kind": "vm_run", "vm": VM, "running": True}
+
+
+def test_a_reset_is_refused_while_libvirt_is_down_and_changes_nothing(state, capsys):
+    from tests.actions.test_libvirt_down import _break_libvirt
+
+    _break_libvirt(state)
+    before = (state / "libvirt.xml").read_bytes()
+    rc, out, err = _run(capsys, "gpu", "reset", VFIO_GPU, "--demo", "--apply", "--yes")
+    assert rc == 1 and "[FAILED] libvirt answers" in out and f"which VMs hold GPU {VFIO_GPU} cannot be known" in out
+    assert (state / "libvirt.xml").read_bytes() == before and _records(capsys) == []
+
+
+def test_a_paused_vm_holding_the_gpu_refuses_and_a_shut_off_one_is_not_touched(state, capsys):
+    node = state / "libvirt.xml"
+    text = node.read_text()
+    start = text.index(f"<name>{VM}</name>")
+    cut = text.index("<test:runstate>1</test:runstate>", start)
+    node.write_text(text[:cut] + "<test:runstate>3</test:runstate>" + text[cut + 32:])
+    rc, out, _ = _run(capsys, "gpu", "reset", VFIO_GPU, "--demo", "--apply", "--yes")
+    assert rc == 1 and f"{VM} (paused): QEMU keeps the device open" in out and _records(capsys) == []
+    node.write_text(text[:cut] + "<test:runstate>5</test:runstate>" + text[cut + 32:])
+    rc, out, err = _run(capsys, "gpu", "reset", VFIO_GPU, "--demo", "--apply", "--yes")
+    assert rc == 0 and f"VM {VM} holds it but is shut off: not touched" in out and "Steps (1)" in out, out + err
+    assert _vm_state(capsys) == "shut off"
+
+
+def test_libvirts_own_run_state_calls_stop_and_start_a_domain():
+    from nodeconsole.console.vms.libvirt_domains import DomainConfigError, LibvirtDomainConfig
+
+    cfg = LibvirtDomainConfig("test:///default")  # libvirt's test driver: the domain "test", running
+    try:
+        assert cfg.run_state("test") == "running"
+        cfg.shutdown("test")
+        assert cfg.run_state("test") == "shut off"
+        with pytest.raises(DomainConfigError, match="destroy of test"):
+            cfg.destroy("test")  # not running
+        cfg.start("test")
+        assert cfg.run_state("test") == "running"
+        cfg.destroy("test")
+        assert cfg.run_state("test") == "shut off"
+    finally:
+        cfg.close()
+
+
+def test_a_captured_tree_is_read_only_and_the_reset_changes_nothing(state, capsys):
+    before = (state / "libvirt.xml").read_bytes()
+    rc, out, err = _run(capsys, "gpu", "reset", VFIO_GPU, "--root", str(state / "root"),
+                        "--libvirt", f"test://{state / 'libvirt.xml'}", "--apply", "--yes")
+    assert rc == 1 and "read-only" in out + err and "Steps (3)" in out
+    assert (state / "libvirt.xml").read_bytes() == before and _records(capsys) == []
