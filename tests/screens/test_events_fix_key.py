@@ -51,3 +51,24 @@ async def test_f_on_an_event_that_names_a_reset_offers_the_reset_plan(demo_seams
         await pilot.press("f")
         await pilot.pause(0.3)
         assert app.screen is screen and app.action_results == []
+
+
+async def test_the_overviews_advice_for_a_gpu_a_vm_holds_offers_the_reset_plan(demo_seams, capsys):
+    assert main(["demo", "inject", "aer", VFIO_GPU, "fatal"]) == 0
+    capsys.readouterr()
+    app = NodeConsoleApp(demo_seams, interval=60)
+    async with app.run_test(size=(160, 40)) as pilot:
+        assert await wait_until(pilot, lambda: app.polls >= 1 and any(
+            p.subject == VFIO_GPU and p.severity == "error" for p in app.snapshot.problems), tries=200)
+        (p,) = [p for p in app.snapshot.problems if p.subject == VFIO_GPU and p.severity == "error"]
+        assert f"`nodeconsole gpu reset {VFIO_GPU}`" in p.fix and "virsh shutdown train-a" in p.fix
+        assert app.snapshot.problems[0] is p  # the event's problem is first: f acts on it
+        await pilot.press("f")
+        assert await wait_until(pilot, lambda: isinstance(app.screen, PlanModal), tries=100)
+        body = str(app.screen.query_one("#plan-body", Static).content)
+        assert f"Reset function {VFIO_GPU}" in body and f"Start VM {VM} again" in body
+        await pilot.click("#yes")
+        assert await wait_until(pilot, lambda: bool(app.action_results), tries=200)
+        assert app.action_results[0].ok, app.action_results[0].message
+        # the reset starts the GPU's event window: the AER error before it no longer makes it unhealthy
+        assert await wait_until(pilot, lambda: app.snapshot.gpu(VFIO_GPU).health.state != "unhealthy", tries=200)
