@@ -92,6 +92,8 @@ def plan_reset(host: ActionHost, snap: HostSnapshot, gpu_text: str, force: bool 
             plan.steps += _vfio_steps(host, g, running, force)
             for n in sorted(n for n, s in held.items() if s == "shut off"):
                 plan.notes.append(f"VM {n} holds it but is shut off: not touched")
+            if running:
+                plan.notes.append("a reset is not undone: `undo` of it only starts a VM it left stopped")
         return plan
     if g.driver != "nvidia":
         plan.checks.append(Check("a driver that can reset it", False,
