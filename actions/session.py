@@ -28,7 +28,7 @@ if TYPE_CHECKING:
 
 __all__ = ["ActionSession", "DoctorFix", "Drain", "MigLayout", "MigRestore", "MigSave", "NicPassthrough", "NicVfs",
            "NothingToDo", "Passthrough", "Pin",
-           "PinAll", "Redo", "Release", "Request", "RequestError", "StepError", "Undo", "Undrain", "VgpuCreate",
+           "PinAll", "Redo", "Release", "Request", "Reset", "RequestError", "StepError", "Undo", "Undrain", "VgpuCreate",
            "VgpuRemove"]
 
 
@@ -149,6 +149,14 @@ class Undrain:
 
 
 @dataclass(frozen=True)
+class Reset:
+    """Reset a GPU whatever holds it (actions/reset.py): the VMs holding it stopped and started around it."""
+    label: ClassVar[str] = "gpu reset"
+    gpu: str
+    force: bool = False  # destroy a VM that has not shut down after the wait
+
+
+@dataclass(frozen=True)
 class Undo:
     """Roll a recorded change back; the latest undoable one when `record_id` is None."""
     label: ClassVar[str] = "undo"
@@ -163,7 +171,7 @@ class Redo:
 
 
 Request = (Passthrough | Release | Pin | PinAll | MigLayout | MigSave | MigRestore | VgpuCreate | VgpuRemove
-           | DoctorFix | Undo | Redo | NicVfs | NicPassthrough | Drain | Undrain)
+           | DoctorFix | Undo | Redo | NicVfs | NicPassthrough | Drain | Undrain | Reset)
 
 
 class ActionSession:
@@ -336,6 +344,10 @@ def _builder(r: Request) -> Builder:
         if isinstance(r, Undrain):
             return lambda h, s: plan_undrain(h, s, r.gpu)
         return lambda h, s: plan_drain(h, s, r.gpu, r.reason)
+    if isinstance(r, Reset):
+        from nodeconsole.actions.reset import plan_reset
+
+        return lambda h, s: plan_reset(h, s, r.gpu, r.force)
     if isinstance(r, DoctorFix):
         from nodeconsole.actions.doctor_fixes import plan_doctor_fix
 

@@ -15,10 +15,12 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, TypeVar
 
 from nodeconsole.console.assembly import Marks, assemble, with_fields
+from nodeconsole.console.audit_log import host_audit
 from nodeconsole.console.derived import NVIDIA, Derived, is_gpu
 from nodeconsole.console.drains import DrainReader
 from nodeconsole.console.health import HealthBook
 from nodeconsole.console.model import SOURCE_OK, SOURCE_PENDING, HostSnapshot, Load, Sources, SourceState, Vm
+from nodeconsole.console.resets import ResetReader
 from nodeconsole.console.seams import Seams
 from nodeconsole.console.sources.types import LibvirtData, NvmlData, SourceError, SysfsData
 
@@ -100,6 +102,7 @@ class Collector:
         self.guest_wait_s = 0.0  # how long a poll waits for the guests' answers (a one-shot command's)
         self.read_guests = seams.guest_agent is not None
         self._drains = DrainReader()  # the admin's drain marks (console/drains.py), on every snapshot
+        self._resets = ResetReader(host_audit(seams))  # recorded GPU resets start a GPU's event window
 
     def invalidate(self) -> None:
         """Forget cached static facts (after an action changed the host). Called from an action's
@@ -307,6 +310,7 @@ class Collector:
         now = self.seams.clock()
         self.watch.poll(self.seams.root, self.seams.live_kernel_log, now)
         events = self._guest_events(facts, self.watch.tied(facts))
+        self._health.note_recorded(self._resets.read())
         gpus = self._health.judge_all(gpus, events_by_gpu(events, facts), self.watch.btime, now)
         return Marks(gpus, events, tuple(self.watch.sources), self.watch.error, tuple(event_problems(gpus, facts)))
 

@@ -26,7 +26,7 @@ from nodeconsole.console.model import Gpu, HostSnapshot, Problem, SourceState
 from nodeconsole.console.reboot_impact import impact_sentence
 from nodeconsole.console.root import Root
 from nodeconsole.console.sources.kernel_log import KMSG, KernelLog, LogDenied, host_sources
-from nodeconsole.console.xid import AER_FATAL, AER_NONFATAL, FALLEN_OFF_BUS, FATAL, lookup
+from nodeconsole.console.xid import AER_FATAL, AER_NONFATAL, FALLEN_OFF_BUS, FATAL, RESET_COMMAND, RESET_GPU, lookup
 
 KEEP = 200  # events held (newest)
 TAIL = 4 << 20  # a log seen for the first time is read from this many bytes before its end
@@ -101,9 +101,12 @@ def vm_advice(g: Gpu, running: list[str], action: str) -> str:
         return (f"VM{'s' if many else ''} {names} use{'' if many else 's'} this GPU: the work on it failed; shut "
                 f"{'them' if many else 'it'} down (`virsh shutdown {first}`) or move {'them' if many else 'it'}, "
                 f"then: {action} (it stops every VM on the GPU)")
-    return (f"VM {names}'s guest drives this GPU: look inside the guest (`nvidia-smi`, its kernel log); to recover, "
-            f"shut the VM down (`virsh shutdown {first}`) — the host cannot reset a GPU a running VM holds — "
-            f"then: {action}")
+    advice = (f"VM {names}'s guest drives this GPU: look inside the guest (`nvidia-smi`, its kernel log); to recover, "
+              f"shut the VM down (`virsh shutdown {first}`) — the host cannot reset a GPU a running VM holds — "
+              f"then: {action}")
+    if RESET_GPU.lower() in action.lower():
+        advice += f"; or all in one plan: `{RESET_COMMAND} {g.address}` (stops, resets, starts the VM again)"
+    return advice
 
 
 class _FileCursor:

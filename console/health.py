@@ -18,7 +18,7 @@ doctor's rule too).
 
 The event window of a GPU starts at the later of the host's boot (events before it are of an earlier
 boot) and the GPU's last reset the console saw (its driver unbound and bound again, which resets the
-function; recorded resets come with the incident actions), and reaches back at most
+function; or a `gpu reset` the audit log records applied, console/resets.py), and reaches back at most
 `$NODECONSOLE_HEALTH_WINDOW` (a duration: 30m, 6h, 2d; unset: no bound). Events without a wall-clock time
 count (they cannot be placed before the window).
 """
@@ -182,6 +182,12 @@ class HealthBook:
             if g.driver == "nvidia" and was != "nvidia":
                 self.resets[g.address] = now
             self._drivers[g.address] = g.driver
+
+    def note_recorded(self, resets: dict[str, float]) -> None:
+        """Resets the audit log records (console/resets.py): each GPU's window starts at the later one."""
+        for addr, when in resets.items():
+            if when > self.resets.get(addr, float("-inf")):
+                self.resets[addr] = when
 
     def judge_all(self, gpus: Sequence[Gpu], events_of: dict[str, tuple[KernelEvent, ...]],
                   btime: float | None, now: float) -> tuple[Gpu, ...]:

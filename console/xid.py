@@ -25,6 +25,7 @@ NONE = "none"
 WATCH = "watch"
 RESTART_APP = "restart app"
 RESET_GPU = "reset GPU"
+RESET_COMMAND = "nodeconsole gpu reset"  # the one plan that resets a GPU a VM holds (actions/reset.py)
 REBOOT = "reboot node"
 RMA = "drain and RMA"
 

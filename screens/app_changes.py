@@ -73,6 +73,14 @@ class ChangesApp(PollingApp):
         label = f"GPU {g.index} ({addr})" if g is not None else addr
         self.push_screen(DrainReasonModal(label), answered)
 
+    def action_reset_gpu(self) -> None:
+        """`X` on the GPUs screen: the selected GPU's reset plan (actions/reset.py)."""
+        from nodeconsole.actions.session import Reset
+
+        addr = self._selected_gpu()
+        if addr:
+            self._plan_worker(Reset(addr))
+
     def action_mig_edit(self) -> None:
         """The MIG layout editor for the selected GPU; the request it hands back is planned, shown in
         the plan modal and applied like every other change."""

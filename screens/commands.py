@@ -46,6 +46,8 @@ COMMANDS: tuple[Command, ...] = (
             "Actions", screens=("gpus",)),
     Command("D", "drain", "Drain", "Drain the selected GPU (asks why) or lift its drain (GPUs screen)",
             "Actions", footer=False, screens=("gpus",)),
+    Command("X", "reset_gpu", "Reset", "Plan resetting the selected GPU: the VMs holding it are stopped and started "
+            "again around it (GPUs screen)", "Actions", footer=False, screens=("gpus",)),
     Command("m", "mig_edit", "MIG", "Edit the MIG layout of the selected GPU (GPUs screen)", "Actions",
             screens=("gpus",)),
     Command("n", "pin", "Pin", "Plan NUMA-aware pinning for the selected VM (VMs screen)", "Actions",

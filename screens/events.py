@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 from rich.text import Text
 from textual import work
 from textual.app import ComposeResult
+from textual.binding import Binding
 from textual.widgets import Static
 
 from nodeconsole.console.audit_log import AuditRecord, Status
@@ -22,13 +23,15 @@ from nodeconsole.console.gpu_events import SourceChange, local_text
 from nodeconsole.console.host_failures import FAILURES
 from nodeconsole.console.hosttext import show
 from nodeconsole.console.model import HostSnapshot
-from nodeconsole.console.xid import lookup
+from nodeconsole.console.xid import RESET_GPU, lookup
 from nodeconsole.screens.base import SnapshotScreen
 from nodeconsole.screens.cadence import REFRESH_S
+from nodeconsole.screens.messages import PlanChange
 from nodeconsole.screens.widgets.keyed_table import KeyedTable
 from nodeconsole.screens.widgets.text import plain_text
 
 if TYPE_CHECKING:
+    from nodeconsole.actions.session import Request
     from nodeconsole.console.seams import Seams
 
 COLS = [("when", "When"), ("kind", "What"), ("gpu", "GPU"), ("vm", "VM"), ("severity", "Severity"),
@@ -78,8 +81,19 @@ def event_rows(snap: HostSnapshot | None, events: tuple[KernelEvent, ...], chang
     return list(reversed(untimed)) + [(key, cells) for _, _, key, cells in dated]
 
 
+def plan_for(ev: KernelEvent) -> Request | None:
+    """The change an event's action names, as a request: a GPU reset where it says "reset GPU" (an Xid
+    that needs a reset, a reset started with transactions pending, a refused power change); else None."""
+    if ev.gpu and RESET_GPU.lower() in ev.action.lower():
+        from nodeconsole.actions.session import Reset
+
+        return Reset(ev.gpu)
+    return None
+
+
 class EventsScreen(SnapshotScreen):
     TITLE = "Events"
+    BINDINGS = [Binding("f", "fix", "Fix")]
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -131,15 +145,34 @@ class EventsScreen(SnapshotScreen):
                 f"{len(sources)} source change(s); newest first")
         self.query_one("#events-summary", Static).update(plain_text(head + (f"\nwarning: {error}" if error else "")))
 
-    def details_for(self, table: KeyedTable, key: str) -> tuple[str, str] | None:
+    def _event(self, key: str | None) -> KernelEvent | None:
         events = self.snapshot.kernel_events if self.snapshot is not None else ()
-        if key.startswith("ev") and key[2:].isdigit() and int(key[2:]) < len(events):
-            ev = events[int(key[2:])]
+        if key and key.startswith("ev") and key[2:].isdigit() and int(key[2:]) < len(events):
+            return events[int(key[2:])]
+        return None
+
+    def action_fix(self) -> None:
+        """`f`: plan the change the selected event's action names (shown in the plan modal, applied on yes)."""
+        ev = self._event(self.query_one("#events-table", KeyedTable).selected_key())
+        if ev is None:
+            self.notify("select a GPU event: f plans what its action names", severity="warning")
+            return
+        request = plan_for(ev)
+        if request is None:
+            self.notify(f"no plan for this event's action: {ev.action}", timeout=6)
+            return
+        self.app.post_message(PlanChange(request))
+
+    def details_for(self, table: KeyedTable, key: str) -> tuple[str, str] | None:
+        ev = self._event(key)
+        if ev is not None:
             lines = [f"{ev.what} on {ev.gpu} at {ev.when} (logged as {ev.time or '-'})", f"VM {ev.vm or '-'}",
                      f"severity {ev.severity}; action: {ev.action}", ev.text]
             if ev.pid is not None or ev.process:
                 lines.append(f"pid {ev.pid if ev.pid is not None else '?'} {ev.process or ''}")
             if ev.port:
                 lines.append(f"reported by port {ev.port}")
+            if plan_for(ev) is not None:
+                lines.append(f"f plans the reset of {ev.gpu} (the VMs holding it stopped and started around it)")
             return f"Event on {ev.gpu}", "\n".join(lines)
         return None

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 from rich.text import Text
 from textual.app import ComposeResult
@@ -13,8 +13,9 @@ from textual.widgets import Static
 
 from nodeconsole.console.hosttext import LINE_MAX, show, visible
 from nodeconsole.console.model import HostSnapshot
+from nodeconsole.console.xid import RESET_COMMAND
 from nodeconsole.screens.base import SnapshotScreen
-from nodeconsole.screens.messages import ShowRow
+from nodeconsole.screens.messages import PlanChange, ShowRow
 from nodeconsole.screens.widgets.details import gpu_details, vm_details
 from nodeconsole.screens.widgets.drain_text import owner_cell
 from nodeconsole.screens.widgets.gpu_text import link_text, memory_text, short_name
@@ -22,6 +23,9 @@ from nodeconsole.screens.widgets.keyed_table import Col, KeyedTable
 from nodeconsole.screens.widgets.sparks import Sparks
 from nodeconsole.screens.widgets.text import SPARK_WIDTH, metric, plain_text, severity_text, spark
 from nodeconsole.screens.widgets.vm_facts import VmFacts, facts_of
+
+if TYPE_CHECKING:
+    from nodeconsole.actions.session import Request
 
 # priority: the columns that keep their full text longest when the terminal is narrow (keyed_table.py);
 # a PCI address is never cut (its minimum width is its length)
@@ -132,12 +136,25 @@ def fix_target(snap: HostSnapshot, p) -> tuple[str, str, str] | None:
     return None
 
 
+def reset_request(snap: HostSnapshot, p) -> Request | None:
+    """The GPU reset a problem's advice offers (`nodeconsole gpu reset ADDR`: the VM holding the GPU stopped
+    and started around it), as a request; None when its advice offers none."""
+    subject = getattr(p, "subject", "")
+    if subject and snap.gpu(subject) is not None and f"{RESET_COMMAND} {subject}" in (getattr(p, "fix", "") or ""):
+        from nodeconsole.actions.session import Reset
+
+        return Reset(subject)
+    return None
+
+
 def problem_details(p, target: str | None) -> str:
     """The whole problem, its fix and where the console fixes it (the details modal's body)."""
     lines = [p.message, "", f"fix: {getattr(p, 'fix', '') or 'no fix known'}"]
     if getattr(p, "check", ""):
         lines.append(f"doctor check: {p.check} (nodeconsole doctor; the Setup screen, s)")
-    if target:
+    if f"{RESET_COMMAND} " in (getattr(p, "fix", "") or ""):
+        lines.append("f on the Overview plans that reset")
+    elif target:
         lines.append(f"f on the Overview opens the {target}")
     return "\n".join(lines)
 
@@ -293,6 +310,9 @@ class OverviewScreen(SnapshotScreen):
             self.app.notify("no problem to fix", timeout=3)
             return
         i = self.query_one("#problems", ProblemList).selected() or 0
+        if (request := reset_request(snap, snap.problems[i])) is not None:
+            self.app.post_message(PlanChange(request))  # the advice's one-plan recovery: its plan modal
+            return
         target = fix_target(snap, snap.problems[i])
         if target is None:
             self.app.notify(f"no screen fixes this one: {snap.problems[i].fix or 'no fix known'}", timeout=6)

@@ -1,6 +1,7 @@
 """`nodeconsole gpu drain GPU --reason TEXT` / `gpu undrain GPU`: the admin's "no new work" mark on a GPU
-(actions/drain.py), planned, audited and undoable like every change: nothing changes without --apply;
---apply asks unless --yes. A drained GPU is refused by passthrough, MIG, vGPU, NIC pairing and the NCCL
+(actions/drain.py); `gpu reset GPU [--force]`: the GPU reset whatever holds it (actions/reset.py). Both
+are planned, audited and undoable like every change: nothing changes without --apply; --apply asks
+unless --yes. A drained GPU is refused by passthrough, MIG, vGPU, NIC pairing and the NCCL
 pick until `gpu undrain` (--allow-unhealthy does not lift it). Exit status: 0 done or nothing to do,
 1 refused / cancelled / failed, 2 bad arguments (a missing, blank, over-long or multi-line reason).
 """
@@ -16,7 +17,7 @@ from nodeconsole.console.usage import UsageError
 GPU_HELP = "console index, PCI address (DDDD:BB:DD.F), UUID or smi:N (nvidia-smi's index)"
 
 
-@subcommand("gpu", "drain a GPU (no new work goes on it) or lift its drain")
+@subcommand("gpu", "drain a GPU (no new work goes on it), lift its drain, or reset it")
 def configure_gpu(p: argparse.ArgumentParser) -> None:
     sub = p.add_subparsers(dest="gpu_command", metavar="ACTION", parser_class=type(p))
     sub.required = True
@@ -31,6 +32,13 @@ def configure_gpu(p: argparse.ArgumentParser) -> None:
     un.add_argument("gpu", metavar="GPU", help=GPU_HELP)
     change_args(un)
     un.set_defaults(func=run_undrain)
+    rs = sub.add_parser("reset", parents=[host_args()],
+                        help="reset a GPU: the VMs holding it are shut down and started again around the reset")
+    rs.add_argument("gpu", metavar="GPU", help=GPU_HELP)
+    rs.add_argument("--force", action="store_true",
+                    help="destroy a VM that has not shut down after the wait (its guest loses what it did not save)")
+    change_args(rs)
+    rs.set_defaults(func=run_reset)
 
 
 def run_drain(args: argparse.Namespace) -> int:
@@ -46,3 +54,9 @@ def run_undrain(args: argparse.Namespace) -> int:
     from nodeconsole.actions.session import Undrain
 
     return run_request(args, Undrain(args.gpu))
+
+
+def run_reset(args: argparse.Namespace) -> int:
+    from nodeconsole.actions.session import Reset
+
+    return run_request(args, Reset(args.gpu, force=args.force))

@@ -13,7 +13,10 @@ does to a host where that is visible:
 - systemctl enable|disable [--now] nvidia-persistenced (the multi-user.target.wants link; --now also sets
   every GPU's persistence mode, as the daemon starting or stopping does), is-enabled, daemon-reload,
   daemon-reexec;
-- sysctl -w KEY=VALUE, -p [FILE], --system: the /proc/sys values.
+- sysctl -w KEY=VALUE, -p [FILE], --system: the /proc/sys values;
+- nvidia-smi -r -i ADDR (--gpu-reset): the simulated GPU reset as the driver does it (refused while
+  processes or an active vGPU use it, failed for a GPU fallen off the bus): a pending MIG mode becomes
+  current, GPU instances and the volatile ECC counts are gone.
 
 driverctl is always there; the others exist where the tree has them under /usr/sbin, /sbin, /usr/bin or
 /bin (the generator writes placeholders). Nothing of the machine's own is run: running the machine's
@@ -47,8 +50,8 @@ class DemoCommands:
         self.root = root
 
     def which(self, name: str) -> str | None:
-        if name == "driverctl":
-            return "driverctl (demo)"
+        if name in ("driverctl", "nvidia-smi"):
+            return f"{name} (demo)"
         if name not in INSTALLED:
             return None
         return next((f"/{d}/{name} (demo)" for d in BIN_DIRS if self.root.exists(f"{d}/{name}")), None)
@@ -217,6 +220,32 @@ class DemoCommands:
             gpu["persistence_mode"] = int(on)
         write_nvml_state(state_file, state)
 
+    # -- nvidia-smi --
+    def _nvidia_smi(self, args: list[str]) -> tuple[int, str]:
+        if len(args) != 3 or args[0] not in ("-r", "--gpu-reset") or args[1] != "-i":
+            return 2, "nvidia-smi: the demo's nvidia-smi takes -r -i ADDR"
+        try:
+            address = parse_pci_address(args[2])
+        except ValueError as e:
+            return 2, f"nvidia-smi: {e}"
+        state_file = self.root.path.parent / "nvml.json"
+        state = json.loads(state_file.read_text())
+        gpu = next((g for g in state.get("gpus", []) if _addr(g) == address), None)
+        if gpu is None or self._driver(address) != "nvidia":
+            return 6, f"No devices were found matching {address}"  # nvidia-smi's NOT_FOUND
+        if gpu.get("lost"):
+            return 15, f"Unable to reset GPU {address}: GPU is lost. Reboot the system to recover this GPU"
+        if gpu.get("processes") or (gpu.get("vgpu") or {}).get("active"):
+            return 255, (f"GPU {address} is currently in use by another process.\n"
+                         "1 device is currently being used by one or more other processes")
+        _reset_state(gpu)
+        write_nvml_state(state_file, state)
+        return 0, f"GPU {address} was successfully reset.\nAll done."
+
+    def _driver(self, address: str) -> str:
+        link = self.root.p(f"sys/bus/pci/devices/{address}/driver")
+        return os.path.basename(os.readlink(link)) if os.path.islink(link) else ""
+
     # -- sysctl --
     def _sysctl(self, args: list[str]) -> tuple[int, str]:
         if len(args) == 2 and args[0] == "-w":
@@ -244,6 +273,24 @@ class DemoCommands:
                 return 255, f"sysctl: /{rel} leads out of the demo root"
             out.append(f"{key} = {value}")
         return 0, "\n".join(out)
+
+
+def _addr(gpu: dict) -> str:
+    try:
+        return parse_pci_address(str(gpu.get("address") or ""))
+    except ValueError:
+        return ""
+
+
+def _reset_state(gpu: dict) -> None:
+    """What a GPU reset does to the simulated GPU's state (console/demo/nvml_sim_mig.py reset_gpu too)."""
+    mig = gpu.get("mig")
+    if isinstance(mig, dict):
+        mig["current"] = int(mig.get("pending", mig.get("current")) or 0)
+        mig["instances"] = []
+    ecc = gpu.get("ecc")
+    if isinstance(ecc, dict):
+        ecc.update({k: 0 for k in ("volatile_uncorrected", "volatile_corrected") if k in ecc})
 
 
 def _sysctl_lines(text: str) -> list[str]:

@@ -13,7 +13,7 @@ import stat
 from collections.abc import Callable
 from pathlib import Path
 
-from nodeconsole.console.demo.gen_libvirt import FIRST_GUEST_BUS
+from nodeconsole.console.demo.gen_libvirt import FIRST_GUEST_BUS, RUNSTATE
 from nodeconsole.console.domain_edits import pci_hostdev_spec, put_hostdev
 from nodeconsole.console.libvirt_xml import parse_domain
 from nodeconsole.console.outfile import write_atomic
@@ -121,6 +121,44 @@ class NodeFileDomainConfig(DomainConfig):
         if new != text[start:end]:
             parse_domain(new)  # refuse a broken document before touching the file
             _atomic_write(where, text[:start] + new + text[end:])
+
+    # -- run state (console/vms/backend.py's run-state block): the node file's <test:runstate> -----------
+    def run_state(self, vm: str) -> str:
+        where, start, end = self._find(vm)
+        m = _RUNSTATE_RE.search(where.read_text(encoding="utf-8")[start:end])
+        code = int(m.group(1)) if m else 1  # the test driver starts a domain without one running
+        return _STATE_NAMES.get(code, f"state {code}")
+
+    def _set_state(self, vm: str, state: str) -> None:
+        code = RUNSTATE[state]
+
+        def change(text: str) -> str:
+            if _RUNSTATE_RE.search(text):
+                return _RUNSTATE_RE.sub(f"<test:runstate>{code}</test:runstate>", text, count=1)
+            raise DomainConfigError(f"{vm}: the node file gives it no <test:runstate> to change")
+
+        self.edit(vm, change)
+
+    def shutdown(self, vm: str) -> None:
+        """The demo's guests honour ACPI at once: the VM is shut off."""
+        if self.run_state(vm) != "running":
+            raise DomainConfigError(f"{vm} is not running")
+        self._set_state(vm, "shut off")
+
+    def destroy(self, vm: str) -> None:
+        if self.run_state(vm) == "shut off":
+            raise DomainConfigError(f"{vm} is not running")
+        self._set_state(vm, "shut off")
+
+    def start(self, vm: str) -> None:
+        if self.run_state(vm) != "shut off":
+            raise DomainConfigError(f"{vm} is already active")
+        self._set_state(vm, "running")
+
+
+_RUNSTATE_RE = re.compile(r"<test:runstate>\s*([0-9]+)\s*</test:runstate>")
+_STATE_NAMES = {code: name for name, code in RUNSTATE.items()}
+
 
 def _free_guest_bus(text: str) -> int:
     """The lowest guest PCI bus from FIRST_GUEST_BUS on that no device of the domain uses."""

@@ -175,3 +175,20 @@ class VmBackend(Protocol):
         ...
 
     def close(self) -> None: ...
+
+    # -- run state (gpu reset: stop the VMs that hold a GPU, start them again) -------------------------
+    def run_state(self, vm: str) -> str:
+        """The VM's state as the model names it ("running", "shut off", "paused", ...)."""
+        ...
+
+    def shutdown(self, vm: str) -> None:
+        """Ask the guest to shut down (ACPI); returns at once, the VM stops later or never."""
+        ...
+
+    def destroy(self, vm: str) -> None:
+        """Stop the VM at once (power off)."""
+        ...
+
+    def start(self, vm: str) -> None:
+        """Start a defined VM that is shut off."""
+        ...

@@ -115,6 +115,18 @@ class DomainConfig:
         """(index among the domain's <hostdev> elements, managed) of the PCI hostdev for `address`."""
         return hostdev_place(self.xml(vm), address)
 
+    def run_state(self, vm: str) -> str:
+        raise NotImplementedError
+
+    def shutdown(self, vm: str) -> None:
+        raise NotImplementedError
+
+    def destroy(self, vm: str) -> None:
+        raise NotImplementedError
+
+    def start(self, vm: str) -> None:
+        raise NotImplementedError
+
     def close(self) -> None:
         pass
 
@@ -317,6 +329,31 @@ class LibvirtDomainConfig(DomainConfig):
             return
         # detach matches on the source address; managed= does not take part in the match
         self._device(vm, hostdev_xml(address), False, lambda x: remove_pci_hostdev(x, address))
+
+    # -- run state (console/vms/backend.py's run-state block) -------------------------------------------
+    def _call(self, vm: str, what: str) -> Any:
+        import libvirt
+
+        dom = self._dom(vm)
+        try:
+            return getattr(dom, what)()
+        except libvirt.libvirtError as e:
+            raise DomainConfigError(f"libvirt {what} of {vm}: {e.get_error_message()}") from None
+
+    def run_state(self, vm: str) -> str:
+        from nodeconsole.console.sources.libvirt_src import STATES
+
+        code = int(self._call(vm, "state")[0])
+        return STATES.get(code, f"state {code}")
+
+    def shutdown(self, vm: str) -> None:
+        self._call(vm, "shutdown")
+
+    def destroy(self, vm: str) -> None:
+        self._call(vm, "destroy")
+
+    def start(self, vm: str) -> None:
+        self._call(vm, "create")
 
     def close(self) -> None:
         if self._conn is not None:

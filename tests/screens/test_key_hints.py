@@ -55,7 +55,7 @@ def test_the_hints_are_found():
 # What a hint's sentence asks the key to do (a word of its line → the action the key must run there): a
 # hint whose key is bound to something else (g: the top of a table) is as wrong as an unbound one.
 INTENTS = (("--gpus", "pick_gpus"), ("{key} undoes", "undo"), ("{key} redoes", "redo"),
-           ("{key} on the Overview opens", "fix"))
+           ("{key} on the Overview opens", "fix"), ("{key} on the Overview plans", "fix"))
 
 
 def _intent(where: str, key: str) -> str:
