@@ -24,8 +24,7 @@ from nodeconsole.actions.host import ActionHost
 from nodeconsole.actions.mig_steps import handle_of, nvml_session
 from nodeconsole.actions.plan import Op, Step, StepError, step_kind
 from nodeconsole.console.pciaddr import parse_pci_address
-from nodeconsole.console.vms.backend import VmBackend
-from nodeconsole.console.vms.libvirt_domains import DomainConfigError
+from nodeconsole.console.vms.backend import VmBackend, VmConfigError
 
 SHUTDOWN_WAIT_S = 120.0  # how long a guest gets to shut down after it is asked
 _POLL_S = 0.5
@@ -42,7 +41,7 @@ def _backend(host: ActionHost) -> VmBackend:
 def _state(host: ActionHost, vm: str) -> str:
     try:
         return _backend(host).run_state(vm)
-    except DomainConfigError as e:
+    except VmConfigError as e:
         raise StepError(str(e)) from None
 
 
@@ -59,7 +58,7 @@ def _stop(host: ActionHost, vm: str, force: bool, wait_s: float) -> None:
                 vms.destroy(vm)
                 break
             time.sleep(_POLL_S)
-    except DomainConfigError as e:
+    except VmConfigError as e:
         raise StepError(str(e)) from None
 
 
@@ -86,7 +85,7 @@ def vm_step(host: ActionHost, op: Op) -> Step:
         def start() -> None:
             try:
                 _backend(host).start(vm)
-            except DomainConfigError as e:
+            except VmConfigError as e:
                 raise StepError(str(e)) from None
         return Step(f"Start VM {vm} again and see it running", "it was running before the reset",
                     (f"virsh start {vm}",), dict(op), None, start, verify, host=host)
