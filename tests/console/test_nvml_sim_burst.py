@@ -82,6 +82,10 @@ def test_one_look_per_burst(host: tuple[Path, Path], monkeypatch: pytest.MonkeyP
 
     monkeypatch.setattr(nvml_sim.os, "stat", stat)
     monkeypatch.setattr(nvml_sim.os, "readlink", readlink)
+    # A burst ends after a 1 ms gap between calls: a loaded machine that stops this thread for longer
+    # mid-poll would split the poll in two. Only the reading's start begins a burst here.
+    monkeypatch.setattr(nvml_sim, "BURST_GAP_S", 60.0)
+    monkeypatch.setattr(nvml_sim, "BURST_MAX_S", 60.0)
     lib = source.lib
     assert isinstance(lib, SimulatedNvml)
     lib.calls.clear()
