@@ -34,6 +34,7 @@ QUERIES = {
     "misaligned": "nodeconsole_vm_numa_aligned == 0",
     "doctor": "nodeconsole_doctor_check == 1",
     "source_down": "nodeconsole_source_up == 0",
+    "drained": "nodeconsole_gpu_drained == 1",
 }
 DRIFT_FIELDS = ("driver", "kernel", "libvirt", "mig")
 
@@ -62,6 +63,7 @@ class Host:
     gpus_by_owner: dict[str, int] = field(default_factory=dict)
     unhealthy: dict[str, dict[str, Any]] = field(default_factory=dict)  # address → GPU and reasons
     degraded: dict[str, dict[str, Any]] = field(default_factory=dict)
+    drained: dict[str, dict[str, Any]] = field(default_factory=dict)  # address → GPU (admins' drain marks)
     misaligned_vms: list[str] = field(default_factory=list)
     doctor: dict[str, str] = field(default_factory=dict)  # check → status
     mig: dict[str, int] = field(default_factory=dict)  # profile → instances
@@ -87,6 +89,7 @@ class Host:
                 "gpus_by_owner": dict(sorted(self.gpus_by_owner.items())),
                 "unhealthy_gpus": [self.unhealthy[a] for a in sorted(self.unhealthy)],
                 "degraded_gpus": [self.degraded[a] for a in sorted(self.degraded)],
+                "drained_gpus": [self.drained[a] for a in sorted(self.drained)],
                 "misaligned_vms": sorted(self.misaligned_vms),
                 "failing_checks": sorted(c for c, s in self.doctor.items() if s == "fail"),
                 "mig_layout": dict(sorted(self.mig.items())),
@@ -158,6 +161,10 @@ def fleet_report(fetch: Fetch) -> dict[str, Any]:
         h = host(s)
         h.gpus_by_owner[owner] = h.gpus_by_owner.get(owner, 0) + 1
     _health(res["health"], res["reason"], host)
+    for s in res["drained"]:  # the reason, who and when stay on the host (`snapshot --json`, its console)
+        m = s.get("metric", {})
+        host(s).drained[str(m.get("address", ""))] = {"address": str(m.get("address", "")),
+                                                       "index": m.get("index", ""), "model": m.get("model", "")}
     for s in res["mig"]:
         prof = str(s.get("metric", {}).get("profile", ""))
         h = host(s)
@@ -210,6 +217,8 @@ def render_text(report: dict[str, Any]) -> list[str]:
         lines.append(f"{h['instance']} ({h['hostname'] or '?'}): GPUs {owners}")
         for g in (*h["unhealthy_gpus"], *h["degraded_gpus"]):
             lines.append(f"  {g['state']} GPU {g['index']} {g['address']}: {'; '.join(g['reasons'])}")
+        for g in h["drained_gpus"]:
+            lines.append(f"  drained GPU {g['index']} {g['address']}: no new work until `nodeconsole gpu undrain`")
         if h["misaligned_vms"]:
             lines.append(f"  misaligned VMs: {', '.join(h['misaligned_vms'])}")
         if h["failing_checks"]:

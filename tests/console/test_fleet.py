@@ -15,6 +15,7 @@ import pytest
 
 from nodeconsole.actions.cli import main
 
+DRAINED_GPU = "0000:ba:00.0"  # GPU 6, unbound in the demo
 PROMETHEUS = "/usr/bin/prometheus"
 DRIFTED_DRIVER = "535.183.01"
 BAD_GPU = "0000:18:00.0"
@@ -36,7 +37,7 @@ def free_port() -> int:
 
 
 def make_host(d: Path, monkeypatch: pytest.MonkeyPatch, *, driver: str | None = None,
-              ecc_gpu: str | None = None, align_train_b: bool = False) -> None:
+              ecc_gpu: str | None = None, align_train_b: bool = False, drain: str | None = None) -> None:
     from nodeconsole.console.demo.state import ensure_demo
 
     ensure_demo(d)
@@ -50,6 +51,9 @@ def make_host(d: Path, monkeypatch: pytest.MonkeyPatch, *, driver: str | None = 
     if align_train_b:  # train-b is cross-NUMA in the demo: pin it onto its GPUs' node
         monkeypatch.setenv("NODECONSOLE_STATE_DIR", str(d))
         assert main(["--demo", "pin", "train-b", "--apply", "--yes"]) == 0
+    if drain is not None:  # an admin's drain mark, read by the host's exporter
+        monkeypatch.setenv("NODECONSOLE_STATE_DIR", str(d))
+        assert main(["--demo", "gpu", "drain", drain, "--reason", "fan noise", "--apply", "--yes"]) == 0
 
 
 @pytest.fixture(scope="module")
@@ -63,7 +67,7 @@ def prometheus(tmp_path_factory):
     base = tmp_path_factory.mktemp("fleet")
     specs = {"a": {"driver": DRIFTED_DRIVER, "align_train_b": True},  # drifted driver
              "b": {"ecc_gpu": BAD_GPU, "align_train_b": True},         # an unhealthy GPU
-             "c": {}}                                                  # train-b misaligned
+             "c": {"drain": DRAINED_GPU}}                              # train-b misaligned, a GPU drained
     servers, collectors, instances, samples = [], [], {}, {}
     proc = None
     try:
@@ -148,6 +152,10 @@ def test_fleet_names_what_was_injected(prometheus, capsys):
     assert f"unhealthy GPU 0 {BAD_GPU}: 3 uncorrectable ECC errors since the driver loaded" in text
     assert "degraded GPU 7 0000:bb:00.0: " in text
     assert "train-b" in text.split(inst["c"])[1].split("console:")[0]
+    # the drained GPU: host c's only, listed with its index (the reason stays on the host)
+    assert [g["address"] for g in c["drained_gpus"]] == [DRAINED_GPU] and not a["drained_gpus"] + b["drained_gpus"]
+    assert c["drained_gpus"][0]["index"] == "6"
+    assert f"drained GPU 6 {DRAINED_GPU}: no new work" in text.split(inst["c"])[1]
 
 
 def test_fleet_and_the_hosts_agree_on_every_gpu(prometheus, capsys):
