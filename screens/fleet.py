@@ -52,6 +52,8 @@ def host_panel(report: Report, instance: str | None) -> str:
         lines.append(f"unhealthy GPU {g['index']} {g['address']}: {'; '.join(g['reasons'])}")
     for g in h["degraded_gpus"]:
         lines.append(f"degraded GPU {g['index']} {g['address']}: {'; '.join(g['reasons'])}")
+    for g in h["drained_gpus"]:
+        lines.append(f"drained GPU {g['index']} {g['address']}: no new work until `nodeconsole gpu undrain`")
     for d in h["drift"]:
         lines.append(f"drift: {d['field']} {d['value']} (majority {d['majority']})")
     if h["sources_down"]:

@@ -10,11 +10,12 @@ from nodeconsole.screens.widgets.keyed_table import KeyedTable
 from tests.screens.helpers import wait_until
 
 
-def _host(instance: str, hostname: str, driver: str, drift: list, bad: list, vms: list, worn: list = ()) -> dict:
+def _host(instance: str, hostname: str, driver: str, drift: list, bad: list, vms: list, worn: list = (),
+          drained: list = ()) -> dict:
     return {"instance": instance, "hostname": hostname,
             "versions": {"driver": driver, "kernel": "6.8.0-45-generic", "libvirt": ""},
             "gpus_by_owner": {"host": 3, "vfio": 2}, "unhealthy_gpus": bad, "degraded_gpus": list(worn),
-            "misaligned_vms": vms,
+            "drained_gpus": list(drained), "misaligned_vms": vms,
             "failing_checks": [], "mig_layout": {"3g.40gb": 1}, "sources_down": [], "drift": drift,
             "console": f"ssh -t {instance.split(':')[0]} nodeconsole"}
 
@@ -26,7 +27,8 @@ REPORT = {"majority": {"driver": "550.90.07", "kernel": "6.8.0-45-generic", "lib
                           [{"address": "0000:18:00.0", "index": 0, "model": "H100", "state": "unhealthy",
                             "reasons": ["uncorrectable AER error (fatal) at 2026-12-02 09:58:45"]}], [],
                           [{"address": "0000:bb:00.0", "index": 7, "model": "H100", "state": "degraded",
-                            "reasons": ["PCIe link x8 of x16"]}]),
+                            "reasons": ["PCIe link x8 of x16"]}],
+                          [{"address": "0000:ba:00.0", "index": 6, "model": "H100"}]),
                     _host("node-c:9842", "gpu-c", "550.90.07", [], [], ["train-b"])]}
 
 
@@ -55,6 +57,7 @@ async def test_fleet_rows_drift_and_the_console_command():
         panel = str(app.query_one("#fleet-panel", Static).content)
         assert "unhealthy GPU 0 0000:18:00.0: uncorrectable AER error (fatal) at 2026-12-02 09:58:45" in panel
         assert "degraded GPU 7 0000:bb:00.0: PCIe link x8 of x16" in panel and "ssh -t node-b nodeconsole" in panel
+        assert "drained GPU 6 0000:ba:00.0: no new work until `nodeconsole gpu undrain`" in panel
         await pilot.press("r")  # the next read fails: the rows stay, the reason shows
         assert await wait_until(pilot, lambda: app.error != "")
         assert "Prometheus did not answer" in str(app.query_one("#fleet-summary", Static).content)
