@@ -23,7 +23,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from nodeconsole.actions.safe_files import AUDIT_DIR_MODE, ensure_dir, open_file, read_bytes
+from nodeconsole.actions.safe_files import AUDIT_DIR_MODE, ensure_dir, open_file
 from nodeconsole.console.audit_log import AUDIT_NAME, DEFAULT_STATE, UNDOABLE, AuditReader, Status
 from nodeconsole.console.outfile import fsync_dir
 
@@ -85,9 +85,6 @@ class AuditLog(AuditReader):
     def __init__(self, path: Path, dir_mode: int = AUDIT_DIR_MODE) -> None:
         super().__init__(path)
         self.dir_mode = dir_mode
-
-    def read_bytes(self) -> bytes:
-        return read_bytes(self.path)
 
     def append(self, record: dict[str, Any], min_free: int = 0) -> None:
         """Append one line, whole, and flush it to disk (an audit line that a crash loses is no audit);

@@ -12,11 +12,8 @@ import os
 import stat
 from pathlib import Path
 
+from nodeconsole.console.outfile import UnsafePath
 from nodeconsole.console.state_dir import AUDIT_DIR_MODE, STATE_DIR_MODE  # noqa: F401  (their home)
-
-
-class UnsafePath(OSError):
-    """A path the console refuses to use (a symbolic link, not a regular file)."""
 
 
 def _refuse(path: Path, what: str) -> UnsafePath:
@@ -76,15 +73,3 @@ def open_file(path: Path, flags: int, mode: int = 0o600, create: bool = False) -
         os.close(fd)
         raise _refuse(path, "not a regular file")
     return fd
-
-
-def read_bytes(path: Path) -> bytes:
-    """A file's bytes, read without following a link (FileNotFoundError when absent)."""
-    fd = open_file(path, os.O_RDONLY)
-    try:
-        chunks = []
-        while chunk := os.read(fd, 1 << 20):
-            chunks.append(chunk)
-        return b"".join(chunks)
-    finally:
-        os.close(fd)

@@ -19,6 +19,7 @@ from enum import StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from nodeconsole.console.outfile import UnsafePath
 from nodeconsole.console.state_dir import AUDIT_NAME, DEFAULT_STATE  # noqa: F401 (the reader's names)
 
 if TYPE_CHECKING:
@@ -253,11 +254,11 @@ def read_nofollow(path: Path) -> bytes:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
     except OSError as e:
         if e.errno == errno.ELOOP:
-            raise OSError(errno.ELOOP, f"refusing {path}: it is a symbolic link", str(path)) from None
+            raise UnsafePath(errno.ELOOP, f"refusing {path}: it is a symbolic link", str(path)) from None
         raise
     try:
         if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise OSError(errno.ELOOP, f"refusing {path}: it is not a regular file", str(path))
+            raise UnsafePath(errno.ELOOP, f"refusing {path}: it is not a regular file", str(path))
         chunks = []
         while chunk := os.read(fd, 1 << 20):
             chunks.append(chunk)

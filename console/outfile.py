@@ -30,7 +30,12 @@ def fsync_dir(path: str | os.PathLike[str]) -> None:
         os.close(fd)
 
 
-class RefusedPath(OSError):
+class UnsafePath(OSError):
+    """A path refused because reaching it would follow a symbolic link, or because it is not a regular
+    file (or directory) as expected: for reading (console/audit_log.py) and writing alike."""
+
+
+class RefusedPath(UnsafePath):
     """The final path holds something the writer does not replace: a symbolic link (errno ELOOP) or
     anything but a regular file (EISDIR for a folder, else EINVAL). Nothing was written."""
 
