@@ -10,7 +10,7 @@ from collections.abc import Sequence
 
 from nodeconsole.console import cli
 
-MODULES = ("changes", "nccl", "pin", "mig", "vgpu", "nic", "gpu", "doctor_fix")
+MODULES = ("changes", "nccl", "pin", "mig", "vgpu", "nic", "gpu", "doctor_fix", "prepare")
 
 
 def load() -> None:

@@ -76,6 +76,16 @@ def vm_gpu_mib(ctx: Context, vm: Vm) -> tuple[int, list[str], list[str]]:
     return total, held, unknown
 
 
+def small_vms(ctx: Context, factor: float) -> list[tuple[Vm, int, list[str]]]:
+    """(VM, GPU memory it holds in KiB, what it holds) of each GPU VM with less than `factor` × that."""
+    out = []
+    for vm in ctx.gpu_vms:
+        mib, held, _unknown = vm_gpu_mib(ctx, vm)
+        if mib and vm.memory_kib < factor * mib * 1024:
+            out.append((vm, mib * 1024, held))
+    return out
+
+
 def check_vm_memory(ctx: Context) -> CheckResult:
     v = Verdict("vm-memory")
     snap = ctx.snap
