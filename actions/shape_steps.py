@@ -6,8 +6,9 @@ put-back of its whole definition.
         core become the shape (console/vms/shape.py); nothing else of it changes. A running VM is refused.
     {"kind": "vm_definition", "vm": NAME, "token": SAVED, "expect": SHA256 | None}
         the definition becomes exactly SAVED (the backend's `save` token: libvirt, the inactive XML) --
-        only while it still is as the change left it (its sha256 `expect`), so an undo never throws away
-        what someone changed since.
+        only while it still is as the change left it (its sha256 `expect`, checked when the step runs,
+        after an undo's earlier steps took back their own edits), so an undo never throws away what
+        someone changed since: it fails, and the runner puts those earlier steps back.
 
 A vm_shape's inverse is a vm_definition: the definition saved just before the edit, and the digest of
 the definition the edit left, which the step puts into its inverse once applied (the runner records the
@@ -126,7 +127,8 @@ def _checked_token(cfg: VmBackend, vm: str, op: Op) -> tuple[str, str | None]:
 
 @step_kind("vm_definition")
 def vm_definition_step(host: ActionHost, op: Op) -> Step | None:
-    """See the module docstring. None when the definition already is the saved one."""
+    """See the module docstring. None when the definition already is the saved one. The digest is checked
+    when the step runs: in an undo the steps before it (pins, devices) first take back their own edits."""
     vm = _vm(op, "vm_definition")
     cfg = _backend(host)
     try:
@@ -140,19 +142,24 @@ def vm_definition_step(host: ActionHost, op: Op) -> Step | None:
         raise StepError(f"VM {vm}'s definition as the change left it is unknown (the change did not record "
                         "its result): restoring the saved one could throw away other changes; nothing was "
                         f"changed. Compare by hand (virsh dumpxml --inactive {shlex.quote(vm)})")
-    if digest(current) != expect:
-        raise StepError(f"VM {vm}'s definition was changed since (sha256 {digest(current)[:12]}…, the change left "
-                        f"{expect[:12]}…): restoring the saved one would throw those changes away; nothing was "
-                        f"changed. See virsh dumpxml --inactive {shlex.quote(vm)}")
+    inverse: Op = {"kind": "vm_definition", "vm": vm, "token": current, "expect": digest(token)}
 
     def apply() -> None:
+        now = cfg.save(vm)
+        if now == token:
+            return
+        if digest(now) != expect:
+            raise StepError(f"VM {vm}'s definition was changed since (sha256 {digest(now)[:12]}…, the change "
+                            f"left {expect[:12]}…): restoring the saved one would throw those changes away. "
+                            f"See virsh dumpxml --inactive {shlex.quote(vm)}")
+        inverse["token"] = now  # a redo puts back the definition as it is now
         cfg.restore(vm, token)
 
     def verify() -> str | None:
         return None if cfg.save(vm) == token else f"VM {vm}'s definition reads back different from the saved one"
 
     return Step(title=f"Restore VM {vm}'s definition exactly as it was saved",
-                why="its definition goes back to the bytes saved before the change",
+                why="its definition goes back to the bytes saved before the change, if it still is as the "
+                    "change left it (checked when this step runs)",
                 commands=("virsh define /dev/stdin <<'EOF'  # the saved definition below, then EOF",),
-                op=dict(op), inverse={"kind": "vm_definition", "vm": vm, "token": current, "expect": digest(token)},
-                apply_fn=apply, verify_fn=verify, detail=token)
+                op=dict(op), inverse=inverse, apply_fn=apply, verify_fn=verify, detail=token)

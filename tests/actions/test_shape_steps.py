@@ -14,7 +14,7 @@ libvirt = pytest.importorskip("libvirt")
 
 from nodeconsole.actions.host import ActionHost  # noqa: E402
 from nodeconsole.actions.plan import Plan, StepError, build_step  # noqa: E402
-from nodeconsole.actions.progress import DONE  # noqa: E402
+from nodeconsole.actions.progress import DONE, FAILED_RESULT  # noqa: E402
 from nodeconsole.actions.runner import Runner  # noqa: E402
 from nodeconsole.actions.shape_steps import digest  # noqa: E402
 from nodeconsole.actions.undo import plan_undo  # noqa: E402
@@ -105,9 +105,14 @@ def test_an_undo_refuses_a_definition_changed_since(host):
     assert res.status == DONE, res.message
     host.vms.set_pins(VM, VmPins(vcpus=((0, "3"),)), live=False, memory_policy=False)  # someone's edit
     changed = host.vms.save(VM)
-    undo = plan_undo(host)
-    assert not undo.ok and "definition was changed since" in undo.refusal
+    undo = Runner(host).run(plan_undo(host))
+    assert undo.status == FAILED_RESULT and "definition was changed since" in undo.message, undo.message
     assert host.vms.save(VM) == changed != before
+    record = host.audit.find(res.record_id).to_json()
+    assert "undone_by" not in record  # still to be undone, once the definition is as the change left it
+    host.vms.set_pins(VM, VmPins(), live=False, memory_policy=False)  # that edit taken back
+    assert Runner(host).run(plan_undo(host)).status == DONE
+    assert host.vms.save(VM) == before
 
 
 def test_a_tampered_token_is_refused(host):
@@ -127,6 +132,9 @@ def test_a_tampered_token_is_refused(host):
             build_step(host, {"kind": "vm_definition", "vm": VM, "token": tampered, "expect": expect})
     with pytest.raises(StepError, match="'expect' is not a sha256"):
         build_step(host, {"kind": "vm_definition", "vm": VM, "token": token, "expect": "abc"})
+    step = build_step(host, {"kind": "vm_definition", "vm": VM, "token": token, "expect": "0" * 64})
+    with pytest.raises(StepError, match="definition was changed since"):  # checked when it runs
+        step.apply()
     with pytest.raises(StepError, match="the change did not record its result"):
         build_step(host, {"kind": "vm_definition", "vm": VM, "token": token, "expect": None})
     assert host.vms.shape(VM).key() == ONE_NODE.key()  # nothing was changed
