@@ -13,6 +13,7 @@ import pytest
 libvirt = pytest.importorskip("libvirt")
 
 from nodeconsole.actions.host import ActionHost  # noqa: E402
+from nodeconsole.actions.interrupt import FAIL_ENV  # noqa: E402
 from nodeconsole.actions.plan import Plan, StepError, build_step  # noqa: E402
 from nodeconsole.actions.progress import DONE, FAILED_RESULT  # noqa: E402
 from nodeconsole.actions.runner import Runner  # noqa: E402
@@ -178,3 +179,27 @@ def test_the_shape_dict_round_trips_and_rejects_wrong_types():
                        ("numa", ["strict", "0"])):
         with pytest.raises(ValueError, match="shape"):
             VmShape.from_dict({**ONE_NODE.to_dict(), key: value})
+
+
+def test_the_undo_of_the_undo_puts_the_shape_back_exactly(host):
+    before = host.vms.save(VM)
+    assert _run(host, _op(TWO_CELLS)).status == DONE
+    shaped = host.vms.save(VM)
+    undo = Runner(host).run(plan_undo(host))
+    assert undo.status == DONE and host.vms.save(VM) == before
+    # the redo token is the definition as the undo found it, completed when the step ran
+    assert host.audit.find(undo.record_id).to_json()["undo"] == [
+        {"kind": "vm_definition", "vm": VM, "token": shaped, "expect": digest(before)}]
+    redo = Runner(host).run(plan_undo(host, undo.record_id))
+    assert redo.status == DONE, redo.message
+    assert host.vms.save(VM) == shaped
+
+
+def test_a_later_step_failing_rolls_the_shape_back_exactly(host, monkeypatch):
+    before = host.vms.save(VM)
+    pins = {"kind": "vm_pins", "vm": VM, "scope": "config", "vcpus": [[0, "1"]], "emulator": "0"}
+    steps = [build_step(host, _op(ONE_NODE)), build_step(host, pins)]
+    monkeypatch.setenv(FAIL_ENV, "2:verify")  # the pins applied, then their verification fails
+    res = Runner(host).run(Plan(action="shape", title="shape and pin", request={}, steps=steps))
+    assert res.status == FAILED_RESULT and res.undo_failed == [] and len(res.undone) == 2, res.message
+    assert host.vms.save(VM) == before
