@@ -75,6 +75,17 @@ def shape_commands(vm: str, now: VmShape, target: VmShape) -> tuple[str, ...]:
     return tuple(cmds)
 
 
+def pins_after_shape(pins_step: Step, shape: VmShape) -> Step:
+    """A config-scope `vm_pins` step planned from the definition before a `vm_shape` that runs first: its
+    inverse then names only the vCPUs the shape keeps (the shape drops the pins of the others), so the
+    pins' undo gives back the definition exactly as the shape left it and the shape's undo can follow.
+    Plan such a pins step without "numa": the shape owns the memory policy."""
+    inverse = pins_step.inverse
+    if inverse is not None and inverse.get("kind") == "vm_pins":
+        inverse["vcpus"] = [p for p in inverse.get("vcpus") or [] if p[0] < shape.vcpus]
+    return pins_step
+
+
 @step_kind("vm_shape")
 def vm_shape_step(host: ActionHost, op: Op) -> Step | None:
     """See the module docstring. None when the definition already has the shape."""
@@ -146,13 +157,13 @@ def vm_definition_step(host: ActionHost, op: Op) -> Step | None:
 
     def apply() -> None:
         now = cfg.save(vm)
+        inverse["token"] = now  # a redo (or this step's own rollback) puts back the definition as it is now
         if now == token:
             return
         if digest(now) != expect:
             raise StepError(f"VM {vm}'s definition was changed since (sha256 {digest(now)[:12]}…, the change "
                             f"left {expect[:12]}…): restoring the saved one would throw those changes away. "
                             f"See virsh dumpxml --inactive {shlex.quote(vm)}")
-        inverse["token"] = now  # a redo puts back the definition as it is now
         cfg.restore(vm, token)
 
     def verify() -> str | None:

@@ -17,7 +17,7 @@ from nodeconsole.actions.interrupt import FAIL_ENV  # noqa: E402
 from nodeconsole.actions.plan import Plan, StepError, build_step  # noqa: E402
 from nodeconsole.actions.progress import DONE, FAILED_RESULT  # noqa: E402
 from nodeconsole.actions.runner import Runner  # noqa: E402
-from nodeconsole.actions.shape_steps import digest  # noqa: E402
+from nodeconsole.actions.shape_steps import digest, pins_after_shape  # noqa: E402
 from nodeconsole.actions.undo import plan_undo  # noqa: E402
 from nodeconsole.console.libvirt_xml import parse_domain  # noqa: E402
 from nodeconsole.console.seams import demo_host  # noqa: E402
@@ -101,18 +101,22 @@ def test_a_running_vm_is_refused(host):
 
 
 def test_an_undo_refuses_a_definition_changed_since(host):
+    """Someone edits the definition after the change: the undo's pins step runs, the restore refuses, and
+    the runner puts the pins back: the definition is as that someone left it."""
     before = host.vms.save(VM)
-    res = _run(host, _op(ONE_NODE))
+    pins = {"kind": "vm_pins", "vm": VM, "scope": "config", "vcpus": [[0, "4"], [1, "5"]], "emulator": "0"}
+    steps = [build_step(host, _op(ONE_NODE)), pins_after_shape(build_step(host, pins), ONE_NODE)]
+    res = Runner(host).run(Plan(action="shape", title="shape and pin", request={}, steps=steps))
     assert res.status == DONE, res.message
-    host.vms.set_pins(VM, VmPins(vcpus=((0, "3"),)), live=False, memory_policy=False)  # someone's edit
+    host.vms.add_hostdev(VM, "0000:7f:00.0")  # someone's edit
     changed = host.vms.save(VM)
     undo = Runner(host).run(plan_undo(host))
     assert undo.status == FAILED_RESULT and "definition was changed since" in undo.message, undo.message
+    assert undo.undo_failed == [] and len(undo.undone) == 2, undo.message
     assert host.vms.save(VM) == changed != before
-    record = host.audit.find(res.record_id).to_json()
-    assert "undone_by" not in record  # still to be undone, once the definition is as the change left it
-    host.vms.set_pins(VM, VmPins(), live=False, memory_policy=False)  # that edit taken back
-    assert Runner(host).run(plan_undo(host)).status == DONE
+    assert "undone_by" not in host.audit.find(res.record_id).to_json()  # still to be undone
+    host.vms.remove_hostdev(VM, "0000:7f:00.0")
+    assert Runner(host).run(plan_undo(host)).status == DONE  # that edit taken back: the undo goes through
     assert host.vms.save(VM) == before
 
 
@@ -202,4 +206,20 @@ def test_a_later_step_failing_rolls_the_shape_back_exactly(host, monkeypatch):
     monkeypatch.setenv(FAIL_ENV, "2:verify")  # the pins applied, then their verification fails
     res = Runner(host).run(Plan(action="shape", title="shape and pin", request={}, steps=steps))
     assert res.status == FAILED_RESULT and res.undo_failed == [] and len(res.undone) == 2, res.message
+    assert host.vms.save(VM) == before
+
+
+def test_fewer_vcpus_then_new_pins_undo_exactly(host):
+    """The order `prepare` plans: the shape (vCPUs 4 → 2, dropping vCPU 3's pin), then the new pins,
+    planned before either ran; the undo takes the pins back to what the shape left, then the shape."""
+    host.vms.set_pins(VM, VmPins(vcpus=((0, "1"), (3, "2"))), live=False, memory_policy=False)
+    before = host.vms.save(VM)
+    pins = {"kind": "vm_pins", "vm": VM, "scope": "config", "vcpus": [[0, "4"], [1, "5"]], "emulator": "0"}
+    steps = [build_step(host, _op(ONE_NODE)), pins_after_shape(build_step(host, pins), ONE_NODE)]
+    assert steps[1].inverse["vcpus"] == [[0, "1"]]
+    res = Runner(host).run(Plan(action="shape", title="shape and pin", request={}, steps=steps))
+    assert res.status == DONE, res.message
+    assert [(p.vcpu, p.cpus) for p in parse_domain(host.vms.save(VM)).pins] == [(0, (4,)), (1, (5,))]
+    undo = Runner(host).run(plan_undo(host))
+    assert undo.status == DONE, undo.message
     assert host.vms.save(VM) == before

@@ -159,6 +159,9 @@ def shut_off_guest(real_libvirtd) -> Iterator[Guest]:
             if dom.isActive():
                 dom.destroy()
             dom.undefine()
+        except libvirt.libvirtError as e:  # never defined (defineXML failed): nothing to remove
+            if e.get_error_code() != 42:  # VIR_ERR_NO_DOMAIN
+                raise
         finally:
             conn.close()
 
