@@ -5,7 +5,8 @@ vGPU, pinning) goes through its methods (tests/actions/test_vm_backend_neutral.p
 
 libvirt implements it (console/vms/libvirt_domains.py's `DomainConfig`: a libvirt connection, and the
 demo's test-driver node file); a second hypervisor (Proxmox VE) implements it again. Actions speak to it
-in these terms only (vCPU pins, memory policy, mdevs, a removed device's saved form as an opaque token);
+in these terms only (vCPU pins, memory policy, mdevs, a VM's shape -- console/vms/shape.py `VmShape` --, a
+removed device's or a whole definition's saved form as an opaque token);
 libvirt's domain XML (`xml`/`define`/`edit`, console/host_seams.py's `DomainStore`) stays below it.
 """
 from __future__ import annotations
