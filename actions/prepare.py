@@ -6,15 +6,16 @@ The plan, in the order it applies:
 2. the GPUs (with every other function of their IOMMU groups) and, with `--with-nic`, a VF beside each
    GPU, bound to vfio-pci;
 3. the VM's definition: first its shape (`vm_shape`: vCPU count and guest topology, memory, hugepage
-   backing, `<numatune>`, guest NUMA cells for a VM across nodes) — whose undo restores the definition's
-   bytes as they were before the plan — then the GPUs' and VFs' host devices, the far VFs it held taken
-   out, one `<vcpupin>` per vCPU on the GPUs' node(s) and the `<emulatorpin>` on the host's kept cores;
+   backing, `<numatune>`, guest NUMA cells for a VM across nodes) — whose undo puts the definition's
+   bytes back as they were before it, once the later steps took back their own edits — then the GPUs'
+   and VFs' host devices, the far VFs it held taken out, one `<vcpupin>` per vCPU on the GPUs' node(s)
+   and the `<emulatorpin>` on the host's kept cores;
 4. the NCCL topology file and environment for the guest, computed from the definition once the devices
    are in (actions/nccl/guest_files.py), where `nccl topo --vm` and `nccl command --vm` say they are.
 
-The definition steps after the shape step carry no undo of their own: restoring the definition saved
-before the plan undoes them all, byte for byte (and a failed run rolls back the same way). Only plans:
-the runner applies, verifies, audits and undoes.
+Every step undoes exactly, so `undo` gives back the definition byte for byte and the host as it was
+(drivers, hugepages, the boot loader's command line, the files). Only plans: the runner applies,
+verifies, audits and undoes.
 """
 from __future__ import annotations
 

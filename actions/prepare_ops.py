@@ -18,7 +18,6 @@ if TYPE_CHECKING:
     from nodeconsole.actions.placement import Placement
     from nodeconsole.console.vms.backend import VmShape
 
-_DEFINITION_KINDS = ("vm_hostdev", "vm_pins")
 
 
 # -- hugepages -----------------------------------------------------------------------------------------
@@ -142,23 +141,25 @@ def nccl_ops(host: ActionHost, vm: str, placed: Placement) -> list[Op]:
 # -- steps ----------------------------------------------------------------------------------------------
 
 def add_prepare_steps(host: ActionHost, plan: Plan, ops: list[Op]) -> None:
-    """Build the steps (each operation once); definition steps after a shape step leave their undo to it."""
+    """Build the steps (each operation once). A pins step planned before the shape step that runs first
+    undoes to what the shape left (actions/shape_steps.py `pins_after_shape`), so the shape's undo follows."""
+    from nodeconsole.actions.shape_steps import pins_after_shape
+    from nodeconsole.console.vms.backend import VmShape
+
     seen: set[str] = set()
-    shape_step: int | None = None
-    shape_vm = None
+    shape: VmShape | None = None
     for op in ops:
         key = json.dumps(op, sort_keys=True)
         if key in seen:
             continue
         seen.add(key)
         step: Step | None = build_step(host, op)
+        if op["kind"] == "vm_shape":
+            shape = VmShape.from_dict(op["shape"])
         if step is None:
             continue
-        if op["kind"] == "vm_shape":
-            shape_step, shape_vm = len(plan.steps) + 1, op["vm"]
-        elif shape_step is not None and op["kind"] in _DEFINITION_KINDS and op.get("vm") == shape_vm:
-            step.inverse = None
-            step.why = f"{step.why}; undone with the definition (step {shape_step})"
+        if op["kind"] == "vm_pins" and shape is not None:
+            step = pins_after_shape(step, shape)
         plan.steps.append(step)
     if any(s.op.get("kind") == "nccl_guest_files" for s in plan.steps):
         plan.notes.append("the NCCL files are written from the definition once the devices are in: copy topo.xml "

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
-from nodeconsole.actions.boot_hugepages import hugepage_words
+from nodeconsole.actions.boot_hugepages import hugepage_words, per_node_of
 from nodeconsole.actions.host import ActionHost
 from nodeconsole.actions.plan import Check, Op
 from nodeconsole.console.doctor import facts
@@ -27,9 +27,11 @@ class MemoryFix:
     checks: list[Check] = field(default_factory=list)
 
 
-def vm_memory_fix(host: ActionHost, snap: HostSnapshot, have_words: list[str]) -> MemoryFix:
+def vm_memory_fix(host: ActionHost, snap: HostSnapshot, have_words: list[str],
+                  planned: list[str] | None = None) -> MemoryFix:
     """The operations resizing every VM the vm-memory check names (`have_words`: the boot loader's
-    command line now, for the hugepages at boot)."""
+    command line now; `planned`: words another fix of the same plan adds, whose hugepages at boot these
+    keep: the boot words then replace them, reserving the larger count on each node)."""
     out = MemoryFix()
     if host.vms is None or not snap.sources.libvirt.ok:
         why = "this host has no VM backend" if host.vms is None else f"libvirt {snap.sources.libvirt}"
@@ -63,7 +65,10 @@ def vm_memory_fix(host: ActionHost, snap: HostSnapshot, have_words: list[str]) -
     for size, by_node in sorted(pages.items()):
         out.ops[:0] = [{"kind": "hugepages", "node": n, "size_kib": size, "count": c, "boot": True}
                        for n, c in sorted(by_node.items())]
-        at_boot = {n.id: reserved.get(n.id, {}).get(size, 0) for n in snap.numa_nodes if n.memory_kib} | by_node
+        nodes = [n.id for n in snap.numa_nodes if n.memory_kib]
+        at_boot = {n: reserved.get(n, {}).get(size, 0) for n in nodes}
+        for n, c in list(by_node.items()) + list(per_node_of(planned or [], nodes).items()):
+            at_boot[n] = max(at_boot.get(n, 0), c)
         words, note = hugepage_words(have_words, size, at_boot, snap.host.kernel)
         out.boot_words += words
         if note:

@@ -114,7 +114,7 @@ def check_vm_memory(ctx: Context) -> CheckResult:
         v.warns.append(f"below {factor:g}x their GPUs' memory: {names(small, 3)}")
         v.fix = Fix(f"give each such VM at least {factor:g}x its GPUs' memory, within what its NUMA node(s) can "
                     "hold in hugepages (2-3x recommended; takes effect at the VM's next start)", tuple(fixes),
-                    False, False)
+                    False, bool(fixes))
     _host_commit(ctx, v)
     gpu_vms = len(ctx.gpu_vms)
     return v.result(f"{gpu_vms} GPU VM(s) with at least {factor:g}x their GPUs' memory; host memory not "
