@@ -1,6 +1,8 @@
 """The seams a host is read (and written) through. A real host, a captured tree, the demo host, a replay
 and a test fixture differ only in these values, chosen once by the factories here (`real_host`,
 `simulated_host`/`demo_host`, `replay_host`); the code that reads them never asks which host it is.
+A host (or tree, or capture) with `etc/pve/qemu-server` is a Proxmox VE host: its VMs are read through
+console/vms/proxmox_backend.py unless `--libvirt URI` is given.
 
 This module is the one place that chooses the simulation: only it imports console/demo/ (an
 import-linter contract in pyproject.toml holds every other production module to that)."""
@@ -118,6 +120,13 @@ def real_host(root: str = "/", libvirt_uri: str | None = None) -> Seams:
     A captured tree has no NVML and no libvirt unless a URI is given explicitly; it is read-only, its
     kernel log is its files', and none of this machine's programs run for it."""
     captured = os.path.abspath(root) != "/"
+    seam = Root(root)
+    if libvirt_uri is None and _has_proxmox(seam):  # Proxmox VE: its VMs are qemu-server configs
+        if captured:
+            return Seams(root=seam, libvirt_uri=None, use_real_nvml=False, vm_backend=_proxmox_vms(seam))
+        return Seams(root=seam, libvirt_uri=None, state_dir=Path(DEFAULT_STATE), writes=ThisMachine(),
+                     read_only_reason="", live_kernel_log=True, local_programs=True, origin="live",
+                     vm_backend=_proxmox_vms(seam))
     uri = libvirt_uri if libvirt_uri is not None else (None if captured else SYSTEM_URI)
     agent = None
     if uri is not None and not uri.startswith("test:"):
@@ -129,6 +138,21 @@ def real_host(root: str = "/", libvirt_uri: str | None = None) -> Seams:
     return Seams(root=Root(root), libvirt_uri=uri, state_dir=Path(DEFAULT_STATE), guest_agent=agent,
                  writes=ThisMachine(), read_only_reason="", live_kernel_log=True, local_programs=True,
                  guests_unreachable="", origin="live")
+
+
+def _has_proxmox(root: Root) -> bool:
+    from nodeconsole.console.vms.proxmox import has_proxmox
+
+    return has_proxmox(root)
+
+
+def _proxmox_vms(root: Root) -> Callable[[str | None], VmBackend | None]:
+    """The Proxmox VE backend of the host below `root` (whatever libvirt URI is asked for: none is used)."""
+    def backend(_uri: str | None) -> VmBackend | None:
+        from nodeconsole.console.vms.proxmox_backend import proxmox_vms
+
+        return proxmox_vms(root)
+    return backend
 
 
 def simulated_host(root: Root, libvirt_uri: str | None, state_dir: Path, **values: Any) -> Seams:
