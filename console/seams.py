@@ -94,6 +94,9 @@ class Seams:
     vm_backend: Callable[[str | None], VmBackend | None] = field(default=lambda uri: _libvirt_domains(uri))
     # Where the host's boot id is read (root-relative): a later read that differs means it rebooted.
     boot_id_file: str = BOOT_ID
+    # The host's hypervisor: "libvirt" (VMs through `vm_backend`) or "proxmox" (Proxmox VE: its VMs are the
+    # qemu-server configs below `root`, read through console/vms/proxmox_backend.py whatever root is set).
+    hypervisor: str = "libvirt"
 
     @property
     def audit_dir(self) -> Path:
@@ -102,6 +105,10 @@ class Seams:
 
     def open_vm_backend(self) -> VmBackend | None:
         """A fresh VM backend of this host; None: the host has no hypervisor to read (no libvirt URI)."""
+        if self.hypervisor == "proxmox":
+            from nodeconsole.console.vms.proxmox_backend import proxmox_vms
+
+            return proxmox_vms(self.root)
         return self.vm_backend(self.libvirt_uri)
 
     def boot_id(self) -> str:
@@ -123,10 +130,10 @@ def real_host(root: str = "/", libvirt_uri: str | None = None) -> Seams:
     seam = Root(root)
     if libvirt_uri is None and _has_proxmox(seam):  # Proxmox VE: its VMs are qemu-server configs
         if captured:
-            return Seams(root=seam, libvirt_uri=None, use_real_nvml=False, vm_backend=_proxmox_vms(seam))
+            return Seams(root=seam, libvirt_uri=None, use_real_nvml=False, hypervisor="proxmox")
         return Seams(root=seam, libvirt_uri=None, state_dir=Path(DEFAULT_STATE), writes=ThisMachine(),
                      read_only_reason="", live_kernel_log=True, local_programs=True, origin="live",
-                     vm_backend=_proxmox_vms(seam))
+                     hypervisor="proxmox")
     uri = libvirt_uri if libvirt_uri is not None else (None if captured else SYSTEM_URI)
     agent = None
     if uri is not None and not uri.startswith("test:"):
@@ -144,15 +151,6 @@ def _has_proxmox(root: Root) -> bool:
     from nodeconsole.console.vms.proxmox import has_proxmox
 
     return has_proxmox(root)
-
-
-def _proxmox_vms(root: Root) -> Callable[[str | None], VmBackend | None]:
-    """The Proxmox VE backend of the host below `root` (whatever libvirt URI is asked for: none is used)."""
-    def backend(_uri: str | None) -> VmBackend | None:
-        from nodeconsole.console.vms.proxmox_backend import proxmox_vms
-
-        return proxmox_vms(root)
-    return backend
 
 
 def simulated_host(root: Root, libvirt_uri: str | None, state_dir: Path, **values: Any) -> Seams:
@@ -329,8 +327,10 @@ def replay_host(path: str | os.PathLike[str]) -> Seams:
     unavailable = {name: status.removeprefix("unavailable: ") for name, status in opened.snapshot_sources.items()
                    if status != "ok" and not (name == "nvml" and lib is not None)
                    and not (name == "libvirt" and node is not None)}
+    proxmox = node is None and _has_proxmox(root)  # a Proxmox VE host's capture: its VM configs are in the tree
     # The test driver's CPU time follows the wall clock: a VM's CPU use is not measured in a replay.
     return Seams(root=root, libvirt_uri=f"test://{node}" if node is not None else None, nvml_lib=lib,
+                 hypervisor="proxmox" if proxmox else "libvirt",
                  use_real_nvml=False, state_dir=opened.audit_dir, vm_load=lambda *_args: None,
                  writes=ReplayWrites(opened.programs), unavailable=unavailable, replay=opened.replay,
                  clock=_stopped_at(opened.replay.captured_at), read_only_reason=READ_ONLY,
