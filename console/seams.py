@@ -108,7 +108,7 @@ class Seams:
         if self.hypervisor == "proxmox":
             from nodeconsole.console.vms.proxmox_backend import proxmox_vms
 
-            return proxmox_vms(self.root)
+            return proxmox_vms(self.root, self.writes.commands(self.root))
         return self.vm_backend(self.libvirt_uri)
 
     def boot_id(self) -> str:

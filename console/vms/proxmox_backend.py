@@ -1,11 +1,24 @@
-"""Proxmox VE as a VM backend (console/vms/backend.py's VmBackend): every read through the VMs' config
-files (console/vms/proxmox.py), a VM named by its name or its vmid. Changes are not made yet: each change
-method raises VmConfigError("not yet on Proxmox: …"), so an action refuses with that one line and changes
-nothing (Proxmox's own way, `qm set`, is the next step).
+"""Proxmox VE as a VM backend (console/vms/backend.py's VmBackend): reads through the VMs' config files
+(console/vms/proxmox.py), a VM named by its name or its vmid; host-device changes through `qm set` (argv,
+never a shell: the host's CommandRunner seam), each checked against the config as read (`--digest`, its
+SHA1: a config changed under us refuses) and refused for a VM with a `lock:`.
+
+The definition read and changed here is the config as the VM's next start takes it: the main section with
+[PENDING] over it (libvirt's persistent definition). `qm set` on a running VM leaves the change in
+[PENDING] until the restart (`pin_scopes` says so; the snapshot shows the pending keys).
+
+Not made yet (VmConfigError "not yet on Proxmox: …", nothing changed): pins (affinity + numaN), mdev
+vGPUs, restoring a whole config, run-state changes (qm start/shutdown/stop).
 """
 from __future__ import annotations
 
+import hashlib
+import re
+from dataclasses import replace
+
 from nodeconsole.console.cpulist import format_cpulist
+from nodeconsole.console.host_seams import CommandRunner
+from nodeconsole.console.hosttext import visible
 from nodeconsole.console.model import Vm
 from nodeconsole.console.pciaddr import parse_pci_address
 from nodeconsole.console.root import Root
@@ -21,8 +34,15 @@ from nodeconsole.console.vms.proxmox import (
     vm_ids,
     vm_record,
 )
-from nodeconsole.console.vms.proxmox_conf import QemuConf, parse_hostpci, settings
-from nodeconsole.console.vms.proxmox_mapping import resolve_hostpci
+from nodeconsole.console.vms.proxmox_conf import (
+    MAX_HOSTPCI,
+    QemuConf,
+    Section,
+    parse_hostpci,
+    settings,
+    with_pending,
+)
+from nodeconsole.console.vms.proxmox_mapping import functions, read_mappings, resolve_hostpci
 
 PENDING_SAYS = ("a running Proxmox VM takes a config change at its next start: it waits in the config's "
                 "[PENDING] section until then")
@@ -38,8 +58,9 @@ class ProxmoxVms:
     label = "Proxmox VE"
     one_state = False
 
-    def __init__(self, root: Root) -> None:
+    def __init__(self, root: Root, commands: CommandRunner | None = None) -> None:
         self.root = root
+        self.commands = commands
 
     def reader(self) -> ProxmoxReader:
         return ProxmoxReader(self.root)
@@ -67,9 +88,9 @@ class ProxmoxVms:
         return vm_record(self.root, conf, running_pid(self.root, conf.vmid), host_view(self.root))
 
     def _hostpci(self, vm: str) -> list[tuple[int, tuple[str, ...]]]:
-        """(index, host functions) of each hostpci line of the VM's config."""
+        """(index, host functions) of each hostpci line of the VM's config (as its next start takes it)."""
         conf = self._conf(vm)
-        s, view = settings(conf.main, conf.path), host_view(self.root)
+        s, view = settings(with_pending(conf), conf.path), host_view(self.root)
         running = running_pid(self.root, conf.vmid) is not None
         return [(h.index, resolve_hostpci(self.root, h, conf.vmid, running, view.mappings, view.node,
                                           view.reserved).addresses) for h in s.hostpci]
@@ -93,23 +114,24 @@ class ProxmoxVms:
         return frozenset()
 
     def pins(self, vm: str, live: bool) -> VmPins:
-        """The config's `affinity` (the whole process: no vCPU is pinned apart) and NUMA binding; Proxmox has
-        no live state apart from the config, so `live` reads the same."""
+        """The config's `affinity` (the whole process: no vCPU is pinned apart) and NUMA binding: `live` the
+        running VM's (the main section), else its next start's ([PENDING] over it)."""
         conf = self._conf(vm)
-        s = settings(conf.main, conf.path)
-        record = vm_record(self.root, conf, None, host_view(self.root))
+        section = conf.main if live else with_pending(conf)
+        s = settings(section, conf.path)
+        record = vm_record(self.root, replace(conf, main=section), None, host_view(self.root))
         numa = (record.numa_mode, format_cpulist(record.numa_nodeset)) if record.numa_mode else None
         return VmPins((), format_cpulist(s.affinity) if s.affinity else None, numa)
 
     def mdev_hostdevs(self, vm: str) -> set[str]:
         conf = self._conf(vm)
-        return {mdev_uuid(h.index, conf.vmid) for h in settings(conf.main, conf.path).hostpci if h.mdev}
+        return {mdev_uuid(h.index, conf.vmid) for h in settings(with_pending(conf), conf.path).hostpci if h.mdev}
 
     def saved_hostdev(self, vm: str, address: str) -> SavedHostdev | None:
         """The hostpci line holding `address`, as the config writes it (`hostpciN: VALUE`)."""
         conf = self._conf(vm)
         place = self.hostdev_place(vm, address)
-        line = conf.main.get(f"hostpci{place[0]}") if place is not None else None
+        line = with_pending(conf).get(f"hostpci{place[0]}") if place is not None else None
         return SavedHostdev(f"{line.key}: {line.value}", place[0]) if line is not None and place else None
 
     def check_saved_hostdev(self, address: str, token: str) -> str:
@@ -120,7 +142,13 @@ class ProxmoxVms:
             pci = parse_hostpci(int(key[7:]), value)
         except ValueError as e:
             raise VmConfigError(f"'element': {e}") from None
-        if parse_pci_address(address) not in pci.hosts and address[:-2] not in pci.hosts:
+        address = parse_pci_address(address)
+        if pci.mapping is not None:
+            mapping = read_mappings(self.root).mappings.get(pci.mapping)
+            held = {a for e in (mapping.entries if mapping else ()) for p in e.paths for a in functions(self.root, p)}
+        else:
+            held = {a for h in pci.hosts for a in (functions(self.root, h) or (h,))}
+        if address not in held:
             raise VmConfigError(f"'element' is not the hostpci line of {address}")
         return token.strip()
 
@@ -133,13 +161,54 @@ class ProxmoxVms:
     def close(self) -> None:
         pass
 
-    # -- changes: not made yet -------------------------------------------------------------------------
+    # -- changes through qm set -------------------------------------------------------------------------
+    def _qm_set(self, conf: QemuConf, args: list[str]) -> None:
+        """`qm set VMID --digest SHA1 ARGS…`; VmConfigError when locked, without qm, or refused."""
+        lock = conf.main.get("lock")
+        if lock is not None:
+            raise VmConfigError(f"VM {conf.vmid} is locked ({visible(lock.value)}): Proxmox refuses changes to it "
+                                f"until the lock is gone (`qm unlock {conf.vmid}` once nothing holds it)")
+        if self.commands is None or self.commands.which("qm") is None:
+            raise VmConfigError("this host has no qm (Proxmox VE's VM tool): its VM configs cannot be changed here")
+        data = self.root.read_bytes(f"{CONF_DIR}/{conf.vmid}.conf") or b""
+        rc, out = self.commands.run(["qm", "set", str(conf.vmid), "--digest", hashlib.sha1(data).hexdigest(), *args])
+        if rc != 0:
+            raise VmConfigError(f"qm set {conf.vmid} {' '.join(args)} refused: {visible(out.strip()[:300])}")
+
+    def _holding(self, conf: QemuConf, address: str) -> int | None:
+        """The index of the hostpci line (as the next start takes them) that holds `address`."""
+        place = self.hostdev_place(str(conf.vmid), address)
+        return place[0] if place is not None else None
+
     def add_hostdev(self, vm: str, address: str, managed: bool = True, index: int | None = None) -> None:
-        raise not_yet(f"giving {address} to {vm}")
+        conf, address = self._conf(vm), parse_pci_address(address)
+        if self._holding(conf, address) is not None:
+            return
+        free = [n for n in range(MAX_HOSTPCI) if n not in _taken(conf)]
+        if not free:
+            raise VmConfigError(f"VM {conf.vmid} uses hostpci0 to hostpci{MAX_HOSTPCI - 1} already")
+        n = index if index is not None and index in free else free[0]
+        self._qm_set(conf, [f"--hostpci{n}", address + (",pcie=1" if _q35(conf.main) else "")])
 
     def remove_hostdev(self, vm: str, address: str) -> None:
-        raise not_yet(f"taking {address} from {vm}")
+        """Take out the hostpci line holding `address` (with every function it holds)."""
+        conf = self._conf(vm)
+        n = self._holding(conf, parse_pci_address(address))
+        if n is not None:
+            self._qm_set(conf, ["--delete", f"hostpci{n}"])
 
+    def restore_hostdev(self, vm: str, address: str, saved: SavedHostdev) -> None:
+        """Put the saved `hostpciN: VALUE` line back as it was, at its index (taken by another: refused)."""
+        conf = self._conf(vm)
+        if self._holding(conf, parse_pci_address(address)) is not None:
+            return
+        key, _, value = self.check_saved_hostdev(address, saved.token).partition(": ")
+        if int(key[7:]) in _taken(conf):
+            raise VmConfigError(f"{key} of VM {conf.vmid} now holds another device (an index collision): put "
+                                f"{visible(key)}: {visible(value)} back by hand")
+        self._qm_set(conf, [f"--{key}", value])
+
+    # -- changes: not made yet -------------------------------------------------------------------------
     def restore(self, vm: str, token: str) -> None:
         raise not_yet(f"restoring the config of {vm}")
 
@@ -152,9 +221,6 @@ class ProxmoxVms:
     def remove_mdev(self, vm: str, uuid: str) -> None:
         raise not_yet(f"taking a vGPU from {vm}")
 
-    def restore_hostdev(self, vm: str, address: str, saved: SavedHostdev) -> None:
-        raise not_yet(f"putting {address} back into {vm}")
-
     def shutdown(self, vm: str) -> None:
         raise not_yet(f"shutting {vm} down (qm shutdown)")
 
@@ -165,6 +231,22 @@ class ProxmoxVms:
         raise not_yet(f"starting {vm} (qm start)")
 
 
-def proxmox_vms(root: Root) -> ProxmoxVms:
-    return ProxmoxVms(root)
+def _used_indexes(section: Section) -> set[int]:
+    """The hostpci indexes a section uses (a malformed line's too: Proxmox keeps the key)."""
+    return {int(k[7:]) for k in section.keys() if k.startswith("hostpci") and k[7:].isdigit()}
+
+
+def _taken(conf: QemuConf) -> set[int]:
+    """The hostpci indexes in use: the main section's and [PENDING]'s (one whose delete waits included)."""
+    return _used_indexes(conf.main) | (_used_indexes(conf.pending) if conf.pending is not None else set())
+
+
+def _q35(section: Section) -> bool:
+    """The VM's machine is q35 (its devices go on PCIe: pcie=1)."""
+    machine = section.get("machine")
+    return machine is not None and re.search(r"q35", machine.value) is not None
+
+
+def proxmox_vms(root: Root, commands: CommandRunner | None = None) -> ProxmoxVms:
+    return ProxmoxVms(root, commands)
 

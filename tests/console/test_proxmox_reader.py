@@ -146,17 +146,25 @@ def test_backend_reads_by_name_or_vmid_and_refuses_changes(tmp_path):
     assert vms.names() == ["golden", "infer-b", "stale-map", "train-a", "vm102"]
     assert vms.vm("100") == vms.vm("train-a") and vms.vm("train-a").vmid == 100
     assert vms.vm("999") is None
-    assert vms.pci_hostdevs("train-a") == {GPU_A, "0000:41:00.1"}
+    assert vms.pci_hostdevs("train-a") == set()  # its next start: [PENDING] deletes hostpci0
+    assert vms.pci_hostdevs("103") == {GPU_A}
     assert vms.hostdev_place("101", GPU_B) == (0, True)
     assert vms.run_state("100") == "running" and vms.run_state("infer-b") == "shut off"
     assert vms.save("100") == (tmp_path / "etc/pve/qemu-server/100.conf").read_text()
     pins = vms.pins("train-a", live=False)
-    assert (pins.vcpus, pins.emulator, pins.numa) == ((), "0-7", ("strict", "0"))
-    saved = vms.saved_hostdev("train-a", "0000:41:00.1")
-    assert saved is not None and (saved.token, saved.place) == ("hostpci0: 41:00,pcie=1,x-vga=1", 0)
+    assert (pins.vcpus, pins.emulator, pins.numa) == ((), "0-3", ("strict", "0"))  # [PENDING]'s affinity
+    assert vms.pins("train-a", live=True).emulator == "0-7"
+    saved = vms.saved_hostdev("infer-b", GPU_B)
+    assert saved is not None and (saved.token, saved.place) == ("hostpci0: mapping=h100", 0)
+    assert vms.check_saved_hostdev(GPU_B, saved.token) == saved.token
+    with pytest.raises(VmConfigError, match="not the hostpci line of 0000:41:00.0"):
+        vms.check_saved_hostdev(GPU_A, saved.token)
+    assert vms.check_saved_hostdev("0000:41:00.1", "hostpci0: 41:00,pcie=1") == "hostpci0: 41:00,pcie=1"
     before = (tmp_path / "etc/pve/qemu-server/100.conf").read_bytes()
-    with pytest.raises(VmConfigError, match="not yet on Proxmox"):
+    with pytest.raises(VmConfigError, match="no qm"):  # a tree has no programs
         vms.add_hostdev("train-a", GPU_C)
+    with pytest.raises(VmConfigError, match="not yet on Proxmox"):
+        vms.start("train-a")
     assert (tmp_path / "etc/pve/qemu-server/100.conf").read_bytes() == before
 
 
