@@ -210,14 +210,14 @@ def check_demo_state_dir() -> None:
         check_ours(demo_state_dir(), STAMP, ignore=(LOCK,))
 
 
-def reset_demo(bare: bool = False) -> Path:
+def reset_demo(bare: bool = False, proxmox: bool = False) -> Path:
     """Throw the demo host's state away and generate it afresh (with `bare`: the same hardware freshly
-    installed, to be set up); returns its state directory (the parent of its root, where its audit log
-    and lock live)."""
+    installed, to be set up; with `proxmox`: as a Proxmox VE host); returns its state directory (the parent
+    of its root, where its audit log and lock live)."""
     from nodeconsole.console.demo.state import reset_demo as regenerate
 
     with _demo_dir_usage():
-        return regenerate(bare=bare).dest
+        return regenerate(bare=bare, proxmox=proxmox).dest
 
 
 def reboot_demo() -> tuple[Path, BootReport]:
@@ -239,8 +239,11 @@ def demo_host(state_dir: Path | None = None, libvirt_uri: str | None = None, sys
     with _demo_dir_usage():
         host = ensure_demo(state_dir)
     root = Root(host.root)
+    # a Proxmox VE demo (`demo reset --proxmox`): its VMs are its qemu-server configs, unless --libvirt is given
+    hypervisor = "proxmox" if libvirt_uri is None and _has_proxmox(root) else "libvirt"
     if sysfs_only:
-        return simulated_host(root, libvirt_uri or host.libvirt_uri, Path(host.root).parent, use_real_nvml=False)
+        return simulated_host(root, libvirt_uri or host.libvirt_uri, Path(host.root).parent, use_real_nvml=False,
+                              hypervisor=hypervisor)
     from nodeconsole.console.demo.nvml_sim import SimulatedNvml
     from nodeconsole.console.demo.sim_agent import SimulatedGuestAgent
     from nodeconsole.console.demo.vm_load import demo_cpu_percent, demo_vm_cpu_percent, demo_vm_steal_percent
@@ -256,7 +259,7 @@ def demo_host(state_dir: Path | None = None, libvirt_uri: str | None = None, sys
                          "run `nodeconsole demo reset`") from None
     return simulated_host(root, libvirt_uri or host.libvirt_uri, Path(host.root).parent, nvml_lib=lib,
                           vm_load=demo_vm_cpu_percent, cpu_load=demo_cpu_percent, vm_steal=demo_vm_steal_percent,
-                          guest_agent=SimulatedGuestAgent(Path(host.root)))
+                          guest_agent=SimulatedGuestAgent(Path(host.root)), hypervisor=hypervisor)
 
 
 def inject_demo_event(kind: str, gpu: str, what: str, guest: bool = False) -> list[str]:
