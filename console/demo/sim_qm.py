@@ -31,8 +31,14 @@ def sections_of(conf: QemuConf) -> tuple[dict[str, str], dict[str, str], list[st
     return main, pending, list(conf.pending.delete) if conf.pending else []
 
 
+def encode_text(line: str) -> str:
+    """A description line as Proxmox writes it (PVE::Tools::encode_text): control and non-ASCII bytes and
+    `:` as %XX."""
+    return "".join(chr(b) if 0x20 <= b <= 0x7E and b != 0x3A else f"%{b:02X}" for b in line.encode("utf-8"))
+
+
 def _raw(description: str, options: dict[str, str], pending: bool = False) -> str:
-    text = "".join(f"#{line}\n" for line in description.split("\n")) if description else ""
+    text = "".join(f"#{encode_text(line)}\n" for line in description.split("\n")) if description else ""
     return text + "".join(f"{k}: {options[k]}\n" for k in sorted(options))
 
 

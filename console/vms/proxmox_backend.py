@@ -49,7 +49,7 @@ PENDING_SAYS = ("a running Proxmox VM takes a config change at its next start: i
 
 
 def not_yet(what: str) -> VmConfigError:
-    return VmConfigError(f"not yet on Proxmox: {what} (qm set is not driven by this console yet)")
+    return VmConfigError(f"not yet on Proxmox: {what}")
 
 
 class ProxmoxVms:
@@ -213,7 +213,9 @@ class ProxmoxVms:
         raise not_yet(f"restoring the config of {vm}")
 
     def set_pins(self, vm: str, pins: VmPins, live: bool, memory_policy: bool) -> None:
-        raise not_yet(f"pinning {vm} (affinity and numaN)")
+        raise not_yet(f"pinning {vm}: Proxmox pins the whole QEMU process (`affinity`) and binds memory per NUMA "
+                      "cell (`numaN: …,hostnodes=…,policy=bind`), not each vCPU; `qm set VMID --affinity CPUS --numa 1 "
+                      "--numa0 cpus=…,hostnodes=…,memory=…,policy=bind` does it by hand")
 
     def add_mdev(self, vm: str, uuid: str, parent: str | None = None, type_id: str | None = None) -> None:
         raise not_yet(f"giving a vGPU to {vm}")

@@ -5,7 +5,8 @@ The file (qemu-server's parse_vm_config): `key: value` lines; `#` lines are the 
 they are in (%XX-decoded); `[PENDING]` holds the changes waiting for a running VM's restart, with
 `delete: KEY[,KEY…]` (a `!` before a key forces the delete); `[special:cloudinit]` what cloud-init last
 generated; every other `[name]` is a snapshot. Blank lines are skipped; a line of none of these forms is
-reported (`PATH:LINE: …`) and skipped, as Proxmox warns and skips it; a value we interpret that Proxmox
+reported (`PATH:LINE: …`) and skipped, as Proxmox warns and skips it; a key given twice in a section is
+reported (Proxmox keeps the later line, e.g. a second `hostpci0`); a value we interpret that Proxmox
 would refuse is reported the same way and read as absent. The VM is still listed.
 
 Derived as Proxmox does (qemu-server's config_to_command, PCI.pm, Memory.pm):
@@ -116,6 +117,10 @@ def parse_conf(vmid: int, path: str, text: str) -> QemuConf:
             else:
                 delete.extend(k.lstrip("!") for k in re.split(r"[,;\s]+", m.group(2)) if k.lstrip("!"))
         elif m is not None:
+            twice = next((ln.line for ln in lines if ln.key == m.group(1)), None)
+            if twice is not None:
+                errors.append(f"{path}:{number}: {m.group(1)} is given again (first on line {twice}): Proxmox "
+                              "keeps this one")
             lines.append(ConfLine(m.group(1), m.group(2), number))
         else:
             errors.append(f"{path}:{number}: cannot parse {line.strip()[:80]!r}")

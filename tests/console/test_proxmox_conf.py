@@ -249,3 +249,9 @@ def test_node_name_from_pve_local_link(tmp_path):
     (tmp_path / "etc/pve/nodes/alpha").mkdir(parents=True)
     (tmp_path / "etc/pve/local").symlink_to("nodes/alpha")
     assert node_name(root) == "alpha"
+
+
+def test_a_key_given_twice_is_reported_and_the_later_kept():
+    conf, s = derived("hostpci0: 41:00.0\ncores: 2\nhostpci0: 42:00.0\n")
+    assert conf.errors == (f"{P}:3: hostpci0 is given again (first on line 1): Proxmox keeps this one",)
+    assert [h.hosts for h in s.hostpci] == [("0000:42:00.0",)]

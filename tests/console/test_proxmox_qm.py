@@ -108,3 +108,12 @@ def test_removing_one_function_takes_the_whole_line(tmp_path):
     vms, _ = host(tmp_path)
     vms.remove_hostdev("vm102", GPU_C)  # hostpci1: 0000:43:00.0,mdev=… (the file is written in Proxmox's form)
     assert vms.pci_hostdevs("102") == set() and "hostpci1" not in conf(tmp_path, 102).decode()
+
+
+def test_a_description_is_written_back_as_proxmox_encodes_it(tmp_path):
+    vms, _ = host(tmp_path)
+    text = "#owner%3A ml-team %C3%A9t%C3%A9\ncores: 2\nname: described\n"
+    (tmp_path / "etc/pve/qemu-server/106.conf").write_text(text)
+    vms.add_hostdev("described", GPU_B)
+    vms.remove_hostdev("described", GPU_B)
+    assert conf(tmp_path, 106).decode() == text
