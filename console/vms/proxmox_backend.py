@@ -7,16 +7,15 @@ The definition read and changed here is the config as the VM's next start takes 
 [PENDING] over it (libvirt's persistent definition). `qm set` on a running VM leaves the change in
 [PENDING] until the restart (`pin_scopes` says so; the snapshot shows the pending keys).
 
-Not made yet (VmConfigError "not yet on Proxmox: …", nothing changed): pins (affinity + numaN), mdev
-vGPUs, restoring a whole config, run-state changes (qm start/shutdown/stop).
+Pins are the whole process's (`affinity`, `numa0`: console/vms/proxmox_pins.py). Not made yet (VmConfigError
+"not yet on Proxmox: …", nothing changed): mdev vGPUs, restoring a whole config, run-state changes (qm
+start/shutdown/stop).
 """
 from __future__ import annotations
 
 import hashlib
 import re
-from dataclasses import replace
 
-from nodeconsole.console.cpulist import format_cpulist
 from nodeconsole.console.host_seams import CommandRunner
 from nodeconsole.console.hosttext import visible
 from nodeconsole.console.model import Vm
@@ -43,6 +42,7 @@ from nodeconsole.console.vms.proxmox_conf import (
     with_pending,
 )
 from nodeconsole.console.vms.proxmox_mapping import functions, read_mappings, resolve_hostpci
+from nodeconsole.console.vms.proxmox_pins import pin_args, read_pins
 
 PENDING_SAYS = ("a running Proxmox VM takes a config change at its next start: it waits in the config's "
                 "[PENDING] section until then")
@@ -57,6 +57,7 @@ class ProxmoxVms:
 
     label = "Proxmox VE"
     one_state = False
+    whole_process_pins = True  # `affinity`: the whole QEMU process (console/vms/proxmox_pins.py)
 
     def __init__(self, root: Root, commands: CommandRunner | None = None) -> None:
         self.root = root
@@ -114,14 +115,13 @@ class ProxmoxVms:
         return frozenset()
 
     def pins(self, vm: str, live: bool) -> VmPins:
-        """The config's `affinity` (the whole process: no vCPU is pinned apart) and NUMA binding: `live` the
-        running VM's (the main section), else its next start's ([PENDING] over it)."""
+        """Every vCPU and the emulator on the config's `affinity` (Proxmox pins the whole process), and its
+        NUMA binding (console/vms/proxmox_pins.py): `live` the running VM's (the main section), else its next
+        start's ([PENDING] over it)."""
         conf = self._conf(vm)
         section = conf.main if live else with_pending(conf)
-        s = settings(section, conf.path)
-        record = vm_record(self.root, replace(conf, main=section), None, host_view(self.root))
-        numa = (record.numa_mode, format_cpulist(record.numa_nodeset)) if record.numa_mode else None
-        return VmPins((), format_cpulist(s.affinity) if s.affinity else None, numa)
+        line = section.get("affinity")
+        return read_pins(settings(section, conf.path), line.value if line is not None else None)
 
     def mdev_hostdevs(self, vm: str) -> set[str]:
         conf = self._conf(vm)
@@ -213,9 +213,15 @@ class ProxmoxVms:
         raise not_yet(f"restoring the config of {vm}")
 
     def set_pins(self, vm: str, pins: VmPins, live: bool, memory_policy: bool) -> None:
-        raise not_yet(f"pinning {vm}: Proxmox pins the whole QEMU process (`affinity`) and binds memory per NUMA "
-                      "cell (`numaN: …,hostnodes=…,policy=bind`), not each vCPU; `qm set VMID --affinity CPUS --numa 1 "
-                      "--numa0 cpus=…,hostnodes=…,memory=…,policy=bind` does it by hand")
+        """`affinity` and `numa`/`numa0` as `pins` say (console/vms/proxmox_pins.py: only pins of the whole
+        process can be written), through `qm set`; a running VM takes them at its next start."""
+        if live:
+            raise VmConfigError("Proxmox has no live pins apart from the config")
+        conf = self._conf(vm)
+        section = with_pending(conf)
+        args = pin_args(section, settings(section, conf.path), pins, memory_policy, vm)
+        if args:
+            self._qm_set(conf, args)
 
     def add_mdev(self, vm: str, uuid: str, parent: str | None = None, type_id: str | None = None) -> None:
         raise not_yet(f"giving a vGPU to {vm}")

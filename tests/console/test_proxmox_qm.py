@@ -9,7 +9,7 @@ import pytest
 
 from nodeconsole.console.demo.sim_qm import SimulatedQm
 from nodeconsole.console.root import Root
-from nodeconsole.console.vms.backend import VmConfigError
+from nodeconsole.console.vms.backend import VmConfigError, VmPins
 from nodeconsole.console.vms.proxmox import ProxmoxReader
 from nodeconsole.console.vms.proxmox_backend import ProxmoxVms
 from tests.console.test_proxmox_reader import GPU_A, GPU_B, GPU_C, pve_tree
@@ -117,3 +117,41 @@ def test_a_description_is_written_back_as_proxmox_encodes_it(tmp_path):
     vms.add_hostdev("described", GPU_B)
     vms.remove_hostdev("described", GPU_B)
     assert conf(tmp_path, 106).decode() == text
+
+
+PLAIN = "cores: 4\nmemory: 8192\nname: plain\n"
+
+
+def test_pinning_the_whole_process_and_its_undo_give_back_the_bytes(tmp_path):
+    vms, qm = host(tmp_path)
+    (tmp_path / "etc/pve/qemu-server/107.conf").write_text(PLAIN)
+    before = vms.pins("plain", live=False)
+    assert (before.vcpus, before.emulator, before.numa) == ((), None, None)
+    target = VmPins(tuple((v, "2-5") for v in range(4)), "2-5", ("strict", "0"))
+    vms.set_pins("plain", target, live=False, memory_policy=True)
+    assert conf(tmp_path, 107).decode() == ("affinity: 2-5\ncores: 4\nmemory: 8192\nname: plain\nnuma: 1\n"
+                                            "numa0: cpus=0-3,hostnodes=0,memory=8192,policy=bind\n")
+    assert vms.pins("107", live=False).sets() == target.sets()  # what the pin step verifies
+    vms.set_pins("plain", before, live=False, memory_policy=True)
+    assert conf(tmp_path, 107).decode() == PLAIN
+    assert qm.runs[-1][5:] == ["--delete", "affinity,numa0,numa"]
+
+
+def test_pins_that_differ_by_vcpu_are_refused_before_qm_runs(tmp_path):
+    vms, qm = host(tmp_path)
+    per_vcpu = VmPins(((0, "2"), (1, "3"), (2, "4"), (3, "5")), "0-1", ("strict", "0"))
+    with pytest.raises(VmConfigError, match="pins the whole QEMU process to one CPU set"):
+        vms.set_pins("canon", per_vcpu, live=False, memory_policy=True)
+    with pytest.raises(VmConfigError, match="every vCPU and the emulator together"):  # the emulator apart
+        vms.set_pins("canon", VmPins(tuple((v, "2-5") for v in range(4)), "0-1", None), live=False,
+                     memory_policy=False)
+    assert qm.runs == [] and conf(tmp_path, 105).decode() == CANON
+
+
+def test_pinning_a_running_vm_waits_in_pending(tmp_path):
+    vms, _ = host(tmp_path)
+    target = VmPins(tuple((v, "8-15") for v in range(16)), "8-15", ("strict", "1"))
+    vms.set_pins("train-a", target, live=False, memory_policy=True)
+    pending = conf(tmp_path, 100).decode().partition("[PENDING]\n")[2]
+    assert "affinity: 8-15\n" in pending and "numa0: cpus=0-15,hostnodes=1,memory=65536,policy=bind\n" in pending
+    assert vms.pins("train-a", live=True).emulator == "0-7"  # the running VM's as it started

@@ -11,7 +11,7 @@ from nodeconsole.console.cli import main
 from nodeconsole.console.collector import Collector
 from nodeconsole.console.root import Root
 from nodeconsole.console.seams import real_host
-from nodeconsole.console.vms.backend import VmConfigError
+from nodeconsole.console.vms.backend import VmConfigError, VmPins
 from nodeconsole.console.vms.proxmox import ProxmoxReader, mdev_uuid
 from nodeconsole.console.vms.proxmox_backend import ProxmoxVms
 from tests.console.sysfs_tree import FakeSys
@@ -152,7 +152,8 @@ def test_backend_reads_by_name_or_vmid_and_refuses_changes(tmp_path):
     assert vms.run_state("100") == "running" and vms.run_state("infer-b") == "shut off"
     assert vms.save("100") == (tmp_path / "etc/pve/qemu-server/100.conf").read_text()
     pins = vms.pins("train-a", live=False)
-    assert (pins.vcpus, pins.emulator, pins.numa) == ((), "0-3", ("strict", "0"))  # [PENDING]'s affinity
+    # the whole process on [PENDING]'s affinity: every vCPU and the emulator
+    assert (pins.vcpus, pins.emulator, pins.numa) == (tuple((v, "0-3") for v in range(16)), "0-3", ("strict", "0"))
     assert vms.pins("train-a", live=True).emulator == "0-7"
     saved = vms.saved_hostdev("infer-b", GPU_B)
     assert saved is not None and (saved.token, saved.place) == ("hostpci0: mapping=h100", 0)
@@ -165,6 +166,8 @@ def test_backend_reads_by_name_or_vmid_and_refuses_changes(tmp_path):
         vms.add_hostdev("train-a", GPU_C)
     with pytest.raises(VmConfigError, match="not yet on Proxmox"):
         vms.start("train-a")
+    with pytest.raises(VmConfigError, match="no qm"):
+        vms.set_pins("train-a", VmPins(tuple((v, "8-11") for v in range(16)), "8-11", None), False, False)
     assert (tmp_path / "etc/pve/qemu-server/100.conf").read_bytes() == before
 
 
@@ -197,3 +200,9 @@ def test_snapshot_root_text_and_json(tmp_path, capsys):
     vms = {v["name"]: v for v in json.loads(capsys.readouterr().out)["vms"]}
     assert (vms["train-a"]["hypervisor"], vms["train-a"]["vmid"], vms["train-a"]["vcpus"]) == ("proxmox", 100, 16)
     assert vms["infer-b"]["lock"] == "backup" and vms["golden"]["template"] is True
+
+
+def test_the_backends_say_how_they_pin(tmp_path):
+    pve_tree(tmp_path)
+    assert ProxmoxVms(Root(tmp_path)).whole_process_pins is True
+    assert real_host(str(tmp_path), libvirt_uri="test:///default").open_vm_backend().whole_process_pins is False
