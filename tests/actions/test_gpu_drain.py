@@ -150,7 +150,7 @@ def test_the_exporter_serves_the_drain(state, tmp_path, capsys):
     assert main(["exporter", "--demo", "--textfile", str(prom)]) == 0
     drained = {s.labels["address"]: s.value for f in text_string_to_metric_families(prom.read_text())
                for s in f.samples if s.name == "nodeconsole_gpu_drained"}
-    assert drained[GPU] == 1 and len(drained) == 8 and sum(drained.values()) == 1
+    assert drained[GPU] == 1 and len(drained) == 10 and sum(drained.values()) == 1
 
 
 def test_a_hand_edited_reason_is_shown_with_visible_escapes(state, capsys):

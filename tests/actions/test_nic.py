@@ -73,7 +73,7 @@ def test_nic_list_json_fields(demo, capsys):
     rc, out, _ = _cli(capsys, "nic", "list", "--json")
     assert rc == 0
     nics = {n["address"]: n for n in json.loads(out)}
-    assert list(nics) == [PF0, PF1, "0000:9c:00.0", "0000:bc:00.0"]
+    assert list(nics) == [PF0, PF1, "0000:9c:00.0", "0000:bc:00.0", "0000:dc:00.0"]
     n0 = nics[PF0]
     assert (n0["label"], n0["driver"], n0["numa_node"], n0["link_layer"]) == ("NIC0", "mlx5_core", 0, "InfiniBand")
     assert n0["rdma"] == ["mlx5_0"] and n0["netdevs"] == ["ibp26s0"]
@@ -83,7 +83,7 @@ def test_nic_list_json_fields(demo, capsys):
     assert [(v["address"], v["driver"], v["vm"]) for v in n0["vfs"]] == [
         ("0000:1a:00.1", "vfio-pci", "net-fw"), ("0000:1a:00.2", "vfio-pci", "train-a"),
         ("0000:1a:00.3", "mlx5_core", "train-c"), ("0000:1a:00.4", "mlx5_core", None)]
-    assert n0["vfs"][2]["rdma"] == ["mlx5_4"] and n0["vfs"][2]["vm_state"] == "shut off"
+    assert n0["vfs"][2]["rdma"] == ["mlx5_5"] and n0["vfs"][2]["vm_state"] == "shut off"
     assert n0["vfs"][1]["rdma"] == []  # on vfio-pci the host has no RDMA device for it
     # every GPU by distance: its switch's GPUs first, the other socket's last
     assert [(g["index"], g["distance"]) for g in n0["gpus"][:2]] == [(0, "PIX"), (1, "PIX")]

@@ -83,7 +83,7 @@ def test_wheel_snapshot_demo_json(wheel_env, tmp_path):
     assert out.returncode == 0, out.stderr
     snap = json.loads(out.stdout)
     assert snap["schema"] == 1
-    assert len(snap["gpus"]) == 8
+    assert len(snap["gpus"]) == 10
     assert all(v == "ok" for v in snap["sources"].values()), snap["sources"]
 
 
