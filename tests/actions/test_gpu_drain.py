@@ -127,7 +127,7 @@ def test_mig_vgpu_and_nic_pairing_refuse_a_drained_gpu(state, capsys):
 
 def test_nccl_pick_skips_a_drained_gpu_and_refuses_it_named(state, capsys):
     rc, out, _ = _run(capsys, "nccl", "check", "--demo", "--json")
-    assert [g["address"] for g in json.loads(out)["gpus"]] == [GPU]
+    assert [g["address"] for g in json.loads(out)["gpus"]] == [GPU, "0000:da:00.0", "0000:db:00.0"]
     _drain(capsys)
     data = json.loads(_run(capsys, "nccl", "check", "--demo", "--json")[1])
     assert GPU not in [g["address"] for g in data["gpus"]]

@@ -203,9 +203,12 @@ def test_passthrough_with_nic_gives_the_vf_beside_the_gpu_and_undo_restores(demo
 def test_with_nic_takes_no_far_vf_unless_allowed_and_release_removes_a_created_vf(demo, capsys):
     before = _tree(demo)
     domains = (demo / "libvirt.xml").read_bytes()
-    # the free VFs near GPU 4 go to other VMs: what is left is across the sockets
+    # the free VFs near GPU 4 (NIC2's beside it, NIC4's on its node) go to other VMs: what is left is
+    # across the sockets. Given in the reverse order of their RDMA names, so the undos (last first) hand
+    # mlx5_core each VF back in name order and every VF gets its own lowest free mlx5_N again.
     given = []
-    for vf, vm in ((FREE_VF2, "web-1"), ("0000:1a:00.4", "web-2")):
+    for vf, vm in (("0000:dc:00.2", "web-2"), ("0000:dc:00.1", "web-1"), (FREE_VF2, "web-1"),
+                   ("0000:1a:00.4", "web-2")):
         rc, out, _ = _cli(capsys, "nic", "passthrough", vf, "--vm", vm, "--apply", "--yes")
         assert rc == 0, out
         given.append(re.search(r"undo with `nodeconsole undo (\S+) --apply`", out).group(1))
@@ -221,7 +224,7 @@ def test_with_nic_takes_no_far_vf_unless_allowed_and_release_removes_a_created_v
     rc, out, _ = _cli(capsys, "release", GPU4, "--apply", "--yes")
     assert rc == 0, out
     assert f"Remove the 1 VFs of {PF1}" in out
-    for record in reversed(given):  # the two nic passthroughs (a plain undo would undo the release)
+    for record in reversed(given):  # the nic passthroughs (a plain undo would undo the release)
         rc, out, _ = _cli(capsys, "undo", record, "--apply", "--yes")
         assert rc == 0, out
     assert (demo / "libvirt.xml").read_bytes() == domains
