@@ -110,7 +110,7 @@ async def test_topology_matrix_and_tree(demo_seams):
         await pilot.pause(0.1)
         matrix = _text(app.screen.query_one("#matrix", Static))
         rows = {ln.split()[0]: ln.split()[1:] for ln in matrix.splitlines()
-                if ln.strip() and ln.split()[0] in ("G0", "G4", "G8") and len(ln.split()) == 15}
+                if ln.strip() and ln.split()[0] in ("G0", "G4", "G8") and len(ln.split()) == 16}
         assert rows["G0"][:2] == ["X", "PIX"]  # G1 on vfio-pci: NVML cannot see it, its PCIe level stays
         # NVLink through the NVSwitches between the GPUs NVML sees, across the sockets too (nvidia-smi topo -m)
         assert rows["G0"][4] == "NV18" and rows["G4"][7] == "NV18"
