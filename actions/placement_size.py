@@ -114,20 +114,20 @@ def size_cpus(snap: HostSnapshot, root: Root, gpus: Sequence[Gpu], sizing: Sizin
     free = sum(len(facts.free[n]) for n in nodes)
     pinned = facts.pinned(nodes)
     if want > free and not auto:
-        return CpuSize(nodes, refusal=f"{want} vCPUs asked for; node {format_cpulist(nodes)} has {free} CPU(s) "
+        return CpuSize(nodes, refusal=f"{want} vCPUs asked for; {_nodes(nodes)} has {free} CPU(s) "
                                       "outside the host's kept CPUs that no other VM is pinned to"
                                       + (f" ({pinned})" if pinned else ""))
     smt = any(len(topo.siblings[c]) > 1 for n in nodes for c in facts.free[n])
     cap = 2 * facts.whole_cores(nodes) if auto and smt and facts.whole_cores(nodes) else free
     if want > cap:
         why.append(f"capped at {cap} vCPUs: the free " + ("whole cores (sibling pairs) " if cap < free else "CPUs ") +
-                   f"of node {format_cpulist(nodes)}, outside the host's kept CPUs" + (f"; {pinned}" if pinned else ""))
+                   f"of {_nodes(nodes)}, outside the host's kept CPUs" + (f"; {pinned}" if pinned else ""))
         want = cap
     if auto and smt and want % 2 and want > 1:
         want -= 1
         why.append(f"{want} vCPUs: an even count, so each guest core gets two sibling threads")
     if want < 1:
-        return CpuSize(nodes, refusal=f"no CPU of node {format_cpulist(nodes)} is free: every one is kept for the "
+        return CpuSize(nodes, refusal=f"no CPU of {_nodes(nodes)} is free: every one is kept for the "
                                       f"host or pinned to another VM ({pinned or 'none pinned'})")
     return _assigned(facts, nodes, per_node, want, smt, sizing, why)
 
@@ -145,7 +145,7 @@ def _vcpu_count(snap: HostSnapshot, facts: _Cpus, nodes: tuple[int, ...], sizing
     online = [c for n in nodes for c in facts.topo.node_cpus(n)]
     kept = [c for c in online if c in facts.reserve]
     want = VCPU_SHARE_TENTHS * (len(online) - len(kept)) // 10
-    why.append(f"{want} vCPUs: 70% of node {format_cpulist(nodes)}'s {len(online)} online CPUs less the "
+    why.append(f"{want} vCPUs: 70% of {_nodes(nodes)}'s {len(online)} online CPUs less the "
                f"{len(kept)} the host keeps ({facts.how})")
     return want, True
 
@@ -161,6 +161,7 @@ def _assigned(facts: _Cpus, nodes: tuple[int, ...], per_node: Counter[int | None
         targets = _split(PinRequest(vm=sizing.vm or "", vcpus=want, threads_per_core=threads,
                                     gpu_nodes=tuple(sorted((n, k) for n, k in per_node.items() if n is not None))))
     cpus: list[int] = []
+    short = 0
     for node, k in targets:
         got = _assign(k, threads, topo.cores(node), set(facts.free[node]))
         if len(got) < k and sizing.vcpus is not None:
@@ -168,7 +169,17 @@ def _assigned(facts: _Cpus, nodes: tuple[int, ...], per_node: Counter[int | None
                                           "vCPUs it would get")
         if len(got) < k:
             why.append(f"node {node} takes {len(got)} vCPUs, not {k}: it has no more free CPUs")
+        short += k - len(got)
         cpus += got
+    for node in nodes:  # what a full node could not take goes to the others
+        if short:
+            more = _assign(short, threads, topo.cores(node), set(facts.free[node]) - set(cpus))
+            if more:
+                why.append(f"node {node} takes {len(more)} more")
+            short -= len(more)
+            cpus += more
+    if not cpus:
+        return CpuSize(nodes, refusal=f"no CPU of {_nodes(nodes)} is free for the vCPUs")
     pairs = threads == 2 and len(cpus) % 2 == 0 and all(
         cpus[i + 1] in topo.siblings[cpus[i]] for i in range(0, len(cpus), 2))
     emulator = tuple(sorted(c for c in facts.reserve if c in topo.online and topo.node_of.get(c) in nodes))
@@ -178,6 +189,10 @@ def _assigned(facts: _Cpus, nodes: tuple[int, ...], per_node: Counter[int | None
 
 
 # -- memory and hugepages -----------------------------------------------------------------------------
+
+def _nodes(nodes: tuple[int, ...]) -> str:
+    return f"node {nodes[0]}" if len(nodes) == 1 else f"nodes {format_cpulist(nodes)}"
+
 
 def page_size(root: Root, asked: int | None) -> int:
     """The hugepage size in KiB: `asked`, else 1 GiB where the host offers it, else 2 MiB (0: none)."""

@@ -18,7 +18,9 @@ from nodeconsole.console.hosttext import lines as host_lines
 from nodeconsole.console.usage import UsageError
 
 if TYPE_CHECKING:
+    from nodeconsole.actions.host import ActionHost
     from nodeconsole.actions.placement import Placement
+    from nodeconsole.console.model import HostSnapshot
 
 
 def factor(text: str) -> float:
@@ -47,8 +49,6 @@ def configure(p: argparse.ArgumentParser) -> None:
 def run_place(args: argparse.Namespace) -> int:
     from nodeconsole.actions.host import ActionHost
     from nodeconsole.actions.placement import PlacementError, place
-    from nodeconsole.actions.placement_sets import snapshot_configs
-    from nodeconsole.actions.targets import vms_with
     from nodeconsole.console.collector import Collector
 
     seams = seams_from_args(args)
@@ -58,10 +58,7 @@ def run_place(args: argparse.Namespace) -> int:
     finally:
         collector.close()
     host = ActionHost.from_seams(seams)
-    # a VM holds what its running definition (the snapshot) or its persistent one names
-    configs = snapshot_configs(snap)
-    for name, have in vms_with(host, snap, {d.address for d in snap.pci_devices}).items():
-        configs.setdefault(name, set()).update(have)
+    configs = vm_definitions(host, snap)
     try:
         placement = place(snap, host.root, args.gpus, with_nic=args.with_nic, vm=args.vm,
                           memory_factor=args.memory_factor, configs=configs)
@@ -72,6 +69,26 @@ def run_place(args: argparse.Namespace) -> int:
     else:
         print(host_lines("\n".join(placement_lines(placement, args.gpus))))
     return 0 if placement.ok else 1
+
+
+def vm_definitions(host: ActionHost, snap: HostSnapshot) -> dict[str, set[str]]:
+    """VM → the PCI functions it holds: what the snapshot shows (a shut-off VM's definition, a running one's
+    live devices) and, where the backend keeps the two apart (libvirt), the persistent definition of each
+    running or paused VM too (a device added to its config only is its at the next start). A definition
+    that cannot be read leaves what the snapshot shows."""
+    from dataclasses import replace
+
+    from nodeconsole.actions.pin_planner import INACTIVE
+    from nodeconsole.actions.placement_sets import snapshot_configs
+    from nodeconsole.actions.targets import vms_with
+
+    out = snapshot_configs(snap)
+    if host.vms is None or host.vms.one_state:
+        return out
+    live = replace(snap, vms=tuple(v for v in snap.vms if v.state not in INACTIVE))
+    for name, have in vms_with(host, live, {d.address for d in snap.pci_devices}, {}).items():
+        out.setdefault(name, set()).update(have)
+    return out
 
 
 def placement_lines(p: Placement, wanted: int) -> list[str]:

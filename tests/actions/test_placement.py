@@ -152,3 +152,37 @@ def test_bad_input_is_an_error(host, kwargs, message):
     snap, root = host
     with pytest.raises(PlacementError, match=message):
         place(snap, root, **kwargs)
+
+
+def test_gpus_of_two_nodes_split_the_memory_and_fill_the_node_with_room(tmp_path):
+    """The benchmark preset's free variant, small: GPU 0 (node 0) and GPU 2 (node 1) are the free ones;
+    node 0's free CPUs are all pinned to running VMs, node 1 keeps core 3 (CPUs 7, 15) free."""
+    from nodeconsole.console.demo.presets import large_spec
+
+    h = generate(large_spec(gpus=4, cpus=16, vms=6, free_gpus=2), tmp_path / "host")
+    root = Root(h.root)
+    c = Collector(simulated_host(root=root, libvirt_uri=h.libvirt_uri, state_dir=h.dest,
+                                 nvml_lib=SimulatedNvml.from_file(h.nvml_state, root=root)))
+    try:
+        snap = c.collect()
+    finally:
+        c.close()
+    p = place(snap, root, 2, with_nic=True)
+    assert p.ok and p.gpus == ("0000:0b:00.0", "0000:1b:00.0") and p.nodes == (0, 1)
+    assert p.nics == ("0000:0d:00.1", "0000:1d:00.1")
+    assert "across NUMA nodes (SYS)" in p.reasons
+    assert p.cpus == (7, 15) and p.threads_per_core == 2  # node 0 has none free: node 1 takes its share
+    assert "node 0 takes 0 vCPUs, not 2: it has no more free CPUs" in p.reasons
+    assert p.hugepages.per_node == {0: 160, 1: 159} and p.memory_kib == 319 * GIB
+    assert not place(snap, root, 3).ok  # the third free one does not exist
+
+
+def test_the_nearest_vf_when_none_is_at_pix_and_a_listed_gpu_held_by_a_vm(host):
+    snap, root = host
+    p = place(snap, root, 1, gpus=[B0], with_nic=True)
+    assert p.ok and p.nics == (VF1,)
+    assert p.nic_notes == (f"VF {VF1} is not at PIX for GPU 2 ({B0}) (nearest: NODE)",)
+    assert "a free VF at PIX for 0 of 1 GPU(s)" in p.reasons
+    p = place(snap, root, 1, gpus=[C0])
+    assert not p.ok and p.refusal == f"GPU 4 ({C0}) in VM holder (shut off)'s definition"
+    assert place(snap, root, 1, gpus=[C0], vm="holder").gpus == (C0,)
