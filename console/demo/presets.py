@@ -221,29 +221,9 @@ def large_spec(gpus: int = 16, cpus: int = 256, vms: int = 500, free_gpus: int =
                 break
             addr = f"{domain:04x}:{bus + 3 + k:02x}:00.0"
             kind = "free" if _free(i, gpus, free_gpus) else ("host", "vfio", "vgpu", "mig")[i % 4]
-            if kind == "vfio":
-                ends.append(gpu_functions(GpuSpec(), driver="vfio-pci", override="vfio-pci",
-                                          audio_driver="vfio-pci", label=f"gpu{i}"))
-                first = 2 + (i // 4) % max(1, cpu.cores_per_socket - 6)
-                hostdev_vms.append(VmSpec(f"gpu-vm-{i}", "running", 8, 32768, pins(cpu, node, first, 8),
-                                          numatune=("strict", (node,)), threads_per_core=2,
-                                          hostdevs=_pci_hostdevs(addr)))
-            elif kind == "vgpu":
-                md = tuple(MdevSpec(stable_uuid(host, "mdev", addr, j), H100_TIME_SLICED[3].type_id)
-                           for j in range(2))
-                ends.append(gpu_functions(GpuSpec(vgpu_types=H100_TIME_SLICED, mdevs=md, load=(30, 10, 40)),
-                                          label=f"gpu{i}"))
-                hostdev_vms += [VmSpec(f"vgpu-vm-{i}-{j}", "running", 4, 16384,
-                                       hostdevs=(HostdevSpec(mdev_uuid=m.uuid, managed=False),))
-                                for j, m in enumerate(md)]
-            elif kind == "free":
-                ends.append(gpu_functions(GpuSpec(), label=f"gpu{i}"))
-            elif kind == "mig":
-                ends.append(gpu_functions(GpuSpec(mig_enabled=True, mig_instances=(
-                    mig_instance(H100, "3g.40gb", 0, 1), mig_instance(H100, "3g.40gb", 4, 2))), label=f"gpu{i}"))
-            else:
-                ends.append(gpu_functions(GpuSpec(processes=(GpuProcessSpec(1000 + i, "python3", 20480),),
-                                                  load=(60, 20, 60)), label=f"gpu{i}"))
+            fns, held = _large_gpu(cpu, host, i, kind, addr, node)
+            ends.append(fns)
+            hostdev_vms += held
         ends.append(nic_functions(4, label=f"nic{sw}"))
         by_bus.setdefault((domain, node), []).append(HostBridge(bus, node, (switch(1, bus, ends),), domain))
     bridges = (chipset(0),) + tuple(hb for v in by_bus.values() for hb in v)
@@ -259,6 +239,28 @@ def large_spec(gpus: int = 16, cpus: int = 256, vms: int = 500, free_gpus: int =
     return HostSpec(hostname=host, cmdline=LARGE_CMDLINE, cpu=cpu,
                     memory_per_node_mib=2097152 if free_gpus else 1048576,
                     hugepages_1g_per_node=64, host_bridges=bridges, vms=tuple(hostdev_vms + plain))
+
+
+def _large_gpu(cpu: CpuSpec, host: str, i: int, kind: str, addr: str, node: int) -> tuple[tuple, list[VmSpec]]:
+    """large_spec's GPU i of `kind` (free, host, vfio, vgpu, mig) at `addr`, and the VMs that hold it."""
+    if kind == "vfio":
+        first = 2 + (i // 4) % max(1, cpu.cores_per_socket - 6)
+        return (gpu_functions(GpuSpec(), driver="vfio-pci", override="vfio-pci", audio_driver="vfio-pci",
+                              label=f"gpu{i}"),
+                [VmSpec(f"gpu-vm-{i}", "running", 8, 32768, pins(cpu, node, first, 8), numatune=("strict", (node,)),
+                        threads_per_core=2, hostdevs=_pci_hostdevs(addr))])
+    if kind == "vgpu":
+        md = tuple(MdevSpec(stable_uuid(host, "mdev", addr, j), H100_TIME_SLICED[3].type_id) for j in range(2))
+        return (gpu_functions(GpuSpec(vgpu_types=H100_TIME_SLICED, mdevs=md, load=(30, 10, 40)), label=f"gpu{i}"),
+                [VmSpec(f"vgpu-vm-{i}-{j}", "running", 4, 16384, hostdevs=(HostdevSpec(mdev_uuid=m.uuid, managed=False),))
+                 for j, m in enumerate(md)])
+    if kind == "free":
+        return gpu_functions(GpuSpec(), label=f"gpu{i}"), []
+    if kind == "mig":
+        return gpu_functions(GpuSpec(mig_enabled=True, mig_instances=(
+            mig_instance(H100, "3g.40gb", 0, 1), mig_instance(H100, "3g.40gb", 4, 2))), label=f"gpu{i}"), []
+    return gpu_functions(GpuSpec(processes=(GpuProcessSpec(1000 + i, "python3", 20480),), load=(60, 20, 60)),
+                         label=f"gpu{i}"), []
 
 
 def _free(i: int, gpus: int, free: int) -> bool:
