@@ -28,6 +28,7 @@ from nodeconsole.actions.placement_sets import (
 from nodeconsole.actions.placement_size import EMPTY_PAGES, HugepageNeed, Sizing, size_cpus, size_memory
 from nodeconsole.actions.plan import RequestError
 from nodeconsole.actions.targets import group_members, resolve_gpu, resolve_vm
+from nodeconsole.console.gpu_events import DEGRADED
 from nodeconsole.console.hosttext import visible
 from nodeconsole.console.model import Gpu, HostSnapshot
 from nodeconsole.console.root import Root
@@ -176,6 +177,11 @@ def _why(best: Scored) -> list[str]:
     if best.nics is not None:
         pix = sum(lv == "PIX" for lv in best.nics.levels)
         out.append(f"a free VF at PIX for {pix} of {len(best.gpus)} GPU(s)")
+    unseen = [g.address for g in best.gpus if not g.nvlinks_read]
+    if unseen and len(best.gpus) > 1:
+        out.append(f"NVLink not known for {', '.join(unseen)}: NVML does not see a GPU on vfio-pci or unbound")
+    out += [f"GPU {g.index} ({g.address}) is degraded: {'; '.join(g.health.reasons)}" for g in best.gpus
+            if g.health.state == DEGRADED]
     return out
 
 
@@ -205,7 +211,7 @@ def _sized(snap: HostSnapshot, root: Root, host: Host, best: Scored | None, runn
                                for s in runners if best is not None),
                      nic_notes=tuple(_nic_notes(best)) if best is not None else (), group_moves=moves)
     if cpus.refusal:
-        return replace(base, reasons=tuple(why), refusal=cpus.refusal)
+        return replace(base, reasons=tuple(visible(r) for r in why), refusal=cpus.refusal)
     memory = size_memory(snap, root, gpus, cpus.nodes, sizing, why)
     return replace(base, memory_kib=memory.memory_kib, hugepages=memory.pages, reasons=tuple(visible(r) for r in why),
                    refusal=memory.refusal)

@@ -186,3 +186,13 @@ def test_the_nearest_vf_when_none_is_at_pix_and_a_listed_gpu_held_by_a_vm(host):
     p = place(snap, root, 1, gpus=[C0])
     assert not p.ok and p.refusal == f"GPU 4 ({C0}) in VM holder (shut off)'s definition"
     assert place(snap, root, 1, gpus=[C0], vm="holder").gpus == (C0,)
+
+
+def test_a_degraded_gpu_is_taken_with_a_word_and_unknown_nvlink_is_said(host):
+    snap, root = host
+    gpus = tuple(replace(g, health=Health("degraded", ("2 uncorrectable ECC errors in its lifetime",))) if g.address == A0
+                 else replace(g, nvlink_state=None) if g.address == A1 else g for g in snap.gpus)
+    p = place(replace(snap, gpus=gpus), root, 2)
+    assert p.gpus == (A0, A1)
+    assert "GPU 0 (0000:18:00.0) is degraded: 2 uncorrectable ECC errors in its lifetime" in p.reasons
+    assert f"NVLink not known for {A1}: NVML does not see a GPU on vfio-pci or unbound" in p.reasons
