@@ -23,6 +23,8 @@ from nodeconsole.console.cpulist import format_cpulist
 from nodeconsole.console.doctor.checks_memory import kept_host_cpus
 from nodeconsole.console.model import Gpu, HostSnapshot
 from nodeconsole.console.root import Root
+from nodeconsole.console.vm_sizing import INACTIVE, KEEP_FREE_KIB, memory_nodes
+from nodeconsole.console.vm_sizing import page_size as vm_page_size
 
 VCPU_SHARE_TENTHS = 7  # vCPUs: 70 % of the nodes' online CPUs the host does not keep
 GIB = 1048576
@@ -227,15 +229,15 @@ def memory_need(snap: HostSnapshot, gpus: Sequence[Gpu], sizing: Sizing, unit: i
     return rounded, ""
 
 
-def node_pages(snap: HostSnapshot, root: Root, node: int, size: int) -> tuple[int, int, int]:
-    """(free pages, reserved pages, free memory KiB) of `node` for pages of `size` KiB."""
+def node_pages(snap: HostSnapshot, root: Root, node: int, size: int) -> tuple[int, int]:
+    """(free pages, reserved pages) of `node` for pages of `size` KiB: the snapshot's, else sysfs'."""
     use = next((u for u in snap.load.nodes if u.node == node), None)
     page = next((h for h in use.hugepages if h.size_kib == size), None) if use is not None else None
     if page is not None:
         free, total = page.free, page.total
     else:
         free, total = (_count(root, NODE_HUGEPAGES.format(node, size, f)) for f in ("free_hugepages", "nr_hugepages"))
-    return free, total, use.memory_free_kib if use is not None else 0
+    return free, total
 
 
 def _count(root: Root, path: str) -> int:
@@ -245,35 +247,47 @@ def _count(root: Root, path: str) -> int:
 
 def size_memory(snap: HostSnapshot, root: Root, gpus: Sequence[Gpu], nodes: tuple[int, ...], sizing: Sizing,
                 why: list[str]) -> MemSize:
-    """The VM's memory and the hugepages it needs on each node (split evenly), refused when a node's free
-    pages plus its free memory cannot hold its share."""
+    """The VM's memory and the hugepages it needs on each node (split evenly), refused when a node cannot
+    hold its share: its free pages, the VM's own while it runs, and what its free memory can still become
+    (less what a node keeps free: console/vm_sizing.py, as the doctor's memory fix counts it)."""
     size = page_size(root, sizing.hugepage_kib)
     if size and not root.exists(HUGEPAGES.format(size)):
         return MemSize(refusal=f"this host offers no {size_text(size)} hugepages (no /{HUGEPAGES.format(size)})")
-    need, refusal = memory_need(snap, gpus, sizing, size or 1024, why)
+    unit = size or 1024
+    need, refusal = memory_need(snap, gpus, sizing, unit, why)
     if refusal:
         return MemSize(refusal=refusal)
     if not nodes:
         return MemSize(need)
-    shares = [need // len(nodes) // (size or 1024) + (1 if i < need // (size or 1024) % len(nodes) else 0)
-              for i in range(len(nodes))]
+    shares = [need // unit // len(nodes) + (1 if i < need // unit % len(nodes) else 0) for i in range(len(nodes))]
     per_node, free, reserved, short = {}, {}, {}, []
     for node, pages in zip(nodes, shares):
-        f, total, mem_free = node_pages(snap, root, node, size) if size else (0, 0, _mem_free(snap, node))
-        unit = size or 1024
-        per_node[node], free[node], reserved[node] = (pages, f, total) if size else (0, 0, 0)
-        room = f + mem_free // unit
-        if pages > room:
+        f, total, spare, own = _room(snap, root, node, size, sizing.vm)
+        per_node[node], free[node], reserved[node] = pages, f, total
+        if spare is not None and pages > f + own + spare:
             short.append(f"node {node} needs {size_text(pages * unit)}" +
-                         (f" ({pages} pages of {size_text(size)}) and has {f} free pages plus "
-                          f"{size_text(mem_free // unit * unit)} of free memory" if size else
-                          f" and has {size_text(mem_free // unit * unit)} free"))
+                         (f" ({pages} pages of {size_text(size)}) and has {f} free pages" if size else "") +
+                         (f", {own} of the VM's own" if own else "") +
+                         f"{' plus' if size else ' and has'} {size_text(spare * unit)} of free memory "
+                         f"(less {KEEP_FREE_KIB // GIB} GiB it keeps)")
         elif size:
             why.append(f"hugepages of {size_text(size)} on node {node}: {pages} needed, {f} free of {total} reserved" +
-                       (f"; {pages - f} more to reserve from its free memory" if pages > f else ""))
+                       (f", {own} the VM's own" if own else "") +
+                       (f"; {pages - f - own} more to reserve from its free memory" if pages > f + own else ""))
     pages_need = HugepageNeed(size, per_node, free, reserved) if size else EMPTY_PAGES
     return MemSize(need, pages_need, ("memory does not fit: " + "; ".join(short)) if short else "")
 
 
-def _mem_free(snap: HostSnapshot, node: int) -> int:
-    return next((u.memory_free_kib for u in snap.load.nodes if u.node == node), 0)
+def _room(snap: HostSnapshot, root: Root, node: int, size: int, vm: str | None) -> tuple[int, int, int | None, int]:
+    """(free pages, reserved pages, pages free memory can still become (None: unknown), the pages the
+    running VM `vm` holds there itself) of `node`, in pages of `size` KiB (0: plain memory in KiB)."""
+    unit = size or 1024
+    free, total = node_pages(snap, root, node, size) if size else (0, 0)
+    use = next((u for u in snap.load.nodes if u.node == node), None)
+    spare = max(0, use.memory_free_kib - KEEP_FREE_KIB) // unit if use is not None and use.memory_total_kib else None
+    own_vm = snap.vm(vm) if vm is not None else None
+    own = 0
+    if size and own_vm is not None and own_vm.state not in INACTIVE and vm_page_size(snap, own_vm) == size:
+        held = memory_nodes(snap, own_vm)
+        own = own_vm.memory_kib // len(held) // size if node in held else 0
+    return free, total, spare, own

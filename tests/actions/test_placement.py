@@ -127,7 +127,14 @@ def test_drained_unhealthy_and_short_memory_are_refused(host):
     assert not listed.ok and listed.refusal.startswith(f"GPU 0 ({A0}) drained: RMA 42")
     big = place(snap, root, 1, gpus=[A0], memory_factor=20)  # 20 × 81559 MiB on a node of 1 TiB
     assert not big.ok and big.refusal.startswith("memory does not fit: node 0 needs 1593 GiB (1593 pages of 1 GiB) "
-                                                 "and has 16 free pages plus 967 GiB of free memory")
+                                                 "and has 16 free pages plus 963 GiB of free memory (less 4 GiB "
+                                                 "it keeps)")
+    # the edge: 16 free pages + (967 GiB free − the 4 GiB a node keeps) = 979 pages
+    fits = place(snap, root, 1, gpus=[A0], memory_kib=979 * GIB)
+    assert fits.ok and fits.hugepages.per_node == {0: 979}
+    assert "hugepages of 1 GiB on node 0: 979 needed, 16 free of 16 reserved; 963 more to reserve from its free " \
+           "memory" in fits.reasons
+    assert not place(snap, root, 1, gpus=[A0], memory_kib=980 * GIB).ok
 
 
 def test_vcpus_asked_for_fit_exactly_or_are_refused(host):
