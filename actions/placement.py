@@ -63,6 +63,7 @@ class Placement:
     refusal: str = ""  # non-empty: no placement; says what stands in the way
     nic_notes: tuple[str, ...] = ()
     group_moves: tuple[str, ...] = ()  # other functions of the GPUs' IOMMU groups (go along)
+    blocked: tuple[tuple[str, tuple[str, ...]], ...] = ()  # with no set: each GPU not free → why
 
     @property
     def ok(self) -> bool:
@@ -84,8 +85,8 @@ class Placement:
 
 
 
-def refused(why: str, gpus: Sequence[str] = (), reasons: Sequence[str] = ()) -> Placement:
-    return Placement(tuple(gpus), (), (), 0, (), 1, (), 0, EMPTY_PAGES, tuple(reasons), (), refusal=why)
+def refused(why: str, gpus: Sequence[str] = (), blocked: Sequence[tuple[str, tuple[str, ...]]] = ()) -> Placement:
+    return Placement(tuple(gpus), (), (), 0, (), 1, (), 0, EMPTY_PAGES, (), (), refusal=why, blocked=tuple(blocked))
 
 
 def place(snap: HostSnapshot, root: Root, count: int, *, with_nic: bool = False, vm: str | None = None,
@@ -113,7 +114,8 @@ def place(snap: HostSnapshot, root: Root, count: int, *, with_nic: bool = False,
     if listed is not None:
         blocked = [(g, b) for g in listed if (b := gpu_blockers(snap, g, vm, configs))]
         if blocked:
-            return refused("; ".join(f"{_label(g)} {'; '.join(b)}" for g, b in blocked), [g.address for g in listed])
+            return refused("; ".join(f"{_label(g)} {'; '.join(b)}" for g, b in blocked), [g.address for g in listed],
+                           [(_label(g), tuple(b)) for g, b in blocked])
         chosen = score(host, tuple(listed), with_nic)
         reasons = [f"the GPUs named: {', '.join(_label(g) for g in listed)}"]
     elif count == 0:
@@ -121,7 +123,7 @@ def place(snap: HostSnapshot, root: Root, count: int, *, with_nic: bool = False,
     else:
         ranked = candidate_sets(host, count, with_nic)
         if not ranked:
-            return refused(_none_fits(snap, count, free, vm, configs))
+            return _none_fits(snap, count, free, vm, configs)
         chosen, reasons = ranked[0], []
     return _sized(snap, root, host, chosen, ranked[1:1 + ALTERNATIVES],
                   Sizing(vm, memory_factor, memory_kib, vcpus, hugepage_kib), reasons)
@@ -158,14 +160,15 @@ def _label(g: Gpu) -> str:
     return f"GPU {g.index} ({g.address})"
 
 
-def _none_fits(snap: HostSnapshot, count: int, free: list[Gpu], vm: str | None, configs: Configs | None) -> str:
-    """Why no set of `count` GPUs exists: how many are free, and what holds each of the others."""
+def _none_fits(snap: HostSnapshot, count: int, free: list[Gpu], vm: str | None, configs: Configs | None) -> Placement:
+    """No set of `count` GPUs: how many are free, and what holds each of the others."""
+    blocked = [(_label(g), tuple(gpu_blockers(snap, g, vm, configs))) for g in snap.gpus if g not in free]
     if count > len(snap.gpus):
-        return f"{count} GPUs asked for; this host has {len(snap.gpus)}"
+        return refused(f"{count} GPUs asked for; this host has {len(snap.gpus)}", blocked=blocked)
     head = (f"{count} GPUs asked for; {len(free)} free" +
             (f" ({', '.join(_label(g) for g in free)})" if free else ""))
-    others = [f"{_label(g)}: {'; '.join(gpu_blockers(snap, g, vm, configs))}" for g in snap.gpus if g not in free]
-    return head + (". The others: " + " | ".join(others) if others else "")
+    others = [f"{label}: {'; '.join(why)}" for label, why in blocked]
+    return refused(head + (". The others: " + " | ".join(others) if others else ""), blocked=blocked)
 
 
 def _why(best: Scored) -> list[str]:

@@ -93,6 +93,9 @@ def vm_definitions(host: ActionHost, snap: HostSnapshot) -> dict[str, set[str]]:
 
 def placement_lines(p: Placement, wanted: int) -> list[str]:
     """The placement as an admin reads it."""
+    if not p.ok and p.blocked:
+        head = p.refusal.split(". The others: ")[0]
+        return [f"no set of {wanted} GPU(s): {head}"] + [f"  {label}: {'; '.join(why)}" for label, why in p.blocked]
     if not p.ok:
         return [f"no set of {wanted} GPU(s): {p.refusal}"] + [f"  - {r}" for r in p.reasons]
     out = [f"GPUs {', '.join(p.gpus) or 'none'}"] + [f"  - {r}" for r in p.reasons]

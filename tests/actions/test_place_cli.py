@@ -50,12 +50,13 @@ def test_for_train_c_its_own_gpu_with_the_vf_beside_it(cli, demo_dir):
 def test_no_free_pair_on_the_demo_is_refused_with_what_holds_each(cli):
     rc, out, err = cli("place", "--gpus", "2")
     assert rc == 1
-    assert out.startswith("no set of 2 GPU(s): 2 GPUs asked for; 0 free. The others: ")
+    assert out.startswith("no set of 2 GPU(s): 2 GPUs asked for; 0 free\n")
+    assert len(out.splitlines()) == 9  # the head, then one line per GPU
     for held in ("GPU 0 (0000:18:00.0): busy: pid 4242 python3, pid 4310 torchrun",
                  "GPU 1 (0000:19:00.0): in VM train-a (running)'s definition",
                  "GPU 4 (0000:9a:00.0): in VM train-c (shut off)'s definition",
                  "GPU 6 (0000:ba:00.0): IOMMU group 34 not viable"):
-        assert held in out
+        assert f"\n  {held}" in out
     rc, out, err = cli("place", "--gpus", "2", "--json")
     assert rc == 1 and json.loads(out)["refusal"].startswith("2 GPUs asked for; 0 free")
 

@@ -123,6 +123,9 @@ def test_drained_unhealthy_and_short_memory_are_refused(host):
     assert p.refusal.startswith(f"2 GPUs asked for; 1 free (GPU 2 ({B0})). The others: ")
     assert f"GPU 0 ({A0}): drained: RMA 42 (alice, 2026-12-02T09:00:00Z)" in p.refusal
     assert f"GPU 1 ({A1}): unhealthy: Xid 79 (fallen off the bus)" in p.refusal
+    assert dict(p.blocked)[f"GPU 0 ({A0})"] == ("drained: RMA 42 (alice, 2026-12-02T09:00:00Z)",)
+    assert [label for label, _ in p.blocked] == [f"GPU {i} ({a})" for i, a in
+                                                 ((0, A0), (1, A1), (3, B1), (4, C0), (5, C1), (6, D0))]
     listed = place(sick, root, 1, gpus=["0"])
     assert not listed.ok and listed.refusal.startswith(f"GPU 0 ({A0}) drained: RMA 42")
     big = place(snap, root, 1, gpus=[A0], memory_factor=20)  # 20 × 81559 MiB on a node of 1 TiB
