@@ -113,14 +113,16 @@ class Host:
     gpus: list[Gpu]
     vfs: list[tuple[Nic, NicVf]] = field(default_factory=list)
     index: dict[str, PciDevice] = field(default_factory=dict)
+    own: frozenset[str] = frozenset()  # the GPUs `vm` holds already
 
     @classmethod
     def of(cls, snap: HostSnapshot, gpus: list[Gpu], vm: str | None, configs: Configs | None) -> Host:
-        taken = {a for name, have in (snapshot_configs(snap) if configs is None else configs).items()
-                 if name != vm for a in have}
+        table = snapshot_configs(snap) if configs is None else configs
+        taken = {a for name, have in table.items() if name != vm for a in have}
         vfs = [(n, v) for n in snap.nics for v in n.vfs
                if v.vm in (None, vm) and v.address not in taken and not vf_group_blockers(snap, v.address)]
-        return cls(snap, vm, gpus, vfs, {d.address: d for d in snap.pci_devices})
+        own = frozenset(table.get(vm, ())) & {g.address for g in gpus} if vm is not None else frozenset()
+        return cls(snap, vm, gpus, vfs, {d.address: d for d in snap.pci_devices}, own)
 
     def nics_for(self, gpus: Iterable[Gpu]) -> NicPick:
         """The nearest free VF for each GPU in turn (never one VF twice): PIX first, then PXB, PHB, NODE, SYS."""
@@ -145,11 +147,12 @@ class Scored:
     level: str  # the worst PCIe level between two of them
     nodes: tuple[int, ...]
     nics: NicPick | None
+    own: int = 0  # how many of them the VM holds already (fewer changes)
 
     @property
     def key(self) -> tuple[object, ...]:
         nic = (self.nics.misses, self.nics.spread) if self.nics is not None else (0, 0)
-        return (not self.nvlink, LEVELS.index(self.level), len(self.nodes), *nic,
+        return (not self.nvlink, LEVELS.index(self.level), len(self.nodes), *nic, -self.own,
                 tuple(g.address for g in self.gpus))
 
 
@@ -236,7 +239,7 @@ def score(host: Host, gpus: tuple[Gpu, ...], with_nic: bool) -> Scored:
     level = max(levels, key=LEVELS.index) if levels else "X"
     nodes = tuple(sorted({g.numa_node for g in gpus if g.numa_node is not None}))
     return Scored(gpus, all(nvlink_peers(a, b) for a, b in pairs), level, nodes,
-                  host.nics_for(gpus) if with_nic else None)
+                  host.nics_for(gpus) if with_nic else None, sum(g.address in host.own for g in gpus))
 
 
 def worse(best: Scored, alt: Scored) -> str:
@@ -254,4 +257,6 @@ def worse(best: Scored, alt: Scored) -> str:
             out.append("no VF at PIX for " + ", ".join(far))
         elif alt.nics.spread > best.nics.spread:
             out.append("its VFs sit farther from the GPUs")
+    if not out and alt.own < best.own:
+        out.append("takes fewer of the GPUs the VM holds already")
     return "; ".join(out) or "as good in topology; ranked after by PCI address"

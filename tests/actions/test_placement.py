@@ -9,7 +9,7 @@ from dataclasses import replace
 
 import pytest
 
-from nodeconsole.actions.placement import PlacementError, gpu_blockers, place
+from nodeconsole.actions.placement import Alternative, PlacementError, gpu_blockers, place
 from nodeconsole.console.collector import Collector
 from nodeconsole.console.demo.builders import chipset, gpu_functions, nic_functions, nvme_functions, pins, switch
 from nodeconsole.console.demo.generator import generate
@@ -94,9 +94,7 @@ def test_blockers_name_each_reason(host):
 
 def test_a_vms_own_gpu_and_pins_count_as_free(host):
     snap, root = host
-    p = place(snap, root, 1, vm="holder")
-    assert p.gpus == (A0,)  # node 0's first; holder's own C0 is a candidate too
-    assert C0 in [g for a in p.alternatives for g in a.gpus] or len(p.alternatives) == 3
+    assert place(snap, root, 1).gpus == (A0,)  # for no VM, the first by address
     p = place(snap, root, 1, vm="pinned", gpus=[A0])
     assert p.vcpus == 8 and p.cpus == (2, 18, 3, 19, 4, 20, 5, 21)  # its own cores are free for it
 
@@ -206,3 +204,11 @@ def test_a_degraded_gpu_is_taken_with_a_word_and_unknown_nvlink_is_said(host):
     assert p.gpus == (A0, A1)
     assert "GPU 0 (0000:18:00.0) is degraded: 2 uncorrectable ECC errors in its lifetime" in p.reasons
     assert f"NVLink not known for {A1}: NVML does not see a GPU on vfio-pci or unbound" in p.reasons
+
+
+def test_a_vm_keeps_the_gpu_it_holds_when_nothing_is_better(host):
+    snap, root = host
+    # holder's C0 is alone on node 1's switch; A0 (node 0) is as good in topology and first by address
+    p = place(snap, root, 1, vm="holder")
+    assert p.gpus == (C0,) and p.nodes == (1,)
+    assert p.alternatives[0] == Alternative((A0,), "takes fewer of the GPUs the VM holds already")
