@@ -212,3 +212,24 @@ def test_a_vm_keeps_the_gpu_it_holds_when_nothing_is_better(host):
     p = place(snap, root, 1, vm="holder")
     assert p.gpus == (C0,) and p.nodes == (1,)
     assert p.alternatives[0] == Alternative((A0,), "takes fewer of the GPUs the VM holds already")
+
+
+def test_on_an_nvswitch_baseboard_the_pcie_tree_decides_inside_the_domain(tmp_path):
+    """Every GPU NVML sees joins the NVLink fabric (4 NVSwitches): all sets are one NVLink domain, so the
+    pair on one switch wins and a set across the nodes is worse only by its PCIe spread."""
+    h = generate(replace(spec(), nvswitches=4), tmp_path / "host")
+    root = Root(h.root)
+    c = Collector(simulated_host(root=root, libvirt_uri=h.libvirt_uri, state_dir=h.dest,
+                                 nvml_lib=SimulatedNvml.from_file(h.nvml_state, root=root)))
+    try:
+        snap = c.collect()
+    finally:
+        c.close()
+    p = place(snap, root, 2, vm="holder")
+    assert p.gpus == (A0, A1)
+    assert p.reasons[:3] == ("one NVLink domain (every pair joined by NVLink)", "one PCIe switch (PIX)", "NUMA node 0")
+    worse = dict((a.gpus, a.worse) for a in p.alternatives)
+    assert worse[(A0, B0)] == "spans host bridges of one NUMA node (NODE)"
+    across = place(snap, root, 2, gpus=[A0, C0], vm="holder")
+    assert across.ok and across.nodes == (0, 1) and "one NVLink domain (every pair joined by NVLink)" in across.reasons
+    assert "across NUMA nodes (SYS)" in across.reasons
