@@ -121,7 +121,7 @@ def place(snap: HostSnapshot, root: Root, count: int, *, with_nic: bool = False,
     elif count == 0:
         reasons = ["no GPU asked for"]
     else:
-        ranked = candidate_sets(host, count, with_nic)
+        ranked = candidate_sets(host, count, with_nic, ALTERNATIVES)
         if not ranked:
             return _none_fits(snap, count, free, vm, configs)
         chosen, reasons = ranked[0], []

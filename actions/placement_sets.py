@@ -201,24 +201,33 @@ def nvlink_domains(gpus: list[Gpu]) -> list[list[Gpu]]:
     return [grp for grp in groups.values() if len(grp) > 1]
 
 
-def candidate_sets(host: Host, k: int, with_nic: bool) -> list[Scored]:
+def candidate_sets(host: Host, k: int, with_nic: bool, runners: int = 3) -> list[Scored]:
     """The sets the fill makes, scored, best first: over each NVLink domain and all candidates, one set per
-    branch of the PCIe tree that holds k; then the same without each GPU of the best set in turn (the
-    runners-up)."""
+    branch of the PCIe tree that holds k; then the same without each GPU of the best set in turn, and so
+    on from the best set of each such pool, until `runners` runners-up are found (a bounded search)."""
     paths = {g.address: _path(host, g) for g in host.gpus}
     nic_rank = {g.address: host.nics_for([g]).spread for g in host.gpus} if with_nic else {}
     found: dict[tuple[str, ...], Scored] = {}
-    _generate(host, host.gpus, k, with_nic, paths, nic_rank, found)
-    if not found:
-        return []
-    best = min(found.values(), key=lambda s: s.key)
-    for g in best.gpus:
-        _generate(host, [x for x in host.gpus if x is not g], k, with_nic, paths, nic_rank, found)
+    queue: list[frozenset[str]] = [frozenset()]
+    tried = {frozenset()}
+    calls = 0
+    while queue and calls <= 3 * k:
+        without = queue.pop(0)
+        best = _generate(host, [g for g in host.gpus if g.address not in without], k, with_nic, paths, nic_rank, found)
+        calls += 1
+        for g in best.gpus if best is not None else ():
+            if (more := without | {g.address}) not in tried:
+                tried.add(more)
+                queue.append(more)
+        if calls > k and len(found) > runners:
+            break
     return sorted(found.values(), key=lambda s: s.key)
 
 
 def _generate(host: Host, gpus: list[Gpu], k: int, with_nic: bool, paths: dict[str, tuple[object, ...]],
-              nic_rank: dict[str, int], found: dict[tuple[str, ...], Scored]) -> None:
+              nic_rank: dict[str, int], found: dict[tuple[str, ...], Scored]) -> Scored | None:
+    """Adds to `found` the sets the fill makes of `gpus`; the best of them (None: none holds k)."""
+    made: list[Scored] = []
     for pool in [*nvlink_domains(gpus), gpus]:
         for depth in (4, 3, 2, 1, 0):
             branches: dict[tuple[object, ...], list[Gpu]] = {}
@@ -231,6 +240,8 @@ def _generate(host: Host, gpus: list[Gpu], k: int, with_nic: bool, paths: dict[s
                 addrs = tuple(g.address for g in chosen)
                 if addrs not in found:
                     found[addrs] = score(host, chosen, with_nic)
+                made.append(found[addrs])
+    return min(made, key=lambda s: s.key) if made else None
 
 
 def score(host: Host, gpus: tuple[Gpu, ...], with_nic: bool) -> Scored:
