@@ -109,7 +109,7 @@ def plan_prepare(host: ActionHost, snap: HostSnapshot, vm_name: str, gpus: str, 
         return plan
     shape = shape_of(snap, vm, placed)
     ops += definition_ops(host, snap, vm, placed, shape, plan)
-    ops += nccl_ops(host, vm.name, placed)
+    ops += nccl_ops(host, snap, vm.name, placed)
     from nodeconsole.actions.prepare_ops import add_prepare_steps
 
     add_prepare_steps(host, plan, ops)

@@ -127,7 +127,7 @@ def definition_ops(host: ActionHost, snap: HostSnapshot, vm: Vm, placed: Placeme
 
 # -- the guest's NCCL files ----------------------------------------------------------------------------
 
-def nccl_ops(host: ActionHost, vm: str, placed: Placement) -> list[Op]:
+def nccl_ops(host: ActionHost, snap: HostSnapshot, vm: str, placed: Placement) -> list[Op]:
     if not placed.gpus:
         return []
     from nodeconsole.actions.nccl.guest_files import guest_files_dir
@@ -135,7 +135,13 @@ def nccl_ops(host: ActionHost, vm: str, placed: Placement) -> list[Op]:
     where = guest_files_dir(vm)
     if where is None:
         return []
-    return [{"kind": "nccl_guest_files", "vm": vm, "dir": where}]
+    from nodeconsole.actions.nccl.topo_xml import snapshot_nvlinks
+
+    op: Op = {"kind": "nccl_guest_files", "vm": vm, "dir": where}
+    links = snapshot_nvlinks(snap, list(placed.gpus))  # read now: on vfio-pci NVML no longer sees them
+    if links:
+        op["nvlinks"] = {g: [[r, n] for r, n in rs] for g, rs in links.items()}
+    return [op]
 
 
 # -- steps ----------------------------------------------------------------------------------------------

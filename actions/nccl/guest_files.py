@@ -2,14 +2,16 @@
 where `nodeconsole nccl topo --vm` and `nccl command --vm` say they are (GUEST_FILES_DIR/VM/topo.xml and
 nccl.env, below the root), for the admin to copy into the guest.
 
-    {"kind": "nccl_guest_files", "vm": NAME, "dir": REL}              # computed from the VM's definition
+    {"kind": "nccl_guest_files", "vm": NAME, "dir": REL,              # computed from the VM's definition
+     "nvlinks": {GPU: [[REMOTE, COUNT], ...]}}                        # (optional) NVLinks read at plan time
     {"kind": "nccl_guest_files", "vm": NAME, "dir": REL,
      "contents": {"topo.xml": TEXT|None, "nccl.env": TEXT|None}}      # exactly these (None: absent)
 
 Without `contents` the files are computed when the step applies, from the host read afresh: `prepare` puts
 the GPUs and VFs into the definition in earlier steps of the same plan, and libvirt gives them their guest
-PCI addresses only then. The inverse holds the files' contents before (None: absent), and the directories
-the step made are removed again when they are empty.
+PCI addresses only then. A GPU on vfio-pci is invisible to NVML, so the NVLinks the plan read while the
+GPUs were still on nvidia come with the operation. The inverse holds the files' contents before (None:
+absent), and the directories the step made are removed again when they are empty.
 """
 from __future__ import annotations
 
@@ -42,13 +44,18 @@ def render_env(items: list) -> str:  # items: list[topo_xml.EnvItem]
     return "\n".join(out) + "\n"
 
 
-def computed(host: ActionHost, vm: str) -> dict[str, str]:
-    """The topology file and environment of `vm` as its definition is now."""
-    from nodeconsole.actions.nccl.topo_xml import DEFAULT_TOPO_PATH, guest_env, vm_topology
+def computed(host: ActionHost, vm: str, nvlinks: dict[str, list[tuple[str, int]]] | None = None) -> dict[str, str]:
+    """The topology file and environment of `vm` as its definition is now (`nvlinks`: GPU → (remote, link
+    count) where the snapshot cannot see them: GPUs on vfio-pci)."""
+    from nodeconsole.actions.nccl.topo_xml import DEFAULT_TOPO_PATH, guest_env, snapshot_nvlinks, vm_topology
 
     snap = host.snapshot()
+    links = None
+    if nvlinks:
+        vm_gpus = [h.address for v in snap.vms if v.name == vm for h in v.hostdevs if h.address and snap.gpu(h.address)]
+        links = {**snapshot_nvlinks(snap, vm_gpus), **nvlinks}
     try:
-        topo = vm_topology(snap, vm, cpuinfo=host.root.read("proc/cpuinfo") or "")
+        topo = vm_topology(snap, vm, cpuinfo=host.root.read("proc/cpuinfo") or "", nvlinks=links)
     except RequestError as e:
         raise StepError(str(e)) from None
     return {TOPO: topo.xml, ENV: render_env(guest_env(topo, DEFAULT_TOPO_PATH))}
@@ -58,6 +65,12 @@ def _check(op: Op) -> tuple[str, str, dict[str, str | None] | None]:
     vm, where = op.get("vm"), op.get("dir")
     if not isinstance(vm, str) or not isinstance(where, str) or guest_files_dir(vm) != where:
         raise StepError(f"malformed nccl_guest_files operation: dir must be {GUEST_FILES_DIR}/VM")
+    links = op.get("nvlinks")
+    if links is not None and (not isinstance(links, dict) or not all(
+            isinstance(g, str) and isinstance(rs, list) and all(
+                isinstance(r, list) and len(r) == 2 and isinstance(r[0], str) and type(r[1]) is int for r in rs)
+            for g, rs in links.items())):
+        raise StepError("malformed nccl_guest_files operation: nvlinks must map a GPU to [remote, count] pairs")
     contents = op.get("contents")
     if contents is not None and (not isinstance(contents, dict) or set(contents) != set(NAMES) or not all(
             v is None or (isinstance(v, str) and len(v) <= 1 << 20) for v in contents.values())):
@@ -80,7 +93,8 @@ def nccl_guest_files_step(host: ActionHost, op: Op) -> Step | None:
     state: dict[str, dict[str, str | None]] = {}
 
     def apply() -> None:
-        want: dict[str, str | None] = dict(contents) if contents is not None else dict(computed(host, vm))
+        links = {g: [(r, n) for r, n in rs] for g, rs in (op.get("nvlinks") or {}).items()}
+        want: dict[str, str | None] = dict(contents) if contents is not None else dict(computed(host, vm, links))
         state["want"] = want
         if any(v is not None for v in want.values()):
             make_parents(root, f"{where}/{TOPO}")
