@@ -1,6 +1,7 @@
-"""`nodeconsole place` on the demo host, in-process: every GPU there is taken today, so `place --gpus 2`
-is refused naming what holds each; train-c's own GPU (0000:9a:00.0, in its definition) is free for
-`--vm train-c`, with the free VF at PIX beside it; bad input is one line, exit 2; nothing changes."""
+"""`nodeconsole place` on the demo host, in-process: the free pair is the H100 PCIe cards joined by NVLink
+bridges on node 1's fifth switch (0000:da:00.0, 0000:db:00.0) with the ConnectX-7 VFs beside them
+(0000:dc:00.1, .2); train-c keeps its own GPU (0000:9a:00.0) with the free VF at PIX beside it; a third
+GPU is refused naming what holds each of the others; bad input is one line, exit 2; nothing changes."""
 from __future__ import annotations
 
 import json
@@ -39,7 +40,8 @@ def test_for_train_c_its_own_gpu_with_the_vf_beside_it(cli, demo_dir):
     before = tree_state(demo_dir, skip=())
     rc, out, err = cli("place", "--gpus", "1", "--with-nic", "--vm", "train-c")
     assert rc == 0, err
-    assert out.startswith("GPUs 0000:9a:00.0\n")
+    assert out.startswith("GPUs 0000:9a:00.0\n")  # its own, though 0000:da:00.0 is as good
+    assert "  0000:da:00.0: takes fewer of the GPUs the VM holds already" in out
     assert "vCPUs         32 on CPU 48-63,112-127 (vCPU 2k and 2k+1 are sibling threads of one core)" in out
     assert "emulator      CPU 32-33,96-97" in out
     assert "hugepages     node 1: 160 x 1 GiB needed, 80 free of 144 reserved (80 to reserve)" in out
@@ -47,18 +49,40 @@ def test_for_train_c_its_own_gpu_with_the_vf_beside_it(cli, demo_dir):
     assert changed(before, tree_state(demo_dir, skip=())) == set()
 
 
-def test_no_free_pair_on_the_demo_is_refused_with_what_holds_each(cli):
-    rc, out, err = cli("place", "--gpus", "2")
+def test_the_free_nvlink_pair_with_a_vf_at_pix_each(cli, demo_dir):
+    before = tree_state(demo_dir, skip=())
+    rc, out, err = cli("place", "--gpus", "2", "--with-nic", "--json")
+    assert rc == 0, err
+    d = json.loads(out)
+    assert d["gpus"] == ["0000:da:00.0", "0000:db:00.0"] and d["nics"] == ["0000:dc:00.1", "0000:dc:00.2"]
+    assert d["nodes"] == [1]
+    assert d["reasons"][:4] == ["one NVLink domain (every pair joined by NVLink)", "one PCIe switch (PIX)",
+                                "NUMA node 1", "a free VF at PIX for 2 of 2 GPU(s)"]
+    # 70% of node 1's 60 CPUs outside the host's = 42, capped by the whole cores no other VM is pinned to
+    # (train-c, shut off, holds 48-55,112-119; db-1, mig-infer-b, train-b and legacy-app the rest)
+    assert d["vcpus"] == 16 and d["cpus"] == [c for k in range(56, 64) for c in (k, k + 64)]
+    assert d["vcpus"] <= 0.7 * 64
+    assert d["memory_kib"] == 319 * 1048576  # 2 × 2 × 81559 MiB of VRAM, in whole 1 GiB pages
+    assert d["hugepages"] == {"size_kib": 1048576, "per_node": {"1": 319}, "free": {"1": 80}}
+    assert "hugepages of 1 GiB on node 1: 319 needed, 80 free of 144 reserved; 239 more to reserve from its free " \
+           "memory" in d["reasons"]
+    assert d["alternatives"] == []  # no other two GPUs are free
+    assert changed(before, tree_state(demo_dir, skip=())) == set()
+
+
+def test_a_third_gpu_is_refused_with_what_holds_each(cli):
+    rc, out, err = cli("place", "--gpus", "3")
     assert rc == 1
-    assert out.startswith("no set of 2 GPU(s): 2 GPUs asked for; 0 free\n")
-    assert len(out.splitlines()) == 9  # the head, then one line per GPU
+    assert out.startswith("no set of 3 GPU(s): 3 GPUs asked for; 2 free (GPU 8 (0000:da:00.0), GPU 9 "
+                          "(0000:db:00.0))\n")
+    assert len(out.splitlines()) == 9  # the head, then one line per GPU that is not free
     for held in ("GPU 0 (0000:18:00.0): busy: pid 4242 python3, pid 4310 torchrun",
                  "GPU 1 (0000:19:00.0): in VM train-a (running)'s definition",
                  "GPU 4 (0000:9a:00.0): in VM train-c (shut off)'s definition",
                  "GPU 6 (0000:ba:00.0): IOMMU group 34 not viable"):
         assert f"\n  {held}" in out
-    rc, out, err = cli("place", "--gpus", "2", "--json")
-    assert rc == 1 and json.loads(out)["refusal"].startswith("2 GPUs asked for; 0 free")
+    rc, out, err = cli("place", "--gpus", "3", "--json")
+    assert rc == 1 and json.loads(out)["refusal"].startswith("3 GPUs asked for; 2 free")
 
 
 @pytest.mark.parametrize("argv, message", [
