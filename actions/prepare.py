@@ -95,9 +95,11 @@ def plan_prepare(host: ActionHost, snap: HostSnapshot, vm_name: str, gpus: str, 
                    vcpus=vcpus, hugepage_kib=page, gpus=choice.named)
     what = (f"GPUs {', '.join(choice.named)}" if choice.named else f"{choice.count} GPU(s)")
     if not placed.ok:
+        memory = "memory" in placed.refusal or "hugepage" in placed.refusal
         plan.checks.append(Check(f"room for {what} on this host", False, placed.refusal,
-                                 "see `nodeconsole place --gpus N` for what stands in the way; free a GPU, "
-                                 "or ask for fewer"))
+                                 "ask for less memory (--memory SIZE or --memory-factor F), or free memory on that "
+                                 "node" if memory else "see `nodeconsole place --gpus N` for what stands in the way; "
+                                 "free a GPU, or ask for fewer"))
         return plan
     plan.checks.append(Check(f"room for {what} on this host", True, "; ".join(placed.reasons) or "yes"))
     plan.title = _title(vm.name, placed)

@@ -69,7 +69,9 @@ def device_ops(host: ActionHost, snap: HostSnapshot, placed: Placement, vm: str,
         to_bind = [a for a in members if driver_of(snap, a) not in STUB_DRIVERS]
         ops += [{"kind": "pci_driver", "device": a, "override": VFIO, "driver": VFIO, "group": gpu.iommu_group,
                  "vfio_node": a == to_bind[-1]} for a in to_bind]
-    for address in (a for a in placed.nics if a):
+    # the VFs in reverse order: an undo binds them back to their driver in address order, and the kernel
+    # names their RDMA devices (mlx5_N, the lowest free N) in the order they probe: each gets its name back
+    for address in sorted((a for a in placed.nics if a), reverse=True):
         dev = snap.pci(address)
         if dev is not None and dev.driver not in STUB_DRIVERS:
             ops.append({"kind": "pci_driver", "device": address, "override": VFIO, "driver": VFIO,

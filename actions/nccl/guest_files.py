@@ -106,8 +106,8 @@ def nccl_guest_files_step(host: ActionHost, op: Op) -> Step | None:
             else:
                 write_atomic(path, text.encode("utf-8"), 0o644)
         if all(v is None for v in want.values()):
-            remove_dirs(root, [d for d in op.get("remove_dirs") or [] if isinstance(d, str)
-                               and d.startswith(GUEST_FILES_DIR)])
+            remove_dirs(root, [d for d in op.get("remove_dirs") or [] if isinstance(d, str)  # only where's own
+                               and d and (where == d or where.startswith(d + "/"))])
 
     def verify() -> str | None:
         want = state.get("want") or {}
