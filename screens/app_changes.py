@@ -39,11 +39,23 @@ class ChangesApp(PollingApp):
         return self.selected_gpu or None
 
     def action_passthrough(self) -> None:
-        from nodeconsole.actions.session import Passthrough
+        """`a` on the GPUs screen: which VM gets the selected GPU, if any, and its NIC
+        (screens/passthrough_pick.py), then its passthrough plan."""
+        from nodeconsole.screens.passthrough_pick import PassthroughPickModal, vm_choices
 
         addr = self._selected_gpu()
-        if addr:
-            self._plan_worker(Passthrough(addr))
+        if not addr:
+            return
+        snap = self.snapshot
+        g = snap.gpu(addr) if snap is not None else None
+        label = f"GPU {g.index} ({addr})" if g is not None else addr
+        choices = vm_choices(snap, addr) if snap is not None else []
+        self.push_screen(PassthroughPickModal(addr, label, choices), self._plan_chosen)
+
+    def _plan_chosen(self, request: Request | None) -> None:
+        """A dialog's answer: the request to plan, or None (cancelled: nothing to plan)."""
+        if request is not None:
+            self._plan_worker(request)
 
     def action_release(self) -> None:
         from nodeconsole.actions.session import Release
@@ -89,11 +101,7 @@ class ChangesApp(PollingApp):
             return
         from nodeconsole.screens.mig_editor import MigEditor
 
-        def chosen(request: Request | None) -> None:
-            if request is not None:
-                self._plan_worker(request)
-
-        self.push_screen(MigEditor(self.new_session, addr), chosen)
+        self.push_screen(MigEditor(self.new_session, addr), self._plan_chosen)
 
     def _selected_vm(self) -> str | None:
         if not self.selected_vm:

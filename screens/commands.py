@@ -40,8 +40,8 @@ COMMANDS: tuple[Command, ...] = (
             "Screens", footer=False),
     Command("slash", "filter", "Filter", "Filter the rows of the current table", "Table", priority=True),
     Command("enter", "details", "Details", "Open the details of the selected row", "Table", footer=False),
-    Command("a", "passthrough", "Passthrough", "Plan giving the selected GPU to vfio-pci (GPUs screen)",
-            "Actions", screens=("gpus",)),
+    Command("a", "passthrough", "Passthrough", "Plan giving the selected GPU to vfio-pci, or to a VM (asks which; "
+            "with its NIC: a free VF beside the GPU) (GPUs screen)", "Actions", screens=("gpus",)),
     Command("R", "release", "Release", "Plan giving the selected GPU back to the host (GPUs screen)",
             "Actions", screens=("gpus",)),
     Command("D", "drain", "Drain", "Drain the selected GPU (asks why) or lift its drain (GPUs screen)",
