@@ -10,7 +10,7 @@ thread worker) gives the recommendation.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -71,8 +71,10 @@ def _pages_line(p: Any) -> Text:
     return t
 
 
-def placement_text(p: Any) -> Text:
-    """`place`'s recommendation as the form shows it; host text made visible, never markup."""
+def placement_text(p: Any, labels: Mapping[str, str] | None = None) -> Text:
+    """`place`'s recommendation as the form shows it (`labels`: a GPU address → its console name, e.g.
+    "GPU 8"); host text made visible, never markup."""
+    names = labels or {}
     t = Text()
     if not p.ok:
         t.append("cannot place: ", style="bold red")
@@ -80,10 +82,10 @@ def placement_text(p: Any) -> Text:
         for r in p.reasons:
             t.append(f"\n· {show(r, LINE_MAX)}", style="dim")
         return t
-    t.append("GPUs ", style="bold")
-    t.append(", ".join(visible(a) for a in p.gpus) or "none")
+    t.append("GPUs: ", style="bold")
+    t.append(", ".join(f"{names[a]} ({visible(a)})" if a in names else visible(a) for a in p.gpus) or "none")
     if p.nics:
-        t.append("\nNIC VFs ", style="bold")
+        t.append("\nNIC VFs: ", style="bold")
         t.append(", ".join(visible(a) or "none" for a in p.nics))
     nodes = ", ".join(str(n) for n in p.nodes) or "-"
     t.append(f"\nnode {nodes} · {p.vcpus} vCPUs on CPUs {format_cpulist(p.cpus) or '-'} · emulator on "
@@ -114,9 +116,10 @@ class PrepareModal(ModalScreen[PrepareChoice | None]):
     #prep-status { color: $error; }
     """
 
-    def __init__(self, vm: str, state: str, placer: Placer) -> None:
+    def __init__(self, vm: str, state: str, placer: Placer, labels: Mapping[str, str] | None = None) -> None:
         super().__init__()
         self.vm, self.state, self.placer = vm, state, placer
+        self.labels = dict(labels or {})  # GPU address → its console name
         self.generation = 0  # the recommendation shown is the latest asked for; older answers are dropped
         self.shown: Any = None  # the Placement shown (None: being worked out, or the fields are wrong)
         self.asked: PrepareChoice | str | None = None  # the fields the recommendation is (being) made for
@@ -192,7 +195,7 @@ class PrepareModal(ModalScreen[PrepareChoice | None]):
         if result is None:
             place.update(Text(f"cannot work out a placement: {show(error, LINE_MAX)}", style="bold red"))
         else:
-            place.update(placement_text(result))
+            place.update(placement_text(result, self.labels))
 
     # -- answers -----------------------------------------------------------------------------------
     def action_plan(self) -> None:

@@ -92,8 +92,9 @@ def test_fields_are_checked_and_the_text_says_what_it_found():
                       vcpus=4, cpus=(24, 25, 26, 27), emulator=(64,), memory_kib=320 * 1048576,
                       hugepages=Pages(1048576, {1: 320}, {1: 100}), reasons=("one PCIe switch",),
                       alternatives=(Alt(("0000:18:00.0", "0000:9a:00.0"), "across the sockets"),))
-    text = str(placement_text(p))
-    assert "GPUs 0000:da:00.0, 0000:db:00.0" in text and "NIC VFs 0000:dc:00.2, 0000:dc:00.3" in text
+    assert "GPUs: 0000:da:00.0, 0000:db:00.0\n" in str(placement_text(p))
+    text = str(placement_text(p, {"0000:da:00.0": "GPU 8", "0000:db:00.0": "GPU 9"}))
+    assert "GPUs: GPU 8 (0000:da:00.0), GPU 9 (0000:db:00.0)" in text and "NIC VFs: 0000:dc:00.2, 0000:dc:00.3" in text
     assert "node 1 · 4 vCPUs on CPUs 24-27 · emulator on 64" in text
     assert "memory 320 GiB · 1 GiB hugepages: node 1 needs 320, 100 free  (the plan reserves the rest)" in text
     assert "· one PCIe switch" in text and "runner-up 0000:18:00.0, 0000:9a:00.0: across the sockets" in text
@@ -108,7 +109,7 @@ async def test_the_form_asks_again_when_a_field_changes_and_enter_hands_back_the
         assert await wait_until(pilot, lambda: isinstance(app.screen, PrepareModal))
         modal = app.screen
         place = modal.query_one("#prep-place", Static)
-        assert await wait_until(pilot, lambda: "GPUs 0000:d0:00.0, 0000:d1:00.0" in _text(place))
+        assert await wait_until(pilot, lambda: "GPUs: 0000:d0:00.0, 0000:d1:00.0" in _text(place))
         assert placer.calls[-1] == (2, True, 2.0) and threading.get_ident() not in placer.threads
         assert "NIC VFs" in _text(place) and "memory 320 GiB" in _text(place)
         assert app.focused is modal.query_one("#prep-count", Input)
@@ -141,7 +142,7 @@ async def test_a_late_answer_to_an_older_question_is_dropped_and_escape_answers_
         modal = app.screen
         place = modal.query_one("#prep-place", Static)
         await pilot.press("backspace", "1")  # asked again while the first answer is still on its way
-        assert await wait_until(pilot, lambda: "GPUs 0000:d0:00.0\n" in _text(place))
+        assert await wait_until(pilot, lambda: "GPUs: 0000:d0:00.0\n" in _text(place))
         placer.hold.set()  # the first (2 GPUs) now answers: too late to be shown
         await pilot.pause(0.3)
         assert "0000:d1:00.0" not in _text(place) and modal.shown.gpus == ("0000:d0:00.0",)
