@@ -126,8 +126,10 @@ class PrepareModal(ModalScreen[PrepareChoice | None]):
 
     def compose(self) -> ComposeResult:
         with Vertical(id="prep"):
-            yield Static(Text(f"Prepare VM {visible(self.vm)} for training ({visible(self.state)})", style="bold"),
-                         id="prep-title")
+            title = Text(f"Prepare VM {visible(self.vm)} for training ({visible(self.state)})", style="bold")
+            if self.state != "shut off":
+                title.append("  only a shut-off VM is prepared: the plan says how to shut it down", style="yellow")
+            yield Static(title, id="prep-title")
             with Horizontal(id="prep-fields"):
                 yield Static("GPUs ")
                 yield Input("2", id="prep-count", compact=True, max_length=3)

@@ -75,13 +75,13 @@ def _text(widget: Static) -> str:
 
 
 class Host(App):
-    def __init__(self, placer: Placer) -> None:
+    def __init__(self, placer: Placer, state: str = "shut off") -> None:
         super().__init__()
-        self.placer = placer
+        self.placer, self.state = placer, state
         self.answers: list = []
 
     def on_mount(self) -> None:
-        self.push_screen(PrepareModal("train-d", "shut off", self.placer), self.answers.append)
+        self.push_screen(PrepareModal("train-d", self.state, self.placer), self.answers.append)
 
 
 def test_fields_are_checked_and_the_text_says_what_it_found():
@@ -148,3 +148,15 @@ async def test_a_late_answer_to_an_older_question_is_dropped_and_escape_answers_
         assert "0000:d1:00.0" not in _text(place) and modal.shown.gpus == ("0000:d0:00.0",)
         await pilot.press("escape")
         assert await wait_until(pilot, lambda: app.answers == [None])
+
+
+async def test_a_vm_that_is_not_shut_off_is_told_so_up_front():
+    app = Host(Placer(), "running")
+    async with app.run_test(size=(80, 24)) as pilot:
+        assert await wait_until(pilot, lambda: isinstance(app.screen, PrepareModal))
+        title = _text(app.screen.query_one("#prep-title", Static))
+        assert "Prepare VM train-d for training (running)" in title and "only a shut-off VM is prepared" in title
+    app = Host(Placer())
+    async with app.run_test(size=(80, 24)) as pilot:
+        assert await wait_until(pilot, lambda: isinstance(app.screen, PrepareModal))
+        assert "only a shut-off" not in _text(app.screen.query_one("#prep-title", Static))
