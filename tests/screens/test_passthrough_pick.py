@@ -43,7 +43,7 @@ def test_vm_choices_put_shut_off_vms_first_and_say_what_they_hold(demo_seams):
     assert sorted(c.name for c in choices) == sorted(v.name for v in snap.vms)  # every defined VM
     order = [c.state for c in choices]
     assert order == sorted(order, key=lambda s: {"shut off": 0, "paused": 1, "running": 2}.get(s, 3))
-    assert [c.name for c in choices if c.state == "shut off"] == ["build-1", "mig-infer-b", "train-c"]
+    assert [c.name for c in choices if c.state == "shut off"] == ["build-1", "mig-infer-b", "train-c", "train-d"]
     by_name = {c.name: c for c in choices}
     assert by_name["train-c"].note == "its config already has this GPU"
     assert by_name["train-a"].note == "holds GPU 1" and by_name["build-1"].note == ""
