@@ -11,6 +11,7 @@ from nodeconsole.screens.app_polling import PollingApp
 from nodeconsole.screens.messages import GpuSelected, PlanChange, VmSelected
 
 if TYPE_CHECKING:  # the actions are imported on first use
+    from nodeconsole.actions.placement import Placement
     from nodeconsole.actions.plan import Plan
     from nodeconsole.actions.progress import Progress
     from nodeconsole.actions.session import ActionSession, Request
@@ -114,6 +115,32 @@ class ChangesApp(PollingApp):
         name = self._selected_vm()
         if name:
             self._plan_worker(Pin(name))
+
+    def action_prepare(self) -> None:
+        """`P` on the VMs screen: the prepare form for the selected VM with place's recommendation
+        (screens/prepare_form.py, worked out in its worker), then the Prepare plan."""
+        from nodeconsole.screens.prepare_form import PrepareChoice, PrepareModal
+
+        name = self._selected_vm()
+        if not name:
+            return
+        v = self.snapshot.vm(name) if self.snapshot is not None else None
+        sessions: list[ActionSession] = []  # one session for the form's questions, opened in its worker
+
+        def placer(count: int, with_nic: bool, memory_factor: float) -> Placement:
+            if not sessions:
+                sessions.append(self.new_session())
+            return sessions[0].place(count, with_nic=with_nic, vm=name, memory_factor=memory_factor)
+
+        def answered(choice: PrepareChoice | None) -> None:
+            from nodeconsole.actions.session import Prepare
+
+            if choice is not None:
+                self._plan_worker(Prepare(name, gpus=str(choice.count), with_nic=choice.with_nic,
+                                          memory_factor=choice.memory_factor))
+
+        labels = {g.address: f"GPU {g.index}" for g in self.snapshot.gpus} if self.snapshot is not None else {}
+        self.push_screen(PrepareModal(name, v.state if v is not None else "state unknown", placer, labels), answered)
 
     def action_pin_all(self) -> None:
         from nodeconsole.actions.session import PinAll

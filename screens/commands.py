@@ -52,6 +52,9 @@ COMMANDS: tuple[Command, ...] = (
             screens=("gpus",)),
     Command("n", "pin", "Pin", "Plan NUMA-aware pinning for the selected VM (VMs screen)", "Actions",
             screens=("vms",)),
+    Command("P", "prepare", "Prepare", "Plan readying the selected VM for training: a form (GPU count, NIC VFs, "
+            "memory factor) with the recommended GPUs, node, vCPUs, memory and hugepages, then the plan (VMs "
+            "screen)", "Actions", screens=("vms",)),
     Command("N", "pin_all", "Pin all", "One plan pinning every unpinned GPU VM", "Actions", footer=False),
     Command("u", "undo", "Undo", "Plan rolling back the latest change (Changes screen: the "
             "selected one)", "Actions", footer=False),
