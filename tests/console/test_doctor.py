@@ -105,7 +105,11 @@ def ready_tree(t: Tree) -> None:
     t.write(facts.NUMA_BALANCING, "0\n")
     t.write(facts.BOOT_ID, "11111111-2222-3333-4444-555555555555\n")
     t.write("dev/kvm")
-    for m in ("kvm", "kvm_intel", "vfio", "vfio_pci", "vfio_iommu_type1", "nvidia"):
+    t.write(facts.DEV_VHOST_NET)
+    t.write(facts.DEV_TUN)
+    t.write(facts.PROC_MOUNTS, "sysfs /sys sysfs rw 0 0\ncgroup2 /sys/fs/cgroup cgroup2 rw,nsdelegate 0 0\n")
+    t.write("sys/fs/cgroup/cgroup.controllers", "cpuset cpu io memory hugetlb pids\n")
+    for m in ("kvm", "kvm_intel", "vfio", "vfio_pci", "vfio_iommu_type1", "nvidia", "vhost_net"):
         t.mkdir(f"sys/module/{m}")
     t.write(facts.NVIDIA_VERSION, "550.90.07\n")
     t.write(facts.ALLOW_UNSAFE_INTERRUPTS, "N\n")
@@ -201,9 +205,12 @@ def test_a_ready_host_passes_every_check(t):
     report = doctor(t)
     assert [c.id for c in report.checks] == list(CHECK_IDS)
     got = {c.id: c.status for c in report.checks}
-    assert got == {**dict.fromkeys(CHECK_IDS, "pass"), "vgpu-host": "skip"}, [
+    assert got == {**dict.fromkeys(CHECK_IDS, "pass"), "vgpu-host": "skip", "secure-guest": "skip"}, [
         (c.id, c.finding) for c in report.checks if c.status != "pass"]
     assert report.check("vgpu-host").finding == "no vGPU in use"
+    # both skips are "not applicable", said so: the rest apply
+    assert {c.id: c.applies_why for c in report.checks if not c.applies} == {
+        "vgpu-host": "no vGPU in use", "secure-guest": report.check("secure-guest").finding}
     assert report.exit_code == 0 and report.boot_id == "11111111-2222-3333-4444-555555555555"
     for c in report.checks:  # every result carries its title and why; passes carry no fix
         assert c.title and c.why and c.finding and (c.fix is None or c.status != "pass")
@@ -212,12 +219,14 @@ def test_a_ready_host_passes_every_check(t):
 
 
 def test_roles_skip_what_they_do_not_need(t):
-    for role, skipped in (("passthrough", {"mig-pending", "vgpu-host"}), ("mig", {"vfio-modules", "nouveau", "vgpu-host"}),
-                          ("vgpu", {"vfio-modules", "nouveau", "mig-pending"})):
+    for role, skipped in (("passthrough", {"mig-pending", "vgpu-host"}), ("mig", {"vfio-modules", "vgpu-host"}),
+                          ("vgpu", {"vfio-modules", "mig-pending"})):
         report = doctor(t, role=role)
-        assert {c.id for c in report.checks if c.status == "skip"} == skipped, role
+        assert {c.id for c in report.checks if c.status == "skip"} == skipped | {"secure-guest"}, role
         for cid in skipped - {"vgpu-host"}:
-            assert report.check(cid).finding == f"not needed for role {role}"
+            c = report.check(cid)
+            assert c.finding == c.applies_why == f"not needed for role {role}" and c.applies is False
+        assert report.check("nouveau").status == "pass"  # nouveau must not hold the GPUs of any role's host
     with pytest.raises(ValueError):
         doctor(t, role="gaming")
 
@@ -230,9 +239,11 @@ def test_role_vgpu_without_a_vgpu_manager_fails(t):
 def test_json_interface(t):
     d = doctor(t).to_dict()
     assert set(d) == {"schema", "role", "boot_id", "summary", "checks", "notes"}
-    assert d["summary"] == {"pass": 16, "warn": 0, "fail": 0, "skip": 1}
+    assert d["summary"] == {"pass": 20, "warn": 0, "fail": 0, "skip": 2}
     for c in d["checks"]:
-        assert {"id", "group", "title", "status", "finding", "why", "evidence", "fix", "pending"} <= set(c)
+        assert {"id", "group", "title", "status", "finding", "why", "evidence", "fix", "pending", "applies",
+                "applies_why"} <= set(c)
+        assert isinstance(c["applies"], bool) and (c["applies_why"] == "") == c["applies"]
         assert all(set(e) == {"path", "value"} for e in c["evidence"])
 
 
@@ -420,7 +431,10 @@ def test_nvidia_driver_skip_rule(t):
     down = ready_snap(sources=Sources(nvml="unavailable: NVIDIA driver not loaded"), nvml_driver_version=None)
     s, finding = status(doctor(t, down), "nvidia-driver")
     assert s == "skip" and "nvml unavailable" in finding
-    assert status(doctor(t, ready_snap(gpus=())), "nvidia-driver") == ("skip", "no NVIDIA GPU found")
+    assert status(doctor(t, ready_snap(gpus=())), "nvidia-driver") == ("skip", "no NVIDIA GPU on this host")
+    sysfs_down = ready_snap(gpus=(), sources=Sources(sysfs="unavailable: permission denied"))
+    s, finding = status(doctor(t, sysfs_down), "nvidia-driver")
+    assert s == "skip" and finding.startswith("no NVIDIA GPU found (sysfs unavailable")
     vfio_only = ready_snap(gpus=(ready_snap().gpus[1],))
     s, finding = status(doctor(t, vfio_only, role="passthrough"), "nvidia-driver")
     assert s == "skip" and "not needed for role passthrough" in finding
