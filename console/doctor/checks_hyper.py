@@ -66,13 +66,14 @@ class Cgroups:
         self.read_from = ""  # "/proc/mounts" or "/proc/self/cgroup"
 
     def has(self, controller: str) -> str | None:
-        """How the controller is there ("v1", "v2", "v2: with cpu", "v2: BPF", "v2: io"), None when not."""
+        """How the controller is there ("v1", "v2", "v2: cpu.stat", "v2: BPF", "v2: io"), None when not:
+        libvirt's own rules (v1 first; on v2 cpuacct is cpu.stat, devices a BPF program, blkio is io)."""
         if controller in self.v1:
             return "v1"
         if self.v2_mount is None:
             return None
         if controller == "cpuacct":
-            return "v2: with cpu" if "cpu" in self.v2 else None
+            return "v2: cpu.stat"  # v2 has no cpuacct: every group's cpu.stat counts its CPU time
         if controller == "devices":
             return "v2: BPF"  # cgroup v2 has no devices controller: libvirt attaches a BPF program
         if controller == "blkio":

@@ -49,11 +49,17 @@ def test_bare_demo_fixed_in_one_plan_and_one_reboot_then_undone(tmp_path, monkey
     assert status["iommu"] == "fail" and status["vfio-modules"] == "fail" and status["nouveau"] == "fail"
     assert status["nvidia-driver"] == "warn"  # persistence off
     ids = tuple(c.id for c in report.checks if c.status in ("warn", "fail") and c.fix and c.fix.plannable)
-    assert {"iommu", "iommu-pt", "vfio-modules", "nouveau", "nvidia-driver", "host-cores"} <= set(ids)
+    assert {"iommu", "iommu-pt", "vfio-modules", "nouveau", "nvidia-driver", "host-cores", "vhost-net"} <= set(ids)
+    assert status["vhost-net"] == "warn" and not (root / facts.DEV_VHOST_NET).exists()
 
     plan = session.plan(DoctorFix(ids))
     kinds = [op["kind"] for op in plan.ops()]
     assert kinds.count("boot_cmdline") == 1 and kinds.count("config_file") >= 1
+    persistence = [op for op in plan.ops() if op["kind"] == "nvml_persistence"]
+    gpus_on_nvidia = [g.address for g in session.host.snapshot().gpus if g.nvml_index is not None]
+    assert len(persistence) == 1 and persistence[0]["modes"] == dict.fromkeys(gpus_on_nvidia, 1)  # ONE step
+    assert len(gpus_on_nvidia) > 2
+    assert {"kind": "module", "name": "vhost_net", "device": facts.DEV_VHOST_NET} in plan.ops()
     assert plan.needs_reboot and any("reboot once" in n for n in plan.notes)
     result = session.apply(plan)
     assert result.status == DONE, result.message
@@ -69,6 +75,9 @@ def test_bare_demo_fixed_in_one_plan_and_one_reboot_then_undone(tmp_path, monkey
     for c in after.checks:
         assert c.status in ("pass", "skip") or (c.status == "warn" and c.id in HARDWARE), (c.id, c.status, c.finding)
     assert all(after.check(i).status == "pass" and after.check(i).pending.startswith("took effect") for i in ids)
+    hypervisor = {c.id: c.status for c in after.checks if c.group == "hypervisor"}
+    assert hypervisor == {"libvirtd": "pass", "vhost-net": "pass", "tun": "pass", "cgroups": "pass",
+                          "secure-guest": "skip"}  # the demo's CPU offers no secure guests
 
     undo = session.plan(Undo(result.record_id))
     assert undo.needs_reboot and session.apply(undo).status == DONE
