@@ -16,6 +16,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+from nodeconsole.actions.boot_hugepages import boot_covers
 from nodeconsole.actions.boot_steps import GRUB_CFGS, encode, loader_words
 from nodeconsole.actions.doctor_by_hand import BY_HAND
 from nodeconsole.actions.doctor_sizing import host_cores, hugepage_needs
@@ -139,6 +140,22 @@ def plan_doctor_fix(host: ActionHost, snap: HostSnapshot, ids: tuple[str, ...] |
             plan.steps.append(step)
     _reboot_notes(ctx, parts, plan)
     return plan
+
+
+def cmdline_ops(host: ActionHost, snap: HostSnapshot, fix: str, words: list[str], plan: Plan) -> list[Op]:
+    """The one boot-loader edit adding `words` to the kernel command line, for a plan other than the
+    doctor's (prepare's hugepages at boot); a failing check added to `plan` instead when it cannot be made."""
+    ctx = _Ctx(host, snap, bl.detect(host.root), initramfs_tool(host.root))
+    parts = _Parts()
+    parts.cmdline(fix, words)
+    before = len(plan.checks)
+    _cmdline_op(ctx, parts, plan)
+    return [_boot_cmdline(ctx, parts)] if all(c.ok for c in plan.checks[before:]) else []
+
+
+def current_words(host: ActionHost, snap: HostSnapshot) -> list[str]:
+    """The kernel command line the boot loader's configuration gives now, as words."""
+    return _current_words(_Ctx(host, snap, bl.detect(host.root), initramfs_tool(host.root)))
 
 
 def _ops(ctx: _Ctx, parts: _Parts) -> list[Op]:
@@ -354,24 +371,6 @@ def _fix_hugepages(ctx: _Ctx, parts: _Parts) -> None:
                                                                        f"hugepages={needs.boot_total}"]
     parts.cmdline("hugepages", words)
     parts.notes.append(f"hugepages: {needs.advice} ({page_text(size)} pages)")
-
-
-def boot_covers(words: list[str], unit: str, per_node: dict[int, int]) -> bool:
-    """Whether command-line words already reserve at least `per_node` pages of size `unit` on every node
-    at boot (`hugepages=N` is spread evenly, the first nodes taking the remainder; `hugepages=0:A,1:B`
-    is per node)."""
-    sizes = [w.split("=", 1)[1] for w in words if w.startswith("hugepagesz=")]
-    counts = [w.split("=", 1)[1] for w in words if w.startswith("hugepages=")]
-    if not sizes or sizes[-1].upper() != unit.upper() or not counts:
-        return False
-    value = counts[-1]
-    try:
-        if ":" in value:
-            given = {int(n): int(c) for n, c in (pair.split(":", 1) for pair in value.split(","))}
-            return all(given.get(n, 0) >= c for n, c in per_node.items())
-        return int(value) // max(1, len(per_node)) >= max(per_node.values())
-    except ValueError:
-        return False
 
 
 def _fix_host_cores(ctx: _Ctx, parts: _Parts) -> None:

@@ -38,6 +38,34 @@ def count(lo: int = 0, hi: int = MAX_COUNT, what: str = "number") -> Callable[[s
     return parse
 
 
+_SIZE = re.compile(r"([0-9]+)\s*([KMGT]i?B?)?", re.I)
+_SIZE_KIB = {"K": 1, "M": 1 << 10, "G": 1 << 20, "T": 1 << 30}
+
+
+def size_kib(text: str) -> int:
+    """An argparse type: a memory size in KiB from `320G`, `327680M`, `1T`, `16GiB` (no unit: MiB, as
+    qemu's -m counts); 0 and above 64 TiB refused."""
+    m = _SIZE.fullmatch(text.strip())
+    if not m:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a size (like 320G, 512M or 1T)")
+    unit = (m.group(2) or "M")[0].upper()
+    kib = int(m.group(1)) * _SIZE_KIB[unit]
+    if not 0 < kib <= 64 << 30:
+        raise argparse.ArgumentTypeError(f"{text.strip()!r}: a size above 0 and at most 64T")
+    return kib
+
+
+def positive_factor(text: str) -> float:
+    """An argparse type: a finite factor above 0 and at most 64 (e.g. 2 or 2.5)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not text.strip().isascii() or not math.isfinite(value) or not 0 < value <= 64:
+        raise argparse.ArgumentTypeError(f"{text.strip()!r}: expected a factor above 0 and at most 64")
+    return value
+
+
 def seconds(text: str) -> float:
     """An argparse type: a finite, positive number of seconds (not nan, inf, 0 or negative)."""
     try:

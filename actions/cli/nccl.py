@@ -86,11 +86,13 @@ def _configure_command(sub: argparse._SubParsersAction, common: argparse.Argumen
     """`nccl command` and `nccl topo`."""
     sm = sub.add_parser("command", parents=[common], help="print the command line of a multi-node check",
                         description="Build (never launch) the mpirun or torchrun command of a multi-node check; "
-                                    "with --vm, print the environment NCCL needs inside that VM.")
+                                    "with --vm, print the environment NCCL needs inside that VM, or with --hosts "
+                                    "too, put that environment into the command.")
     sm.add_argument("--hosts", metavar="H1,H2", help="host names, comma separated (required without --vm)")
     sm.add_argument("--gpus-per-host", type=count(1, 1024, "GPU count"), metavar="N",
-                    help="GPUs per host (required without --vm)")
-    sm.add_argument("--vm", metavar="NAME", help="print the NCCL environment for this VM's guest instead")
+                    help="GPUs per host (required without --vm; with --vm: the VM's GPU count)")
+    sm.add_argument("--vm", metavar="NAME", help="the NCCL environment of this VM's guest: printed, or with --hosts "
+                                                 "carried into every rank's command")
     sm.add_argument("--topo-path", metavar="PATH", default=None,
                     help="with --vm: where the guest keeps the topology file (default /etc/nccl/topo.xml)")
     sm.add_argument("--launcher", choices=("mpirun", "torchrun"), default="mpirun")

@@ -19,18 +19,18 @@ from nodeconsole.actions.cli.nccl_text import _sweep
 def run_command(args: argparse.Namespace) -> int:
     from nodeconsole.actions.nccl.commands import format_command, mpirun_command, torchrun_commands, validate_env
 
-    if args.vm is not None:
+    if args.vm is not None and args.hosts is None:
         return _vm_env(args)
-    if args.topo_path is not None:
+    if args.topo_path is not None and args.vm is None:
         raise UsageError("--topo-path goes with --vm NAME")
-    if args.hosts is None or args.gpus_per_host is None:
+    if args.hosts is None or (args.gpus_per_host is None and args.vm is None):
         raise UsageError("the following arguments are required: --hosts, --gpus-per-host (or --vm NAME)")
     if args.launcher == "torchrun" and args.binary is not None:
         raise UsageError("--binary is for --launcher mpirun (torchrun runs the PyTorch benchmark)")
     hosts = [h.strip() for h in args.hosts.split(",")]
     if any(not h for h in hosts):
         raise UsageError(f"--hosts {args.hosts!r}: an empty host name")
-    env: dict[str, str] = {}
+    env: dict[str, str] = _vm_command_env(args) if args.vm is not None else {}
     for item in args.env:
         name, sep, value = item.partition("=")
         if not sep:
@@ -96,18 +96,43 @@ def write_file(path: str, text: str) -> None:
         raise UsageError(str(e)) from None
 
 
-def _vm_env(args: argparse.Namespace) -> int:
-    from nodeconsole.actions.nccl.topo_xml import DEFAULT_TOPO_PATH, guest_env
+SOCKET_IFNAME_DEFAULT = "^lo,docker"  # NCCL's exclusion form: any interface but loopback and docker's
 
-    for flag, value in (("--hosts", args.hosts), ("--gpus-per-host", args.gpus_per_host),
-                        ("--binary", args.binary)):
-        if value is not None:
-            raise UsageError(f"{flag} does not go with --vm (the guest's environment is printed, no command)")
-    if args.env or args.launcher != "mpirun":
-        raise UsageError("--env and --launcher do not go with --vm (the guest's environment is printed, no command)")
+
+def _topo_path(args: argparse.Namespace) -> str:
+    from nodeconsole.actions.nccl.topo_xml import DEFAULT_TOPO_PATH
+
     path = args.topo_path or DEFAULT_TOPO_PATH
     if not path.startswith("/") or any(c.isspace() or c in "'\"$`\\;&|<>" for c in path):
         raise UsageError(f"--topo-path {path!r}: give an absolute path without spaces or shell characters")
+    return path
+
+
+def _vm_command_env(args: argparse.Namespace) -> dict[str, str]:
+    """The environment of VM --vm's guest for every rank of a multi-node command (NCCL_TOPO_FILE,
+    NCCL_IB_HCA, NCCL_SOCKET_IFNAME: the exclusion form when the host cannot know the guest's interface
+    names); --gpus-per-host defaults to the VM's GPU count. --env entries override these."""
+    from nodeconsole.actions.nccl.topo_xml import guest_env
+
+    topo = _vm_topology(args)
+    env = {i.name: i.value for i in guest_env(topo, _topo_path(args)) if i.value is not None}
+    env.setdefault("NCCL_SOCKET_IFNAME", SOCKET_IFNAME_DEFAULT)
+    if args.gpus_per_host is None:
+        args.gpus_per_host = len(topo.gpus)
+    print(f"# VM {topo.vm}'s guest environment ({len(topo.gpus)} GPU(s) per host); NCCL_SOCKET_IFNAME="
+          f"{env['NCCL_SOCKET_IFNAME']} unless you set it (--env NCCL_SOCKET_IFNAME=IFACE)", file=sys.stderr)
+    return env
+
+
+def _vm_env(args: argparse.Namespace) -> int:
+    from nodeconsole.actions.nccl.topo_xml import guest_env
+
+    for flag, value in (("--gpus-per-host", args.gpus_per_host), ("--binary", args.binary)):
+        if value is not None:
+            raise UsageError(f"{flag} goes with --hosts (with --vm alone the guest's environment is printed)")
+    if args.env or args.launcher != "mpirun":
+        raise UsageError("--env and --launcher go with --hosts (with --vm alone the guest's environment is printed)")
+    path = _topo_path(args)
     topo = _vm_topology(args)
     items = guest_env(topo, path)
     if args.json:

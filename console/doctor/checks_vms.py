@@ -1,7 +1,6 @@
 """VMs: vm-memory (each GPU VM's memory against its GPUs' memory; host memory committed to VMs)."""
 from __future__ import annotations
 
-import math
 import re
 import shlex
 
@@ -12,6 +11,7 @@ from nodeconsole.console.doctor.model import CheckResult, Evidence, Fix
 from nodeconsole.console.iommu import slot_of
 from nodeconsole.console.mig_profiles import table_for_pci_device_id
 from nodeconsole.console.model import Gpu, Vm
+from nodeconsole.console.vm_sizing import MemoryTarget, memory_target
 
 _GB_IN_NAME = re.compile(r"(\d+)\s*GB", re.I)
 _VGPU_FB = re.compile(r"-(\d+)[A-Z]$")  # "NVIDIA H100XM-3-40C" → 40 (GB of framebuffer)
@@ -97,19 +97,35 @@ def check_vm_memory(ctx: Context) -> CheckResult:
         v.evidence.append(Evidence("libvirt", f"{vm.name}: {gib(vm.memory_kib)} for {gib(mib * 1024)} of GPU "
                                               f"memory ({', '.join(held)}): {ratio:.1f}x"))
         if ratio < factor:
-            want = math.ceil(factor * mib / 1024)
             small.append(f"{vm.name} has {gib(vm.memory_kib)} for {gib(mib * 1024)} of GPU memory "
                          f"({ratio:.1f}x)")
-            name = shlex.quote(vm.name)
-            fixes += [f"virsh setmaxmem {name} {want}G --config", f"virsh setmem {name} {want}G --config"]
+            fixes += _resize_commands(ctx, v, vm, memory_target(snap, vm, mib * 1024, factor))
     if small:
         v.warns.append(f"below {factor:g}x their GPUs' memory: {names(small, 3)}")
-        v.fix = Fix(f"give each such VM at least {factor:g}x its GPUs' memory (2-3x recommended; takes "
-                    "effect at the VM's next start)", tuple(fixes[:6]), False, False)
+        v.fix = Fix(f"give each such VM at least {factor:g}x its GPUs' memory, within what its NUMA node(s) can "
+                    "hold in hugepages (2-3x recommended; takes effect at the VM's next start)", tuple(fixes),
+                    False, False)
     _host_commit(ctx, v)
     gpu_vms = len(ctx.gpu_vms)
     return v.result(f"{gpu_vms} GPU VM(s) with at least {factor:g}x their GPUs' memory; host memory not "
                     "overcommitted" if gpu_vms else "no VM holds a GPU; host memory not overcommitted")
+
+
+def _resize_commands(ctx: Context, v: Verdict, vm: Vm, target: MemoryTarget) -> list[str]:
+    """The commands giving `vm` its target size (and the hugepages it needs first); a note instead when its
+    nodes cannot hold more than it has."""
+    if target.size_kib <= vm.memory_kib:
+        v.notes.append(f"{vm.name} cannot grow: {target.capped}")
+        return []
+    if target.capped:
+        v.notes.append(f"{vm.name}: {gib(target.size_kib)} instead of {gib(target.want_kib)}: {target.capped}")
+    out = []
+    for node, more in sorted(target.more_pages.items()):
+        page = target.page_kib or 0
+        now = dict(next((n.hugepages for n in ctx.snap.numa_nodes if n.id == node), ())).get(page, 0)
+        out.append(f"echo {now + more} > /{facts.NODE_DIR}/node{node}/hugepages/hugepages-{page}kB/nr_hugepages")
+    name, size = shlex.quote(vm.name), f"{target.size_kib // 1048576}G"
+    return out + [f"virsh setmaxmem {name} {size} --config", f"virsh setmem {name} {size} --config"]
 
 
 def _host_commit(ctx: Context, v: Verdict) -> None:

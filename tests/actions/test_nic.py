@@ -314,8 +314,28 @@ def test_nccl_command_vm_prints_the_guest_environment(demo, capsys):
     rc, out, _ = _cli(capsys, "nccl", "command", "--vm", "train-b", "--json")
     data = json.loads(out)
     assert data["env"]["NCCL_IB_HCA"] == "mlx5_0" and "NCCL_SOCKET_IFNAME" in data["unknown"]
-    rc, _out, err = _cli(capsys, "nccl", "command", "--vm", "train-b", "--hosts", "a,b")
+    rc, _out, err = _cli(capsys, "nccl", "command", "--vm", "train-b", "--gpus-per-host", "2")
     assert rc == 2 and "--hosts" in err
+
+
+def test_nccl_command_hosts_with_vm_carries_the_guest_environment(demo, capsys):
+    """`--hosts` with `--vm`: every rank gets the VM's NCCL environment; GPUs per host default to the VM's."""
+    rc, out, err = _cli(capsys, "nccl", "command", "--vm", "train-b", "--hosts", "a,b", "--json")
+    assert rc == 0, err
+    (cmd,) = json.loads(out)["commands"]
+    argv = cmd["argv"]
+    exported = {argv[i + 1].split("=", 1)[0]: argv[i + 1].split("=", 1)[1] for i, a in enumerate(argv) if a == "-x"}
+    assert exported["NCCL_TOPO_FILE"] == "/etc/nccl/topo.xml" and exported["NCCL_IB_HCA"] == "mlx5_0"
+    assert exported["NCCL_SOCKET_IFNAME"] == "^lo,docker"  # the guest's names are unknown: exclude, don't guess
+    assert argv[argv.index("-H") + 1] == "a:1,b:1" and argv[argv.index("-np") + 1] == "2"  # train-b has 1 GPU
+    rc, out, _ = _cli(capsys, "nccl", "command", "--vm", "train-b", "--hosts", "a,b", "--gpus-per-host", "4",
+                      "--launcher", "torchrun", "--env", "NCCL_SOCKET_IFNAME=ens3", "--json")
+    cmds = json.loads(out)["commands"]
+    assert rc == 0 and all(c["env"]["NCCL_SOCKET_IFNAME"] == "ens3" and c["env"]["NCCL_IB_HCA"] == "mlx5_0"
+                           for c in cmds)
+    assert all("--nproc_per_node=4" in c["argv"] for c in cmds)
+    rc, out, err = _cli(capsys, "nccl", "command", "--vm", "no-such-vm", "--hosts", "a,b")
+    assert rc == 2 and out == "" and "no-such-vm" in err
 
 
 # -- Overview and Topology screen --------------------------------------------------------------------------
