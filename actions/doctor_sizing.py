@@ -11,6 +11,7 @@ from nodeconsole.actions.live_steps import hugepages_path, page_text
 from nodeconsole.actions.plan import Check
 from nodeconsole.console.checks import effective_pins
 from nodeconsole.console.doctor import facts
+from nodeconsole.console.doctor.checks_memory import training_pages
 from nodeconsole.console.model import HostSnapshot, Vm
 from nodeconsole.console.root import Root
 
@@ -64,9 +65,25 @@ def _candidates(snap: HostSnapshot, default: int, out: HugepageNeeds,
                          f"({', '.join(vm.name for vm in pinned_gpu)}), which use them once their definitions "
                          f"ask (<memoryBacking><hugepages/>, virsh edit VM): until then the memory stays unused")
         return [(vm, GIB_KIB) for vm in pinned_gpu]
+    if not snap.vms and not any(reserved.values()) and any(not g.owner.vms for g in snap.gpus):
+        return []  # a host for GPU VMs none of which is defined yet: sized by training_reserve
     out.notes.append("hugepages: no VM asks for hugepages (<memoryBacking><hugepages/> in its definition): "
                      "there is nothing to reserve")
     return []
+
+
+def training_reserve(snap: HostSnapshot, out: HugepageNeeds, reserved: dict[tuple[int, int], int]) -> dict[int, int]:
+    """Pages per node on a host with free GPUs, no VM and nothing reserved: 1 GiB pages for the largest
+    training VM each node could hold (checks_memory.training_pages: 2x its free GPUs' memory, at most 75 %
+    of the node)."""
+    if snap.vms or any(reserved.values()):
+        return {}
+    pages = training_pages(snap)
+    if pages:
+        out.notes.append("hugepages: no VM is defined yet; 1 GiB pages are reserved for the largest training VM "
+                         "on each node (twice the memory of its free GPUs, at most 75 % of the node's memory): "
+                         + ", ".join(f"node {n}: {p} GiB" for n, p in sorted(pages.items())))
+    return pages
 
 
 def hugepage_needs(snap: HostSnapshot, root: Root) -> HugepageNeeds:
@@ -79,24 +96,16 @@ def hugepage_needs(snap: HostSnapshot, root: Root) -> HugepageNeeds:
         return out
     reserved = {(n.id, size): nr for n in snap.numa_nodes for size, nr in n.hugepages}
     asking = _candidates(snap, default_page_kib(root), out, reserved)
-    if not asking:
-        return out
-    sizes = {s for _, s in asking}
-    out.size_kib = max(sizes)
-    out.mixed = len(sizes) > 1
-    if out.mixed:
-        out.notes.append(f"hugepages: some VMs ask for {page_text(min(sizes))} pages: only the "
-                         f"{page_text(out.size_kib)} pages are planned; reserve the others by hand")
-    need: dict[int, float] = defaultdict(float)
     users: dict[int, list[str]] = defaultdict(list)
-    for vm, size in sorted(asking, key=lambda a: a[0].name):
-        if size != out.size_kib:
-            continue
-        where = vm_memory_nodes(snap, vm, nodes)
-        for n in where:
-            need[n] += vm.memory_kib / len(where)
-            users[n].append(vm.name)
-    pages = {n: math.ceil(need[n] / out.size_kib) for n in nodes}
+    if asking:
+        pages = _vm_pages(snap, asking, nodes, out, users)
+    else:
+        training = training_reserve(snap, out, reserved)
+        if not training:
+            return out
+        pages = {n: training.get(n, 0) for n in nodes}
+        for n in training:
+            users[n].append("the largest training VM")
     for n in nodes:
         out.current[n] = root.read_int(hugepages_path(n, out.size_kib)) or 0
         out.per_node[n] = max(pages[n], out.current[n])
@@ -109,6 +118,26 @@ def hugepage_needs(snap: HostSnapshot, root: Root) -> HugepageNeeds:
         out.advice += (f" (kernels that take the per-node form reserve exactly: hugepages="
                        f"{','.join(f'{n}:{out.per_node[n]}' for n in nodes)})")
     return out
+
+
+def _vm_pages(snap: HostSnapshot, asking: list[tuple[Vm, int]], nodes: list[int], out: HugepageNeeds,
+              users: dict[int, list[str]]) -> dict[int, int]:
+    """Pages per node of the largest page size the VMs ask for (`out.size_kib`, `out.mixed` set)."""
+    sizes = {s for _, s in asking}
+    out.size_kib = max(sizes)
+    out.mixed = len(sizes) > 1
+    if out.mixed:
+        out.notes.append(f"hugepages: some VMs ask for {page_text(min(sizes))} pages: only the "
+                         f"{page_text(out.size_kib)} pages are planned; reserve the others by hand")
+    need: dict[int, float] = defaultdict(float)
+    for vm, size in sorted(asking, key=lambda a: a[0].name):
+        if size != out.size_kib:
+            continue
+        where = vm_memory_nodes(snap, vm, nodes)
+        for n in where:
+            need[n] += vm.memory_kib / len(where)
+            users[n].append(vm.name)
+    return {n: math.ceil(need[n] / out.size_kib) for n in nodes}
 
 
 def _check_memory(snap: HostSnapshot, out: HugepageNeeds) -> None:

@@ -476,6 +476,32 @@ def test_hugepages_spread_and_none_with_pinned_gpu_vms(t):
     assert s == "skip" and "libvirt unavailable" in finding
 
 
+def test_hugepages_for_the_gpu_vms_to_come_on_a_host_without_vms(t):
+    """Free GPUs, no VM, nothing reserved: never "nothing to reserve" — 1 GiB pages for the largest
+    training VM of each node (twice its free GPUs' memory, at most 75 % of the node's memory)."""
+    from nodeconsole.actions.doctor_sizing import hugepage_needs
+
+    t.write(f"{facts.NODE_DIR}/node1/hugepages/hugepages-1048576kB/nr_hugepages", "0\n")  # nothing reserved
+    nodes = tuple(replace(n, hugepages=((1048576, 0),)) for n in ready_snap().numa_nodes)
+    gpus = tuple(replace(g, owner=GpuOwner("host"), memory_total_mib=81559) for g in ready_snap().gpus)
+    bare = ready_snap(numa_nodes=nodes, gpus=gpus, vms=())
+    c = doctor(t, bare).check("hugepages")
+    assert c.status == "warn" and "2 free GPU(s) and no VM" in c.finding and c.fix.plannable
+    # 2 x 79.6 GiB = 160 GiB per node (one free GPU each), under 75 % of 256 GiB
+    assert c.fix.commands[:2] == tuple(
+        f"echo 160 > /sys/devices/system/node/node{n}/hugepages/hugepages-1048576kB/nr_hugepages" for n in (0, 1))
+    needs = hugepage_needs(bare, t.root)  # the plan sizes it the same way
+    assert needs.size_kib == GIB and needs.per_node == {0: 160, 1: 160} and not needs.checks
+    small = tuple(replace(n, memory_kib=128 * GIB) for n in nodes)
+    assert hugepage_needs(replace(bare, numa_nodes=small), t.root).per_node == {0: 96, 1: 96}  # 75 % cap
+    reserved = tuple(replace(n, hugepages=((1048576, 160),)) for n in nodes)
+    c = doctor(t, replace(bare, numa_nodes=reserved)).check("hugepages")
+    assert (c.status, c.finding) == ("pass", "no VM asks for huge pages; 320 GiB reserved for the GPU VMs to come")
+    held = replace(bare, gpus=tuple(replace(g, owner=GpuOwner("vfio", ("old",))) for g in gpus))
+    assert status(doctor(t, held), "hugepages") == ("pass", "no VM asks for huge pages")  # no free GPU
+    assert hugepage_needs(held, t.root).per_node == {}
+
+
 def test_host_cores(t):
     onto = with_vm(ready_snap(), "train", pins=(VcpuPin(0, (2,)), VcpuPin(1, (7,))))
     c = doctor(t, onto).check("host-cores")

@@ -113,7 +113,8 @@ def test_bare_demo_to_ready_with_one_reboot(capsys, tmp_path, monkeypatch):
         "nvidia-driver": "warn", "host-cores": "warn", "vm-memory": "pass"}
     assert got["interrupt-remapping"] == "skip"  # the IOMMU is off
     todo = [c["id"] for c in d["checks"] if c["status"] in ("warn", "fail") and c["fix"]["plannable"]]
-    assert todo == ["iommu", "iommu-pt", "vfio-modules", "nouveau", "nvidia-driver", "vhost-net", "host-cores"]
+    assert todo == ["iommu", "iommu-pt", "vfio-modules", "nouveau", "nvidia-driver", "vhost-net", "hugepages",
+                    "host-cores"]
     assert {k: got[k] for k in ("libvirtd", "vhost-net", "tun", "cgroups", "secure-guest")} == {
         "libvirtd": "pass", "vhost-net": "warn", "tun": "pass", "cgroups": "pass", "secure-guest": "skip"}
     rc, out, err = _run(capsys, "doctor", "--demo", "--fix", *todo, "--apply", "--yes")
