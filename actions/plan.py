@@ -28,7 +28,8 @@ KIND_MODULES = ("nodeconsole.actions.host_steps", "nodeconsole.actions.vm_hostde
                 "nodeconsole.actions.mig_persist",
                 "nodeconsole.actions.vgpu", "nodeconsole.actions.pin_steps", "nodeconsole.actions.boot_steps",
                 "nodeconsole.actions.live_steps", "nodeconsole.actions.nic_steps",
-                "nodeconsole.actions.drain", "nodeconsole.actions.reset_steps")
+                "nodeconsole.actions.drain", "nodeconsole.actions.reset_steps",
+                "nodeconsole.actions.shape_steps")
 
 
 class RequestError(ValueError):
@@ -72,7 +73,9 @@ def unreadable_vm_check(unreadable: dict[str, str]) -> list[Check]:
 class Step:
     """One change. `commands` are the equivalent shell commands, for display only: nothing ever runs
     them through a shell. `apply` changes the host; `verify` re-reads it and returns None when the
-    change is there, else what is wrong; `undo` applies `inverse` (None: nothing to undo)."""
+    change is there, else what is wrong; `undo` applies `inverse` (None: nothing to undo). `apply` may
+    complete `inverse` in place with what only the change itself shows (a digest of what it left): the
+    runner records the completed inverses with the result."""
     title: str
     why: str
     commands: tuple[str, ...]

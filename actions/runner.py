@@ -5,6 +5,7 @@ The runner is headless and synchronous: the CLI calls it directly; the TUI calls
 """
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable
 from typing import Any
 
@@ -25,7 +26,7 @@ from nodeconsole.actions.interrupt import (
     take_pending,
 )
 from nodeconsole.actions.lock import HostLock, LockHeld
-from nodeconsole.actions.plan import Plan, Step, StepError
+from nodeconsole.actions.plan import Op, Plan, Step, StepError
 from nodeconsole.actions.progress import (
     Progress,
     ProgressFn,
@@ -146,6 +147,8 @@ class Runner:
             "undoes": plan.undoes, "result": Status.IN_PROGRESS,
         }
         base.update(self._boot_fields(plan))
+        # a step's apply may complete its inverse (plan.py `Step`): the result's record then says so
+        recorded_undo: list[Op] = copy.deepcopy([s.inverse for s in reversed(plan.steps) if s.inverse is not None])
         with interruptible():
             with shielded():  # a signal now waits until the record is written, then stops the run
                 try:
@@ -157,7 +160,7 @@ class Runner:
             done, failure, signame = self._steps(plan, emit, fault)
             with shielded():  # from here on a signal must not cut the record or the rollback short
                 if failure is None:
-                    return self._applied(plan, rid)
+                    return self._applied(plan, rid, recorded_undo)
                 return self._rollback(plan, rid, done, failure, signame, emit)
 
     def _boot_fields(self, plan: Plan) -> dict[str, Any]:
@@ -174,11 +177,14 @@ class Runner:
             out["boot_id"] = self.host.boot_id()
         return out
 
-    def _applied(self, plan: Plan, rid: str) -> RunResult:
+    def _applied(self, plan: Plan, rid: str, recorded_undo: list[Op]) -> RunResult:
         """Record a run whose every step applied and verified; say what waits for a reboot and what a
         step reached short of its aim (its `outcome`)."""
         outcomes = [s.outcome for s in plan.steps if s.outcome]
         record: dict[str, Any] = {"id": rid, "result": Status.APPLIED, "finished": now_iso()}
+        undo = [s.inverse for s in reversed(plan.steps) if s.inverse is not None]
+        if undo != recorded_undo:  # a step completed its inverse while applying (plan.py `Step`)
+            record["undo"] = undo
         if outcomes:
             record["notes"] = outcomes
         try:

@@ -244,6 +244,15 @@ class Doc:
         at = later[0].start() if later else spans[-1].end() if spans else el.start + 1 + len(el.tag)
         self._splice(at, at, self._attr_text(name, value))
 
+    def set_text(self, el: El, text: str) -> None:
+        """Replace the character content of an element that has no child elements."""
+        new = escape(text).encode()
+        if el.close == el.head_end:  # <vcpu/>: open it up
+            head = self.data[el.start:el.head_end - 2].rstrip()
+            self._splice(el.start, el.end, head + b">" + new + b"</" + el.tag.encode() + b">")
+        elif self.data[el.head_end:el.close] != new:
+            self._splice(el.head_end, el.close, new)
+
     def del_attr(self, el: El, name: str) -> None:
         m = self._attr_spans(el).get(name)
         if m is not None:

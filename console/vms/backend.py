@@ -5,7 +5,8 @@ vGPU, pinning) goes through its methods (tests/actions/test_vm_backend_neutral.p
 
 libvirt implements it (console/vms/libvirt_domains.py's `DomainConfig`: a libvirt connection, and the
 demo's test-driver node file); a second hypervisor (Proxmox VE) implements it again. Actions speak to it
-in these terms only (vCPU pins, memory policy, mdevs, a removed device's saved form as an opaque token);
+in these terms only (vCPU pins, memory policy, mdevs, a VM's shape -- console/vms/shape.py `VmShape` --, a
+removed device's or a whole definition's saved form as an opaque token);
 libvirt's domain XML (`xml`/`define`/`edit`, console/host_seams.py's `DomainStore`) stays below it.
 """
 from __future__ import annotations
@@ -14,6 +15,10 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
 from nodeconsole.console.libvirt_xml import parse_libvirt_set
+from nodeconsole.console.vms.shape import GuestCell, VmShape
+
+__all__ = ["GuestCell", "LIVE_AND_CONFIG", "PinScopes", "SavedHostdev", "VmBackend", "VmConfigError", "VmPins",
+           "VmReader", "VmShape"]
 
 if TYPE_CHECKING:
     from nodeconsole.console.model import Vm
@@ -175,6 +180,22 @@ class VmBackend(Protocol):
         ...
 
     def close(self) -> None: ...
+
+    # -- size and memory layout; the whole definition's exact put-back (actions/shape_steps.py) ---------
+
+    def shape(self, vm: str) -> VmShape:
+        """The VM's size and memory layout as its persistent definition says (console/vms/shape.py)."""
+        ...
+
+    def set_shape(self, vm: str, shape: VmShape) -> None:
+        """Make the definition's size and memory layout exactly `shape` (the VM shut off), nothing else of
+        it changed; VmConfigError with the reason (a bad shape: nothing written)."""
+        ...
+
+    def check_saved(self, vm: str, token: str) -> str:
+        """`token` (e.g. read back from an audit log) checked to be a saved definition of `vm` (libvirt: a
+        domain XML of the same name and UUID); the token to `restore`. VmConfigError otherwise."""
+        ...
 
     # -- run state (gpu reset: stop the VMs that hold a GPU, start them again) -------------------------
     def run_state(self, vm: str) -> str:

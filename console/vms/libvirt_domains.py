@@ -28,8 +28,8 @@ from nodeconsole.console.domain_edits import (
 )
 from nodeconsole.console.libvirt_xml import parse_domain
 from nodeconsole.console.pciaddr import parse_pci_address
-from nodeconsole.console.vms import libvirt_pins
-from nodeconsole.console.vms.backend import PinScopes, SavedHostdev, VmConfigError, VmPins
+from nodeconsole.console.vms import libvirt_pins, libvirt_shape
+from nodeconsole.console.vms.backend import PinScopes, SavedHostdev, VmConfigError, VmPins, VmShape
 
 if TYPE_CHECKING:
     from nodeconsole.console.model import Vm
@@ -196,6 +196,23 @@ class DomainConfig:
 
     def hostdev_text(self, address: str, managed: bool, token: str | None = None) -> str:
         return as_shown(token) if token is not None else hostdev_xml(address, managed)
+
+    # -- size and memory layout (console/vms/libvirt_shape.py); a saved definition checked ------------
+
+    def shape(self, vm: str) -> VmShape:
+        try:
+            return libvirt_shape.read_shape(self.xml(vm))
+        except ValueError as e:
+            raise VmConfigError(f"the config of {vm} cannot be read: {e}") from None
+
+    def set_shape(self, vm: str, shape: VmShape) -> None:
+        problems = shape.problems()
+        if problems:  # refused before anything is read or written
+            raise VmConfigError(f"cannot give {vm} that shape: " + "; ".join(problems))
+        self._edit_checked(vm, lambda xml: libvirt_shape.edit_shape(xml, shape))
+
+    def check_saved(self, vm: str, token: str) -> str:
+        return libvirt_shape.check_saved_definition(token, vm, self.xml(vm))
 
 
 def as_shown(element: str) -> str:

@@ -13,6 +13,7 @@ import pytest
 from nodeconsole.actions.host import ActionHost
 from nodeconsole.actions.passthrough import plan_passthrough, plan_release
 from nodeconsole.actions.pinning import plan_pin
+from nodeconsole.actions.plan import Plan, build_step
 from nodeconsole.actions.progress import DONE
 from nodeconsole.actions.runner import Runner
 from nodeconsole.actions.undo import plan_undo
@@ -20,7 +21,15 @@ from nodeconsole.console.libvirt_xml import parse_libvirt_set
 from nodeconsole.console.model import Hostdev, VcpuPin, Vm
 from nodeconsole.console.seams import demo_host
 from nodeconsole.console.sources.types import LibvirtData
-from nodeconsole.console.vms.backend import PinScopes, SavedHostdev, VmBackend, VmConfigError, VmPins
+from nodeconsole.console.vms.backend import (
+    GuestCell,
+    PinScopes,
+    SavedHostdev,
+    VmBackend,
+    VmConfigError,
+    VmPins,
+    VmShape,
+)
 
 ACTIONS = Path(__file__).resolve().parents[2] / "actions"
 IDLE, IDLE_AUDIO = "0000:9a:00.0", "0000:9a:00.1"  # demo: idle on nvidia; shut-off train-c holds it
@@ -99,7 +108,33 @@ class DictVms:
         return repr(self._get(vm))
 
     def restore(self, vm: str, token: str) -> None:
-        raise NotImplementedError
+        self.calls.append("restore")
+        self.vms[vm] = ast.literal_eval(token)
+
+    def check_saved(self, vm: str, token: str) -> str:
+        try:
+            saved = ast.literal_eval(token)
+        except (ValueError, SyntaxError):
+            raise VmConfigError("not a saved VM") from None
+        if not isinstance(saved, dict) or saved.get("name", vm) != vm:
+            raise VmConfigError(f"not a saved definition of {vm}")
+        return token
+
+    def run_state(self, vm: str) -> str:
+        return self._get(vm)["state"]
+
+    # -- shape: kept as its dict form
+    def shape(self, vm: str) -> VmShape:
+        d = self._get(vm)
+        return VmShape.from_dict(d["shape"]) if "shape" in d else \
+            VmShape(vcpus=d["vcpus"], memory_kib=d["memory_kib"], hugepage_kib=None, numa=None)
+
+    def set_shape(self, vm: str, shape: VmShape) -> None:
+        self.calls.append("set_shape")
+        if shape.problems():
+            raise VmConfigError("; ".join(shape.problems()))
+        d = self._get(vm)
+        d["shape"], d["vcpus"], d["memory_kib"] = shape.to_dict(), shape.vcpus, shape.memory_kib
 
     def close(self) -> None:
         pass
@@ -205,6 +240,21 @@ def test_a_dict_backend_serves_passthrough_and_release_with_the_exact_put_back(h
     assert Runner(h).run(plan_undo(h)).status == DONE
     assert backend.vms == before
     assert "restore_hostdev" in backend.calls
+
+
+def test_a_dict_backend_serves_a_shape_and_its_exact_undo(host):
+    h, backend = host
+    before = copy.deepcopy(backend.vms)
+    shape = VmShape(vcpus=2, memory_kib=4 << 20, hugepage_kib=1 << 20, numa=("strict", "0-1"),
+                    cells=(GuestCell(0, "0", 2 << 20, "0"), GuestCell(1, "1", 2 << 20, "1")))
+    op = {"kind": "vm_shape", "vm": "build-1", "shape": shape.to_dict()}
+    step = build_step(h, op)
+    res = Runner(h).run(Plan(action="shape", title="shape build-1", request={}, steps=[step]))
+    assert res.status == DONE, res.message
+    assert backend.shape("build-1") == shape and backend.vm("build-1").vcpus == 2
+    assert build_step(h, op) is None
+    assert Runner(h).run(plan_undo(h)).status == DONE
+    assert backend.vms == before and backend.calls.count("restore") == 1
 
 
 # -- actions/ speak to the backend only in the VM model's terms ------------------------------------------
