@@ -8,8 +8,8 @@ the next boot say so, and so does the plan ("apply these, then reboot once"); th
 boot they were applied in, so the doctor reports them as pending until the host has rebooted.
 
 Checks whose fix is firmware, hardware or a decision for the admin (kvm, interrupt-remapping, acs,
-pcie-link, vm-memory, vcpu-commit, mig-pending, vgpu-host, libvirtd, cgroups, secure-guest:
-actions/doctor_by_hand.py) are not planned: a request naming one is refused with what to do by hand.
+pcie-link, vm-memory, vcpu-commit, mig-pending, vgpu-host) are not planned: a request naming one is
+refused with what to do by hand.
 """
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 
 from nodeconsole.actions.boot_hugepages import boot_covers
 from nodeconsole.actions.boot_steps import GRUB_CFGS, encode, loader_words
-from nodeconsole.actions.doctor_by_hand import BY_HAND
+from nodeconsole.actions.doctor_host import INITRAMFS_REBUILD, initramfs_tool, module_ops
 from nodeconsole.actions.doctor_sizing import host_cores, hugepage_needs
 from nodeconsole.actions.host import ActionHost
 from nodeconsole.actions.live_steps import UNITS, page_text
@@ -34,10 +34,44 @@ from nodeconsole.console.shell_assign import ShellEditError
 
 ACTION = "doctor fix"
 IOMMU_OFF_WORDS = ("intel_iommu=off", "amd_iommu=off", "iommu=off")
-_BIN_DIRS = ("usr/sbin", "sbin", "usr/bin", "bin")
 _UNIT_DIRS = ("usr/lib/systemd/system", "lib/systemd/system", "etc/systemd/system")
-INITRAMFS_REBUILD = {"initramfs-tools": ["update-initramfs", "-u"], "dracut": ["dracut", "-f"]}
 
+# What to do by hand, for the checks no plan can fix: (why no plan, what to do)
+BY_HAND: dict[str, tuple[str, str]] = {
+    "kvm": ("virtualization is switched on in the firmware",
+            "turn on VT-x (Intel) or SVM (AMD) in the BIOS/UEFI setup, then load kvm_intel or kvm_amd "
+            "(modprobe kvm_intel)"),
+    "interrupt-remapping": ("interrupt remapping comes from the firmware and the IOMMU",
+                            "turn on VT-d (Intel) or AMD-Vi with interrupt remapping in the BIOS/UEFI setup, "
+                            "take intremap=off / nointremap off the kernel command line, and never set "
+                            "vfio_iommu_type1 allow_unsafe_interrupts=1"),
+    "acs": ("ACS is a property of the PCIe switch ports and the firmware",
+            "turn ACS on in the BIOS/UEFI setup where it offers it, or put GPUs that must be isolated behind "
+            "ports that have ACS (pcie_acs_override only makes the groups lie)"),
+    "pcie-link": ("a link below its maximum is hardware",
+                  "reseat the GPU, check that the slot is x16 electrically, check risers and cables and the "
+                  "firmware's PCIe speed setting"),
+    "vm-memory": ("how much memory a VM gets is a decision for the admin",
+                  "resize the VM to at least twice its GPUs' memory (virsh setmaxmem VM SIZE --config; "
+                  "virsh setmem VM SIZE --config), then restart it"),
+    "vcpu-commit": ("how many vCPUs the VMs get is a decision for the admin",
+                    "shrink VMs (virsh setvcpus VM N --config --maximum) or move some to another host"),
+    "mig-pending": ("a pending MIG mode takes effect only after a GPU reset",
+                    "stop what uses the GPU, then reset it (nvidia-smi --gpu-reset -i GPU) or reboot; "
+                    "`nodeconsole mig GPU LAYOUT --apply` resets it as part of its plan"),
+    "vgpu-host": ("the vGPU manager is NVIDIA's host driver package",
+                  "install NVIDIA's vGPU host driver (the vGPU manager) and turn on the GPUs' SR-IOV VFs "
+                  "(/usr/lib/nvidia/sriov-manage -e ALL)"),
+    "libvirtd": ("starting the hypervisor's daemon is the admin's (and on Proxmox, its cluster's)",
+                 "systemctl enable --now libvirtd (or virtqemud.socket where the host uses libvirt's modular "
+                 "daemons; on Proxmox VE: systemctl enable --now pve-cluster)"),
+    "cgroups": ("cgroup controllers come with the kernel and how systemd mounts them",
+                "use a kernel with the controllers built in and let systemd mount them (cgroup v2: "
+                "systemd.unified_cgroup_hierarchy=1), then reboot"),
+    "secure-guest": ("secure guests are a firmware and kernel-parameter decision",
+                     "turn SEV (AMD) or TDX (Intel) on in the firmware setup, then kvm_amd.sev=1 or "
+                     "kvm_intel.tdx=1 on the kernel command line, and reboot"),
+}
 PLANNABLE = tuple(i for i in CHECK_IDS if i not in BY_HAND)
 
 
@@ -70,24 +104,6 @@ class _Ctx:
     @property
     def root(self) -> Root:
         return self.host.root
-
-
-def program(root: Root, name: str) -> str | None:
-    return next((f"/{d}/{name}" for d in _BIN_DIRS if root.exists(f"{d}/{name}")), None)
-
-
-def initramfs_tool(root: Root) -> str | None:
-    """Which tool builds this host's initramfs, from its programs, then its configuration directories."""
-    uit, dracut = program(root, "update-initramfs"), program(root, "dracut")
-    if uit and not dracut:
-        return "initramfs-tools"
-    if dracut and not uit:
-        return "dracut"
-    if root.isdir("etc/initramfs-tools"):
-        return "initramfs-tools"
-    if root.isdir(facts.DRACUT_CONF_D) or root.exists("etc/dracut.conf"):
-        return "dracut"
-    return None
 
 
 def check_request(ids: tuple[str, ...] | list[str], role: str) -> tuple[str, ...]:
@@ -409,17 +425,8 @@ def _fix_numa_balancing(ctx: _Ctx, parts: _Parts) -> None:
 
 
 def _module_fixer(module: str) -> Callable[[_Ctx, _Parts], None]:
-    """vhost-net, tun: the module loads now (its device node appears) and at every boot (a modules-load.d
-    file of its own, read after the root file system is up: no initramfs rebuild)."""
-    conf = facts.MODULE_CONF[module]
-
     def fix(ctx: _Ctx, parts: _Parts) -> None:
-        content = f"# Written by nodeconsole (doctor --fix): {module} loads at every boot.\n{module}\n"
-        parts.ops.append({"kind": "config_file", "needs_reboot": False, "run": [],
-                          "title": f"Load {module} at boot (/{conf})",
-                          "why": f"/{facts.MODULE_DEVICE[module]} is there after every reboot",
-                          "files": [dict(encode(content.encode()), path=conf)]})
-        parts.ops.append({"kind": "module", "name": module, "device": facts.MODULE_DEVICE[module]})
+        parts.ops += module_ops(module)
 
     return fix
 
