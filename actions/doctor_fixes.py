@@ -346,6 +346,13 @@ def _fix_nouveau(ctx: _Ctx, parts: _Parts) -> None:
                            "or a GPU in use is not safe)")
 
 
+def _module_fixer(module: str) -> Callable[[_Ctx, _Parts], None]:
+    def fix(ctx: _Ctx, parts: _Parts) -> None:
+        parts.ops += module_ops(module)
+
+    return fix
+
+
 def _fix_nvidia_driver(ctx: _Ctx, parts: _Parts) -> None:
     snap = ctx.snap
     if not snap.sources.nvml.ok:
@@ -422,13 +429,6 @@ def _fix_numa_balancing(ctx: _Ctx, parts: _Parts) -> None:
         parts.ops.append({"kind": "kernel_value", "path": facts.NUMA_BALANCING, "value": "0",
                           "title": "Turn NUMA balancing off now",
                           "why": "the sysctl.d file counts from the next boot; this is the running kernel"})
-
-
-def _module_fixer(module: str) -> Callable[[_Ctx, _Parts], None]:
-    def fix(ctx: _Ctx, parts: _Parts) -> None:
-        parts.ops += module_ops(module)
-
-    return fix
 
 
 FIXERS: dict[str, Callable[[_Ctx, _Parts], None]] = {
