@@ -6,6 +6,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import pytest
+
 from nodeconsole.actions.progress import DONE
 from nodeconsole.actions.session import ActionSession, DoctorFix, Undo
 from nodeconsole.console.collector import Collector
@@ -84,3 +86,27 @@ def test_bare_demo_fixed_in_one_plan_and_one_reboot_then_undone(tmp_path, monkey
     assert _disk(root) == bare  # every edited file, and grub.cfg and the persistenced link, as they were
     undone, _ = _doctor(state)
     assert undone.check("nvidia-driver").status == "warn"  # persistence mode off again (through NVML)
+
+
+def test_persistence_mode_of_several_gpus_is_one_step_whose_inverse_is_each_ones_mode(tmp_path, monkeypatch):
+    from nodeconsole.actions.plan import StepError, build_step
+
+    monkeypatch.setenv("NODECONSOLE_STATE_DIR", str(tmp_path / "demo"))
+    state = reset_demo(bare=True)  # persistence off on every GPU
+    session = ActionSession.from_seams(demo_host(state))
+    host = session.host
+    gpus = [g.address for g in host.snapshot().gpus if g.nvml_index is not None][:3]
+    first = build_step(host, {"kind": "nvml_persistence", "gpu": gpus[0], "mode": 1})  # the one-GPU form
+    first.apply()
+    assert first.verify() is None and first.inverse == {"kind": "nvml_persistence", "modes": {gpus[0]: 0}}
+    step = build_step(host, {"kind": "nvml_persistence", "gpus": gpus, "mode": 1})
+    assert step.op["modes"] == {gpus[1]: 1, gpus[2]: 1}  # the first is on already
+    assert step.inverse == {"kind": "nvml_persistence", "modes": {gpus[1]: 0, gpus[2]: 0}}
+    step.apply()
+    assert step.verify() is None and build_step(host, {"kind": "nvml_persistence", "gpus": gpus, "mode": 1}) is None
+    back = build_step(host, step.inverse)
+    back.apply()
+    assert back.verify() is None
+    assert build_step(host, {"kind": "nvml_persistence", "modes": {gpus[0]: 1, gpus[1]: 0, gpus[2]: 0}}) is None
+    with pytest.raises(StepError):
+        build_step(host, {"kind": "nvml_persistence", "gpus": gpus, "mode": 2})
