@@ -52,7 +52,7 @@ def vm_alignment(snap: HostSnapshot, vm: Vm) -> str:
 # snapshots whose other parts are equal have the same problems (problem_inputs).
 GPU_FIGURES = ("memory_used_mib", "utilization_gpu", "utilization_memory", "temperature_c", "power_w",
                "processes")
-VM_FIGURES = ("cpu_percent", "steal_percent")
+VM_FIGURES = ("cpu_percent", "steal_percent", "rss_kib")
 SNAPSHOT_FIGURES = ("taken_at", "load", "problems")
 
 
@@ -189,9 +189,13 @@ def _health_problems(g: Gpu, label: str) -> list[Problem]:
 
 
 def _vm_problems(snap: HostSnapshot) -> list[Problem]:
-    """VMs whose vCPUs are not on their GPU's NUMA node, or not pinned at all."""
+    """VMs whose config is wrong as read (Proxmox: a malformed line, a stale mapping), whose vCPUs are not
+    on their GPU's NUMA node, or not pinned at all."""
     out: list[Problem] = []
     for vm in snap.vms:
+        out += [Problem("warning", vm.name, f"VM {vm.name}: {why}",
+                        "fix the VM's config (Proxmox: `qm config VMID`, /etc/pve/mapping/pci.cfg)")
+                for why in vm.config_problems]
         align = vm_alignment(snap, vm)
         if align == "cross-numa":
             cpus = format_cpulist(c for p in vm.pins for c in p.cpus)

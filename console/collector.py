@@ -210,8 +210,6 @@ class Collector:
         return getattr(self._libvirt, "hypervisor", None) if self._libvirt is not None else None
 
     def _read_libvirt(self) -> LibvirtData:
-        if self.seams.libvirt_uri is None:
-            raise SourceError("no libvirt URI for a captured tree (use --libvirt URI)")
         if self._libvirt is None:
             backend = self.seams.open_vm_backend()
             if backend is None:

@@ -73,7 +73,8 @@ class Hostdev:
 
 @dataclass(frozen=True)
 class Vm:
-    """A libvirt domain: its state, vCPUs and their pins, memory, host devices and CPU use."""
+    """A VM (a libvirt domain, or a Proxmox VE qemu-server VM): its state, vCPUs and their pins, memory,
+    host devices and CPU use."""
 
     name: str
     state: str  # "running", "paused", "shut off", "crashed", ...
@@ -93,6 +94,16 @@ class Vm:
     # vCPU steal: percent of the time its vCPU threads were runnable but waiting for a host CPU (their
     # /proc/PID/task/TID/schedstat wait time), averaged over its vCPUs; None when the host does not say
     steal_percent: float | None = None
+    # -- the hypervisor: "libvirt" (a domain) or "proxmox" (a qemu-server VM, console/vms/proxmox.py) --
+    hypervisor: str = "libvirt"
+    vmid: int | None = None  # Proxmox's VM id; None for libvirt
+    lock: str | None = None  # Proxmox's `lock:` (backup, migrate, snapshot…): changes are refused
+    template: bool = False  # a Proxmox template: never runs, holds no device
+    pending: tuple[str, ...] = ()  # options whose new value waits (Proxmox [PENDING]) for the VM's restart
+    pending_delete: tuple[str, ...] = ()  # options whose removal waits likewise
+    # what is wrong with the VM's config as read ("FILE:LINE: …", a mapping that no longer matches sysfs)
+    config_problems: tuple[str, ...] = ()
+    rss_kib: int | None = None  # the QEMU process's resident memory (Proxmox: /proc/PID/status); None: not read
 
 
 @dataclass(frozen=True)
@@ -189,9 +200,14 @@ class HostSnapshot:
         return None
 
     def vm(self, name: str) -> Vm | None:
+        """The VM called `name`; else the Proxmox VM whose vmid `name` is."""
         for v in self.vms:
             if v.name == name:
                 return v
+        if name.isascii() and name.isdigit():
+            for v in self.vms:
+                if v.vmid is not None and v.vmid == int(name):
+                    return v
         return None
 
     def nic(self, address: str) -> Nic | None:

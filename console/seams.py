@@ -1,6 +1,8 @@
 """The seams a host is read (and written) through. A real host, a captured tree, the demo host, a replay
 and a test fixture differ only in these values, chosen once by the factories here (`real_host`,
 `simulated_host`/`demo_host`, `replay_host`); the code that reads them never asks which host it is.
+A host (or tree, or capture) with `etc/pve/qemu-server` is a Proxmox VE host: its VMs are read through
+console/vms/proxmox_backend.py unless `--libvirt URI` is given.
 
 This module is the one place that chooses the simulation: only it imports console/demo/ (an
 import-linter contract in pyproject.toml holds every other production module to that)."""
@@ -92,6 +94,9 @@ class Seams:
     vm_backend: Callable[[str | None], VmBackend | None] = field(default=lambda uri: _libvirt_domains(uri))
     # Where the host's boot id is read (root-relative): a later read that differs means it rebooted.
     boot_id_file: str = BOOT_ID
+    # The host's hypervisor: "libvirt" (VMs through `vm_backend`) or "proxmox" (Proxmox VE: its VMs are the
+    # qemu-server configs below `root`, read through console/vms/proxmox_backend.py whatever root is set).
+    hypervisor: str = "libvirt"
 
     @property
     def audit_dir(self) -> Path:
@@ -100,6 +105,10 @@ class Seams:
 
     def open_vm_backend(self) -> VmBackend | None:
         """A fresh VM backend of this host; None: the host has no hypervisor to read (no libvirt URI)."""
+        if self.hypervisor == "proxmox":
+            from nodeconsole.console.vms.proxmox_backend import proxmox_vms
+
+            return proxmox_vms(self.root, self.writes.commands(self.root))
         return self.vm_backend(self.libvirt_uri)
 
     def boot_id(self) -> str:
@@ -118,6 +127,13 @@ def real_host(root: str = "/", libvirt_uri: str | None = None) -> Seams:
     A captured tree has no NVML and no libvirt unless a URI is given explicitly; it is read-only, its
     kernel log is its files', and none of this machine's programs run for it."""
     captured = os.path.abspath(root) != "/"
+    seam = Root(root)
+    if libvirt_uri is None and _has_proxmox(seam):  # Proxmox VE: its VMs are qemu-server configs
+        if captured:
+            return Seams(root=seam, libvirt_uri=None, use_real_nvml=False, hypervisor="proxmox")
+        return Seams(root=seam, libvirt_uri=None, state_dir=Path(DEFAULT_STATE), writes=ThisMachine(),
+                     read_only_reason="", live_kernel_log=True, local_programs=True, origin="live",
+                     hypervisor="proxmox")
     uri = libvirt_uri if libvirt_uri is not None else (None if captured else SYSTEM_URI)
     agent = None
     if uri is not None and not uri.startswith("test:"):
@@ -129,6 +145,12 @@ def real_host(root: str = "/", libvirt_uri: str | None = None) -> Seams:
     return Seams(root=Root(root), libvirt_uri=uri, state_dir=Path(DEFAULT_STATE), guest_agent=agent,
                  writes=ThisMachine(), read_only_reason="", live_kernel_log=True, local_programs=True,
                  guests_unreachable="", origin="live")
+
+
+def _has_proxmox(root: Root) -> bool:
+    from nodeconsole.console.vms.proxmox import has_proxmox
+
+    return has_proxmox(root)
 
 
 def simulated_host(root: Root, libvirt_uri: str | None, state_dir: Path, **values: Any) -> Seams:
@@ -188,14 +210,14 @@ def check_demo_state_dir() -> None:
         check_ours(demo_state_dir(), STAMP, ignore=(LOCK,))
 
 
-def reset_demo(bare: bool = False) -> Path:
+def reset_demo(bare: bool = False, proxmox: bool = False) -> Path:
     """Throw the demo host's state away and generate it afresh (with `bare`: the same hardware freshly
-    installed, to be set up); returns its state directory (the parent of its root, where its audit log
-    and lock live)."""
+    installed, to be set up; with `proxmox`: as a Proxmox VE host); returns its state directory (the parent
+    of its root, where its audit log and lock live)."""
     from nodeconsole.console.demo.state import reset_demo as regenerate
 
     with _demo_dir_usage():
-        return regenerate(bare=bare).dest
+        return regenerate(bare=bare, proxmox=proxmox).dest
 
 
 def reboot_demo() -> tuple[Path, BootReport]:
@@ -217,8 +239,11 @@ def demo_host(state_dir: Path | None = None, libvirt_uri: str | None = None, sys
     with _demo_dir_usage():
         host = ensure_demo(state_dir)
     root = Root(host.root)
+    # a Proxmox VE demo (`demo reset --proxmox`): its VMs are its qemu-server configs, unless --libvirt is given
+    hypervisor = "proxmox" if libvirt_uri is None and _has_proxmox(root) else "libvirt"
     if sysfs_only:
-        return simulated_host(root, libvirt_uri or host.libvirt_uri, Path(host.root).parent, use_real_nvml=False)
+        return simulated_host(root, libvirt_uri or host.libvirt_uri, Path(host.root).parent, use_real_nvml=False,
+                              hypervisor=hypervisor)
     from nodeconsole.console.demo.nvml_sim import SimulatedNvml
     from nodeconsole.console.demo.sim_agent import SimulatedGuestAgent
     from nodeconsole.console.demo.vm_load import demo_cpu_percent, demo_vm_cpu_percent, demo_vm_steal_percent
@@ -234,7 +259,7 @@ def demo_host(state_dir: Path | None = None, libvirt_uri: str | None = None, sys
                          "run `nodeconsole demo reset`") from None
     return simulated_host(root, libvirt_uri or host.libvirt_uri, Path(host.root).parent, nvml_lib=lib,
                           vm_load=demo_vm_cpu_percent, cpu_load=demo_cpu_percent, vm_steal=demo_vm_steal_percent,
-                          guest_agent=SimulatedGuestAgent(Path(host.root)))
+                          guest_agent=SimulatedGuestAgent(Path(host.root)), hypervisor=hypervisor)
 
 
 def inject_demo_event(kind: str, gpu: str, what: str, guest: bool = False) -> list[str]:
@@ -305,8 +330,10 @@ def replay_host(path: str | os.PathLike[str]) -> Seams:
     unavailable = {name: status.removeprefix("unavailable: ") for name, status in opened.snapshot_sources.items()
                    if status != "ok" and not (name == "nvml" and lib is not None)
                    and not (name == "libvirt" and node is not None)}
+    proxmox = node is None and _has_proxmox(root)  # a Proxmox VE host's capture: its VM configs are in the tree
     # The test driver's CPU time follows the wall clock: a VM's CPU use is not measured in a replay.
     return Seams(root=root, libvirt_uri=f"test://{node}" if node is not None else None, nvml_lib=lib,
+                 hypervisor="proxmox" if proxmox else "libvirt",
                  use_real_nvml=False, state_dir=opened.audit_dir, vm_load=lambda *_args: None,
                  writes=ReplayWrites(opened.programs), unavailable=unavailable, replay=opened.replay,
                  clock=_stopped_at(opened.replay.captured_at), read_only_reason=READ_ONLY,

@@ -8,7 +8,8 @@ is replaced only where it is a name:
   enumerated elements (`<type>hvm</type>`, `<on_crash>`…). Comments are dropped.
 - JSON (`*.json`, and each record of `audit.jsonl`): values, never keys (but for the UUIDs and MACs in
   them), and not the values of enumerations and identifiers (`status`, `id`, `stored_as`…).
-- everything else (the tree's files, the kernel log): as text.
+- everything else (the tree's files, the kernel log): as text; Proxmox VE's VM configs and mappings
+  (etc/pve/qemu-server, etc/pve/mapping) lose their descriptions (`#` lines, `description`) outright.
 - member paths and link targets: only their UUIDs and MACs (an mdev's directory), so the tree keeps its
   layout; the one place a host path is a name, libvirt's `run/libvirt/qemu/NAME.pid`, takes the VM's
   pseudonym.
@@ -47,6 +48,9 @@ _ENUM_TEXT = frozenset({"type", "on_poweroff", "on_reboot", "on_crash", "on_lock
                         "vendor", "os_type", "machine", "uri_transport", "runstate", "doi"})
 _NAME_TEXT = frozenset({"name", "title", "hostname"})
 _PID_DIR = f"{ROOT_DIR}/run/libvirt/qemu/"
+# Proxmox VE's VM configs and resource mappings: their free-text descriptions are dropped
+_PVE_DIRS = (f"{ROOT_DIR}/etc/pve/qemu-server/", f"{ROOT_DIR}/etc/pve/mapping/", f"{ROOT_DIR}/etc/pve/nodes/")
+REDACTED_TEXT = b"(redacted)"
 _KERNEL_NAME = re.compile(r"\bname=([^,\n]{1,64}),")  # NVRM: Xid (PCI:…): 79, pid=1234, name=python3, …
 
 
@@ -106,6 +110,20 @@ def redact_path(path: str, red: Redactor) -> str:
     return path
 
 
+def _pve_descriptions(data: bytes) -> bytes:
+    """A Proxmox VE config with its free text gone: a VM's `#` description lines, a mapping's
+    `description` (the names in the rest are redacted as text)."""
+    out = []
+    for line in data.split(b"\n"):
+        if line.startswith(b"#"):
+            line = b"#" + REDACTED_TEXT
+        elif line.lstrip().startswith(b"description ") or line.startswith(b"description:"):
+            head = line[:len(line) - len(line.lstrip())]
+            line = head + (b"description: " if line.startswith(b"description:") else b"description ") + REDACTED_TEXT
+        out.append(line)
+    return b"\n".join(out)
+
+
 def _entry(path: str, entry: Entry, red: Redactor) -> Entry:
     if entry.kind == LINK:
         return Entry(LINK, target=red.ids(entry.target))
@@ -114,6 +132,8 @@ def _entry(path: str, entry: Entry, red: Redactor) -> Entry:
     if path == AUDIT:
         return Entry(FILE, redact_audit(entry.data, red))
     new = None
+    if path.startswith(_PVE_DIRS):
+        return Entry(FILE, red.data(_pve_descriptions(entry.data)))
     if path.endswith(".xml"):
         new = redact_xml(entry.data, red)
     elif path.endswith(".json"):

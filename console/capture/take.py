@@ -38,7 +38,8 @@ NVIDIA_VERSION = "sys/module/nvidia/version"
 # driver's GPUs (their minor numbers), every process's name (a daemon holding a GPU stops a plan) and
 # the boot loader's files (the doctor's fixes edit them).
 CONTEXT_DIRS = ("sys/bus/pci/drivers", "sys/module", "dev/vfio", "etc/driverctl.d", "sys/bus/mdev/devices",
-                "sys/class/mdev_bus", "proc/driver/nvidia/gpus")
+                "sys/class/mdev_bus", "proc/driver/nvidia/gpus", "etc/pve/qemu-server", "etc/pve/mapping",
+                "run/qemu-server")
 
 Progress = Callable[[str], None]
 
@@ -87,7 +88,10 @@ def take_capture(seams: Seams, *, changes: Sequence[AuditRecord] = (), audit: by
 
     hostnames = _hostnames(snap, rec)
     vm_names: list[str] = []
-    if seams.libvirt_uri is None:
+    if seams.hypervisor == "proxmox":  # its VMs are files of the tree, carried as the snapshot read them
+        sources["libvirt"] = {"status": "skipped", "reason": "a Proxmox VE host: its VMs are /etc/pve/qemu-server"}
+        vm_names += [v.name for v in snap.vms] if snap is not None else []
+    elif seams.libvirt_uri is None:
         sources["libvirt"] = {"status": "skipped", "reason": "no libvirt URI for this host"}
     else:
         progress("reading libvirt's domains")

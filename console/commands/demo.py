@@ -1,4 +1,4 @@
-"""`nodeconsole demo reset [--bare]` and `nodeconsole demo reboot`: regenerate the bundled demo host
+"""`nodeconsole demo reset [--bare] [--proxmox]` and `nodeconsole demo reboot`: regenerate the bundled demo host
 (the configured demo, or with --bare the same hardware freshly installed), or reboot it (it comes up as
 its /etc says; run-time changes are lost). `nodeconsole demo inject xid GPU CODE`, `demo inject aer
 GPU fatal|nonfatal|corrected` and `demo inject host GPU FAILURE` (d3cold, not-ready, rm-init, bar, flr-timeout,
@@ -29,6 +29,9 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--bare", action="store_true",
                    help="with reset: the same hardware freshly installed (IOMMU off, no vfio, nouveau, no "
                         "hugepages, no VMs), for setting it up with `nodeconsole doctor`")
+    p.add_argument("--proxmox", action="store_true",
+                   help="with reset: the same host as a Proxmox VE host (its VMs qemu-server configs with vmids, "
+                        "a pci.cfg mapping, a simulated qm)")
     p.set_defaults(func=run)
 
 
@@ -40,6 +43,8 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(f"demo {what} takes no --libvirt (the demo host has its own libvirt)")
     if args.bare and what != "reset":
         raise UsageError("--bare goes with demo reset")
+    if args.proxmox and what != "reset":
+        raise UsageError("--proxmox goes with demo reset")
     if what != "inject" and args.event:
         raise UsageError(f"demo {what} takes no arguments")
     if what == "reboot":
@@ -51,7 +56,7 @@ def run(args: argparse.Namespace) -> int:
     from nodeconsole.console.seams import reset_demo
 
     try:
-        state = reset_demo(bare=args.bare)
+        state = reset_demo(bare=args.bare, proxmox=args.proxmox)
     except OSError as e:  # e.g. a symbolic link planted as the lock file: refused, nothing touched
         print(f"nodeconsole: error: cannot reset the demo host: {e.strerror or e}", file=sys.stderr)
         return 1
@@ -63,6 +68,7 @@ def run(args: argparse.Namespace) -> int:
     if log.exists():
         log.unlink()
     what_host = "bare demo host (same hardware, not set up)" if args.bare else "demo host"
+    what_host = f"{what_host} as a Proxmox VE host" if args.proxmox else what_host
     print(f"{what_host} regenerated in {state} (audit log cleared)")
     return 0
 

@@ -6,7 +6,7 @@ import json
 
 from nodeconsole.console.cli_base import seams_from_args, subcommand
 from nodeconsole.console.hosttext import LINE_MAX, show, visible
-from nodeconsole.console.model import HostSnapshot, format_metric
+from nodeconsole.console.model import HostSnapshot, Vm, format_metric
 
 
 @subcommand("snapshot", "read the host once and print a summary (or --json)")
@@ -58,8 +58,18 @@ def summary(snap: HostSnapshot) -> str:
     for v in snap.vms:
         gpus = sorted({hd.gpu for hd in v.hostdevs if hd.gpu})
         lines.append(f"  {show(v.name):20} {show(v.state):9} vcpus {v.vcpus:>3}  cpu {format_metric(v.cpu_percent, '%'):>5}  "
-                     f"pinned {'yes' if v.pins else 'no '}  gpus {','.join(gpus) or '-'}")
+                     f"pinned {'yes' if v.pins else 'no '}  gpus {','.join(gpus) or '-'}{_proxmox_notes(v)}")
     if snap.problems:
         lines += ["", "Problems"]
         lines += [f"  [{p.severity}] {visible(p.message)}" for p in snap.problems]
     return "\n".join(lines)
+
+
+def _proxmox_notes(v: Vm) -> str:
+    """A Proxmox VM's vmid, template, lock and the changes waiting for its restart."""
+    if v.vmid is None:
+        return ""
+    notes = [f"vmid {v.vmid}"] + (["template"] if v.template else []) + \
+        ([f"locked ({show(v.lock)})"] if v.lock else [])
+    waiting = [show(k) for k in v.pending] + [f"-{show(k)}" for k in v.pending_delete]
+    return "  " + ", ".join(notes + ([f"pending {' '.join(waiting)}"] if waiting else []))

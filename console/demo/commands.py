@@ -14,6 +14,7 @@ does to a host where that is visible:
   every GPU's persistence mode, as the daemon starting or stopping does), is-enabled, daemon-reload,
   daemon-reexec;
 - sysctl -w KEY=VALUE, -p [FILE], --system: the /proc/sys values;
+- qm set VMID … (a Proxmox VE demo's): console/demo/sim_qm.py edits etc/pve/qemu-server/VMID.conf;
 - nvidia-smi -r -i ADDR (--gpu-reset): the simulated GPU reset as the driver does it (refused while
   processes or an active vGPU use it, failed for a GPU fallen off the bus): a pending MIG mode becomes
   current, GPU instances and the volatile ECC counts are gone.
@@ -52,6 +53,8 @@ class DemoCommands:
     def which(self, name: str) -> str | None:
         if name in ("driverctl", "nvidia-smi"):
             return f"{name} (demo)"
+        if name == "qm":  # a Proxmox VE demo (`demo reset --proxmox`) has it
+            return "/usr/sbin/qm (demo)" if self.root.isdir("etc/pve/qemu-server") else None
         if name not in INSTALLED:
             return None
         return next((f"/{d}/{name} (demo)" for d in BIN_DIRS if self.root.exists(f"{d}/{name}")), None)
@@ -63,6 +66,11 @@ class DemoCommands:
             return getattr(self, "_" + argv[0].replace("-", "_"))(argv[1:])
         except OSError as e:
             return 1, f"{argv[0]}: {e.strerror or e} ({e.filename})"
+
+    def _qm(self, args: list[str]) -> tuple[int, str]:
+        from nodeconsole.console.demo.sim_qm import SimulatedQm
+
+        return SimulatedQm(self.root).run(args)
 
     def _release(self) -> str:
         return self.root.read("proc/sys/kernel/osrelease") or ""

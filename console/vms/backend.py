@@ -93,6 +93,9 @@ class VmBackend(Protocol):
 
     label: str  # what it is, for messages ("libvirt", "node file")
     one_state: bool  # True: the running and the persistent state are one (the demo's node file)
+    # True: pins are the whole VM process's (Proxmox VE's `affinity`): `set_pins` takes every vCPU and the
+    # emulator on one CPU set only, and a pin plan must propose that (libvirt: False, per-vCPU pins)
+    whole_process_pins: bool
 
     def reader(self) -> VmReader:
         """A reader of every VM of this host (the collector keeps one)."""

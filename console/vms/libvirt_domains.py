@@ -59,6 +59,7 @@ class DomainConfig:
 
     label = "libvirt"
     one_state = False  # True: the running and the persistent state are one (the demo's node file)
+    whole_process_pins = False  # libvirt pins each vCPU and the emulator apart
     reader_uri: str | None = None  # the libvirt URI the VMs are read through (`reader()`)
 
     def reader(self) -> LibvirtSource:
