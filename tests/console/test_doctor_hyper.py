@@ -216,3 +216,23 @@ def test_gpu_checks_do_not_apply_without_a_gpu(t):
     d = report.to_dict()
     assert [c["applies"] for c in d["checks"] if c["id"] in GPU_CHECKS] == [False] * len(GPU_CHECKS)
     assert all(c["applies_why"] == "" for c in d["checks"] if c["applies"])
+
+
+def test_the_proxmox_demo_has_its_cluster_file_system_up_across_a_reboot(tmp_path, monkeypatch):
+    from nodeconsole.console.collector import Collector
+    from nodeconsole.console.seams import demo_host, reboot_demo, reset_demo
+
+    monkeypatch.setenv("NODECONSOLE_STATE_DIR", str(tmp_path / "demo"))
+    reset_demo(proxmox=True)
+    for _ in range(2):
+        seams = demo_host()
+        collector = Collector(seams)
+        try:
+            snap = collector.collect()
+        finally:
+            collector.close()
+        report = run_doctor(snap, seams.root)
+        assert {c.id: c.status for c in report.checks if c.group == "hypervisor"} == {
+            "libvirtd": "pass", "vhost-net": "pass", "tun": "pass", "cgroups": "pass", "secure-guest": "skip"}
+        assert report.check("libvirtd").finding.startswith("Proxmox VE: pve-cluster runs")
+        reboot_demo()
