@@ -8,6 +8,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 
 from nodeconsole.actions.live_steps import hugepages_path, page_text
+from nodeconsole.actions.pin_planner import vram_of
 from nodeconsole.actions.plan import Check
 from nodeconsole.console.checks import effective_pins
 from nodeconsole.console.doctor import facts
@@ -78,7 +79,7 @@ def training_reserve(snap: HostSnapshot, out: HugepageNeeds, reserved: dict[tupl
     of the node)."""
     if snap.vms or any(reserved.values()):
         return {}
-    pages = training_pages(snap)
+    pages = training_pages(snap, lambda g: vram_of(snap, g.address))  # an H100 on vfio-pci: 80 GiB
     if pages:
         out.notes.append("hugepages: no VM is defined yet; 1 GiB pages are reserved for the largest training VM "
                          "on each node (twice the memory of its free GPUs, at most 75 % of the node's memory): "

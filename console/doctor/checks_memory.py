@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import math
 import shlex
+from collections.abc import Callable
 
 from nodeconsole.console.cpulist import format_cpulist
 from nodeconsole.console.doctor import facts
@@ -18,7 +19,7 @@ from nodeconsole.console.doctor.files import (
     systemd_setting,
 )
 from nodeconsole.console.doctor.model import CheckResult, Evidence, Fix
-from nodeconsole.console.model import HostSnapshot, Vm
+from nodeconsole.console.model import Gpu, HostSnapshot, Vm
 from nodeconsole.console.root import Root
 
 SPREAD_MODES = ("strict", "restrictive", "interleave")  # numatune modes that keep memory on the nodeset
@@ -106,14 +107,19 @@ TRAINING_SHARE = 0.75  # of a node's memory, at most, given to hugepages for a t
 TRAINING_FACTOR = 2  # a training VM gets 2x the memory of its GPUs (facts.VM_MEMORY_MIN_FACTOR)
 
 
-def training_pages(snap: HostSnapshot) -> dict[int, int]:
+def nvml_memory(g: Gpu) -> int | None:
+    return g.memory_total_mib if isinstance(g.memory_total_mib, int) and g.memory_total_mib > 0 else None
+
+
+def training_pages(snap: HostSnapshot, vram_mib: Callable[[Gpu], int | None] = nvml_memory) -> dict[int, int]:
     """1 GiB pages per NUMA node for the largest training VM each node could hold: twice the memory of
-    the free GPUs (held by no VM) on it, at most 75 % of the node's memory. Nodes without a free GPU of
-    known memory get none."""
+    the free GPUs (held by no VM) on it (`vram_mib`: NVML's figure, or the caller's), at most 75 % of the
+    node's memory. Nodes without a free GPU of known memory get none."""
     vram: dict[int, int] = {}
     for g in snap.gpus:
-        if not g.owner.vms and g.numa_node is not None and isinstance(g.memory_total_mib, int):
-            vram[g.numa_node] = vram.get(g.numa_node, 0) + g.memory_total_mib
+        mib = vram_mib(g) if not g.owner.vms and g.numa_node is not None else None
+        if mib and g.numa_node is not None:
+            vram[g.numa_node] = vram.get(g.numa_node, 0) + mib
     out = {}
     for n in snap.numa_nodes:
         if n.online and n.memory_kib > 0 and vram.get(n.id):

@@ -494,6 +494,9 @@ def test_hugepages_for_the_gpu_vms_to_come_on_a_host_without_vms(t):
     assert needs.size_kib == GIB and needs.per_node == {0: 160, 1: 160} and not needs.checks
     small = tuple(replace(n, memory_kib=128 * GIB) for n in nodes)
     assert hugepage_needs(replace(bare, numa_nodes=small), t.root).per_node == {0: 96, 1: 96}  # 75 % cap
+    # a free GPU on vfio-pci: NVML does not say its memory; an H100's is known (80 GiB: 160 pages)
+    unseen = replace(bare, gpus=(gpus[0], replace(gpus[1], memory_total_mib=None, driver="vfio-pci")))
+    assert hugepage_needs(unseen, t.root).per_node == {0: 160, 1: 160}
     reserved = tuple(replace(n, hugepages=((1048576, 160),)) for n in nodes)
     c = doctor(t, replace(bare, numa_nodes=reserved)).check("hugepages")
     assert (c.status, c.finding) == ("pass", "no VM asks for huge pages; 320 GiB reserved for the GPU VMs to come")
