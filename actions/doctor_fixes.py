@@ -8,7 +8,7 @@ the next boot say so, and so does the plan ("apply these, then reboot once"); th
 boot they were applied in, so the doctor reports them as pending until the host has rebooted.
 
 Checks whose fix is firmware, hardware or a decision for the admin (kvm, interrupt-remapping, acs,
-pcie-link, vm-memory, vcpu-commit, mig-pending, vgpu-host) are not planned: a request naming one is
+pcie-link, vcpu-commit, mig-pending, vgpu-host) are not planned: a request naming one is
 refused with what to do by hand.
 """
 from __future__ import annotations
@@ -51,9 +51,6 @@ BY_HAND: dict[str, tuple[str, str]] = {
     "pcie-link": ("a link below its maximum is hardware",
                   "reseat the GPU, check that the slot is x16 electrically, check risers and cables and the "
                   "firmware's PCIe speed setting"),
-    "vm-memory": ("how much memory a VM gets is a decision for the admin",
-                  "resize the VM to at least twice its GPUs' memory (virsh setmaxmem VM SIZE --config; "
-                  "virsh setmem VM SIZE --config), then restart it"),
     "vcpu-commit": ("how many vCPUs the VMs get is a decision for the admin",
                     "shrink VMs (virsh setvcpus VM N --config --maximum) or move some to another host"),
     "mig-pending": ("a pending MIG mode takes effect only after a GPU reset",
@@ -136,7 +133,7 @@ def plan_doctor_fix(host: ActionHost, snap: HostSnapshot, ids: tuple[str, ...] |
         return plan
     ctx = _Ctx(host, snap, bl.detect(host.root), initramfs_tool(host.root))
     parts = _Parts()
-    for i in fixes:
+    for i in sorted(fixes, key=CHECK_IDS.index):  # vm-memory's hugepages at boot keep the hugepages fix's
         FIXERS[i](ctx, parts)
         if role not in ROLE_ONLY.get(i, ROLES):
             parts.notes.append(f"{i} is not needed for role {role} (planned because it was asked for)")
@@ -431,10 +428,21 @@ def _fix_numa_balancing(ctx: _Ctx, parts: _Parts) -> None:
                           "why": "the sysctl.d file counts from the next boot; this is the running kernel"})
 
 
+def _fix_vm_memory(ctx: _Ctx, parts: _Parts) -> None:
+    from nodeconsole.actions.vm_memory_fix import vm_memory_fix
+
+    fix = vm_memory_fix(ctx.host, ctx.snap, _current_words(ctx), parts.add)
+    parts.checks, parts.notes, parts.ops = parts.checks + fix.checks, parts.notes + fix.notes, parts.ops + fix.ops
+    if fix.boot_words:  # they keep what the hugepages fix asked for, and replace its words
+        parts.add = [w for w in parts.add if not w.startswith(("hugepagesz=", "hugepages="))]
+        parts.cmdline("vm-memory", fix.boot_words)
+
+
 FIXERS: dict[str, Callable[[_Ctx, _Parts], None]] = {
     "vhost-net": _module_fixer("vhost_net"), "tun": _module_fixer("tun"),
     "iommu": _fix_iommu, "iommu-pt": _fix_iommu_pt, "acs-override": _fix_acs_override,
     "vfio-modules": _fix_vfio_modules, "nouveau": _fix_nouveau, "nvidia-driver": _fix_nvidia_driver,
     "hugepages": _fix_hugepages, "host-cores": _fix_host_cores, "numa-balancing": _fix_numa_balancing,
+    "vm-memory": _fix_vm_memory,
 }
 assert set(FIXERS) == set(PLANNABLE), "every check is either planned or done by hand"

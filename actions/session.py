@@ -27,7 +27,7 @@ if TYPE_CHECKING:
     from nodeconsole.console.seams import Seams
 
 __all__ = ["ActionSession", "DoctorFix", "Drain", "MigLayout", "MigRestore", "MigSave", "NicPassthrough", "NicVfs",
-           "NothingToDo", "Passthrough", "Pin",
+           "NothingToDo", "Passthrough", "Pin", "Prepare",
            "PinAll", "Redo", "Release", "Request", "Reset", "RequestError", "StepError", "Undo", "Undrain", "VgpuCreate",
            "VgpuRemove"]
 
@@ -157,6 +157,21 @@ class Reset:
 
 
 @dataclass(frozen=True)
+class Prepare:
+    """Size and wire a shut-off VM for training (actions/prepare.py): `gpus` a count ("2": place picks) or
+    a list ("0,1", addresses); memory as `memory_kib` or `memory_factor` × the GPUs' VRAM (default 2);
+    `hugepages` "1G", "2M", "none" or None (1G where the host offers it)."""
+    label: ClassVar[str] = "prepare"
+    vm: str
+    gpus: str
+    with_nic: bool = False
+    vcpus: int | None = None
+    memory_kib: int | None = None
+    memory_factor: float | None = None
+    hugepages: str | None = None
+
+
+@dataclass(frozen=True)
 class Undo:
     """Roll a recorded change back; the latest undoable one when `record_id` is None."""
     label: ClassVar[str] = "undo"
@@ -171,7 +186,7 @@ class Redo:
 
 
 Request = (Passthrough | Release | Pin | PinAll | MigLayout | MigSave | MigRestore | VgpuCreate | VgpuRemove
-           | DoctorFix | Undo | Redo | NicVfs | NicPassthrough | Drain | Undrain | Reset)
+           | DoctorFix | Undo | Redo | NicVfs | NicPassthrough | Drain | Undrain | Reset | Prepare)
 
 
 class ActionSession:
@@ -348,6 +363,12 @@ def _builder(r: Request) -> Builder:
         from nodeconsole.actions.reset import plan_reset
 
         return lambda h, s: plan_reset(h, s, r.gpu, r.force)
+    if isinstance(r, Prepare):
+        from nodeconsole.actions.prepare import plan_prepare
+
+        return lambda h, s: plan_prepare(h, s, r.vm, r.gpus, with_nic=r.with_nic, vcpus=r.vcpus,
+                                         memory_kib=r.memory_kib, memory_factor=r.memory_factor,
+                                         hugepages=r.hugepages)
     if isinstance(r, DoctorFix):
         from nodeconsole.actions.doctor_fixes import plan_doctor_fix
 

@@ -16,12 +16,13 @@ from __future__ import annotations
 import hashlib
 import re
 
+from nodeconsole.console.cpulist import format_cpulist
 from nodeconsole.console.host_seams import CommandRunner
 from nodeconsole.console.hosttext import visible
 from nodeconsole.console.model import Vm
 from nodeconsole.console.pciaddr import parse_pci_address
 from nodeconsole.console.root import Root
-from nodeconsole.console.vms.backend import PinScopes, SavedHostdev, VmConfigError, VmPins
+from nodeconsole.console.vms.backend import PinScopes, SavedHostdev, VmConfigError, VmPins, VmShape
 from nodeconsole.console.vms.proxmox import (
     CONF_DIR,
     ProxmoxReader,
@@ -208,7 +209,22 @@ class ProxmoxVms:
                                 f"{visible(key)}: {visible(value)} back by hand")
         self._qm_set(conf, [f"--{key}", value])
 
+    def shape(self, vm: str) -> VmShape:
+        """The VM's size and memory layout as its next start takes them (the model's reading of the config)."""
+        got = self.vm(vm)
+        if got is None:
+            raise VmConfigError(f"no VM {vm} on this Proxmox host")
+        numa = (got.numa_mode or "strict", format_cpulist(got.numa_nodeset)) if got.numa_nodeset else None
+        return VmShape(vcpus=got.vcpus, memory_kib=got.memory_kib, hugepage_kib=got.hugepages_kib, numa=numa,
+                       threads_per_core=max(1, got.threads_per_core))
+
     # -- changes: not made yet -------------------------------------------------------------------------
+    def set_shape(self, vm: str, shape: VmShape) -> None:
+        raise not_yet(f"resizing {vm} (qm set --cores/--memory/--numa/--hugepages)")
+
+    def check_saved(self, vm: str, token: str) -> str:
+        raise not_yet(f"restoring the config of {vm}")
+
     def restore(self, vm: str, token: str) -> None:
         raise not_yet(f"restoring the config of {vm}")
 

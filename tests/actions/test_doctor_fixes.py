@@ -375,7 +375,7 @@ def test_unknown_ids_are_a_request_error_and_hand_fixes_refuse(tree):
         session.plan(DoctorFix(("iommu-on",)))
     with pytest.raises(RequestError, match="unknown role"):
         session.plan(DoctorFix(("iommu",), role="gaming"))
-    for ids in (("pcie-link",), ("kvm",), ("iommu", "vm-memory")):
+    for ids in (("pcie-link",), ("kvm",), ("iommu", "vcpu-commit")):
         plan = session.plan(DoctorFix(ids))
         assert not plan.ok and not plan.empty and not plan.steps
         assert "by hand:" in "\n".join(plan.lines())
