@@ -9,10 +9,11 @@ from dataclasses import dataclass, field
 
 from nodeconsole.actions.live_steps import hugepages_path, page_text
 from nodeconsole.actions.pin_planner import vram_of
-from nodeconsole.actions.plan import Check
+from nodeconsole.actions.placement import place
+from nodeconsole.actions.plan import Check, RequestError
 from nodeconsole.console.checks import effective_pins
 from nodeconsole.console.doctor import facts
-from nodeconsole.console.doctor.checks_memory import training_pages
+from nodeconsole.console.doctor.checks_memory import TRAINING_SHARE, training_pages
 from nodeconsole.console.model import HostSnapshot, Vm
 from nodeconsole.console.root import Root
 
@@ -73,18 +74,42 @@ def _candidates(snap: HostSnapshot, default: int, out: HugepageNeeds,
     return []
 
 
-def training_reserve(snap: HostSnapshot, out: HugepageNeeds, reserved: dict[tuple[int, int], int]) -> dict[int, int]:
+def training_reserve(snap: HostSnapshot, root: Root, out: HugepageNeeds,
+                     reserved: dict[tuple[int, int], int]) -> dict[int, int]:
     """Pages per node on a host with free GPUs, no VM and nothing reserved: 1 GiB pages for the largest
-    training VM each node could hold (checks_memory.training_pages: 2x its free GPUs' memory, at most 75 %
-    of the node)."""
+    training VM `place` would make on each node (its free GPUs there, twice their memory), at most 75 % of
+    the node's memory; where `place` cannot size one, twice the free GPUs' memory
+    (checks_memory.training_pages, what the doctor's check shows)."""
     if snap.vms or any(reserved.values()):
         return {}
-    pages = training_pages(snap, lambda g: vram_of(snap, g.address))  # an H100 on vfio-pci: 80 GiB
+    estimate = training_pages(snap, lambda g: vram_of(snap, g.address))  # an H100 on vfio-pci: 80 GiB
+    pages, said = {}, []
+    for n in snap.numa_nodes:
+        if not (n.online and n.memory_kib > 0 and any(g.numa_node == n.id and not g.owner.vms for g in snap.gpus)):
+            continue
+        placed = _placed_pages(snap, root, n.id)
+        count = min(placed, int(n.memory_kib * TRAINING_SHARE) // GIB_KIB) if placed else estimate.get(n.id, 0)
+        if count > 0:
+            pages[n.id] = count
+            said.append(f"node {n.id}: {count} GiB" + ("" if placed else " (place cannot size one there: twice "
+                                                                           "its free GPUs' memory)"))
     if pages:
         out.notes.append("hugepages: no VM is defined yet; 1 GiB pages are reserved for the largest training VM "
-                         "on each node (twice the memory of its free GPUs, at most 75 % of the node's memory): "
-                         + ", ".join(f"node {n}: {p} GiB" for n, p in sorted(pages.items())))
+                         "on each node (as `nodeconsole place` sizes it on the node's free GPUs, at most 75 % of "
+                         "the node's memory): " + ", ".join(said))
     return pages
+
+
+def _placed_pages(snap: HostSnapshot, root: Root, node: int) -> int | None:
+    """The 1 GiB pages `place` gives a training VM of every free GPU on `node` there (None: it cannot)."""
+    gpus = [g.address for g in snap.gpus if g.numa_node == node and not g.owner.vms]
+    try:
+        p = place(snap, root, len(gpus), gpus=gpus, hugepage_kib=GIB_KIB)
+    except RequestError:
+        return None
+    if p.hugepages.size_kib == GIB_KIB and p.hugepages.per_node:
+        return sum(p.hugepages.per_node.values())
+    return None
 
 
 def hugepage_needs(snap: HostSnapshot, root: Root) -> HugepageNeeds:
@@ -101,7 +126,7 @@ def hugepage_needs(snap: HostSnapshot, root: Root) -> HugepageNeeds:
     if asking:
         pages = _vm_pages(snap, asking, nodes, out, users)
     else:
-        training = training_reserve(snap, out, reserved)
+        training = training_reserve(snap, root, out, reserved)
         if not training:
             return out
         pages = {n: training.get(n, 0) for n in nodes}

@@ -490,11 +490,16 @@ def test_hugepages_for_the_gpu_vms_to_come_on_a_host_without_vms(t):
     # 2 x 79.6 GiB = 160 GiB per node (one free GPU each), under 75 % of 256 GiB
     assert c.fix.commands[:2] == tuple(
         f"echo 160 > /sys/devices/system/node/node{n}/hugepages/hugepages-1048576kB/nr_hugepages" for n in (0, 1))
-    needs = hugepage_needs(bare, t.root)  # the plan sizes it the same way
+    needs = hugepage_needs(bare, t.root)  # no 1 GiB pages in /sys/kernel/mm: place cannot size one
+    assert needs.per_node == {0: 160, 1: 160} and any("place cannot size one there" in n for n in needs.notes)
+    t.mkdir("sys/kernel/mm/hugepages/hugepages-1048576kB")  # the host offers 1 GiB pages: `place` sizes it
+    needs = hugepage_needs(bare, t.root)  # the plan: the VM `nodeconsole place` would make on each node
     assert needs.size_kib == GIB and needs.per_node == {0: 160, 1: 160} and not needs.checks
+    assert any("as `nodeconsole place` sizes it" in n for n in needs.notes)
+    assert not any("place cannot size one" in n for n in needs.notes)
     small = tuple(replace(n, memory_kib=128 * GIB) for n in nodes)
     assert hugepage_needs(replace(bare, numa_nodes=small), t.root).per_node == {0: 96, 1: 96}  # 75 % cap
-    # a free GPU on vfio-pci: NVML does not say its memory; an H100's is known (80 GiB: 160 pages)
+    # a free GPU on vfio-pci: NVML does not say its memory; `place` knows an H100's (80 GiB: 160 pages)
     unseen = replace(bare, gpus=(gpus[0], replace(gpus[1], memory_total_mib=None, driver="vfio-pci")))
     assert hugepage_needs(unseen, t.root).per_node == {0: 160, 1: 160}
     reserved = tuple(replace(n, hugepages=((1048576, 160),)) for n in nodes)
