@@ -23,6 +23,7 @@ from nodeconsole.actions.runner import Confirm, Runner
 
 if TYPE_CHECKING:
     from nodeconsole.actions.mig_steps import MigState
+    from nodeconsole.actions.placement import Placement
     from nodeconsole.console.model import HostSnapshot
     from nodeconsole.console.seams import Seams
 
@@ -268,6 +269,15 @@ class ActionSession:
         if not st.capable or not st.profiles:
             raise RequestError(f"{g.name} does not support MIG (or its profiles are unknown)")
         return st
+
+    def place(self, count: int, *, with_nic: bool = False, vm: str | None = None,
+              memory_factor: float = 2.0) -> Placement:
+        """`place`'s recommendation on a fresh read of the host (actions/placement.py), as `Prepare` plans
+        with it: for a form that shows where a VM would go before it is planned."""
+        from nodeconsole.actions.placement import place
+
+        return place(self.host.snapshot(), self.host.root, count, with_nic=with_nic, vm=vm,
+                     memory_factor=memory_factor)
 
     # -- applying ------------------------------------------------------------------------------------
     @staticmethod
