@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 
 from nodeconsole.actions.boot_hugepages import boot_covers
 from nodeconsole.actions.boot_steps import GRUB_CFGS, encode, loader_words
+from nodeconsole.actions.doctor_host import INITRAMFS_REBUILD, initramfs_tool, module_ops
 from nodeconsole.actions.doctor_sizing import host_cores, hugepage_needs
 from nodeconsole.actions.host import ActionHost
 from nodeconsole.actions.live_steps import UNITS, page_text
@@ -33,9 +34,7 @@ from nodeconsole.console.shell_assign import ShellEditError
 
 ACTION = "doctor fix"
 IOMMU_OFF_WORDS = ("intel_iommu=off", "amd_iommu=off", "iommu=off")
-_BIN_DIRS = ("usr/sbin", "sbin", "usr/bin", "bin")
 _UNIT_DIRS = ("usr/lib/systemd/system", "lib/systemd/system", "etc/systemd/system")
-INITRAMFS_REBUILD = {"initramfs-tools": ["update-initramfs", "-u"], "dracut": ["dracut", "-f"]}
 
 # What to do by hand, for the checks no plan can fix: (why no plan, what to do)
 BY_HAND: dict[str, tuple[str, str]] = {
@@ -60,6 +59,15 @@ BY_HAND: dict[str, tuple[str, str]] = {
     "vgpu-host": ("the vGPU manager is NVIDIA's host driver package",
                   "install NVIDIA's vGPU host driver (the vGPU manager) and turn on the GPUs' SR-IOV VFs "
                   "(/usr/lib/nvidia/sriov-manage -e ALL)"),
+    "libvirtd": ("starting the hypervisor's daemon is the admin's (and on Proxmox, its cluster's)",
+                 "systemctl enable --now libvirtd (or virtqemud.socket where the host uses libvirt's modular "
+                 "daemons; on Proxmox VE: systemctl enable --now pve-cluster)"),
+    "cgroups": ("cgroup controllers come with the kernel and how systemd mounts them",
+                "use a kernel with the controllers built in and let systemd mount them (cgroup v2: "
+                "systemd.unified_cgroup_hierarchy=1), then reboot"),
+    "secure-guest": ("secure guests are a firmware and kernel-parameter decision",
+                     "turn SEV (AMD) or TDX (Intel) on in the firmware setup, then kvm_amd.sev=1 or "
+                     "kvm_intel.tdx=1 on the kernel command line, and reboot"),
 }
 PLANNABLE = tuple(i for i in CHECK_IDS if i not in BY_HAND)
 
@@ -93,24 +101,6 @@ class _Ctx:
     @property
     def root(self) -> Root:
         return self.host.root
-
-
-def program(root: Root, name: str) -> str | None:
-    return next((f"/{d}/{name}" for d in _BIN_DIRS if root.exists(f"{d}/{name}")), None)
-
-
-def initramfs_tool(root: Root) -> str | None:
-    """Which tool builds this host's initramfs, from its programs, then its configuration directories."""
-    uit, dracut = program(root, "update-initramfs"), program(root, "dracut")
-    if uit and not dracut:
-        return "initramfs-tools"
-    if dracut and not uit:
-        return "dracut"
-    if root.isdir("etc/initramfs-tools"):
-        return "initramfs-tools"
-    if root.isdir(facts.DRACUT_CONF_D) or root.exists("etc/dracut.conf"):
-        return "dracut"
-    return None
 
 
 def check_request(ids: tuple[str, ...] | list[str], role: str) -> tuple[str, ...]:
@@ -353,6 +343,13 @@ def _fix_nouveau(ctx: _Ctx, parts: _Parts) -> None:
                            "or a GPU in use is not safe)")
 
 
+def _module_fixer(module: str) -> Callable[[_Ctx, _Parts], None]:
+    def fix(ctx: _Ctx, parts: _Parts) -> None:
+        parts.ops += module_ops(module)
+
+    return fix
+
+
 def _fix_nvidia_driver(ctx: _Ctx, parts: _Parts) -> None:
     snap = ctx.snap
     if not snap.sources.nvml.ok:
@@ -365,7 +362,7 @@ def _fix_nvidia_driver(ctx: _Ctx, parts: _Parts) -> None:
         parts.checks.append(Check("NVML sees a GPU", False, "no GPU is on the nvidia driver",
                                   "by hand: bind a GPU to nvidia (nodeconsole release GPU) or load the driver"))
         return
-    parts.ops += [{"kind": "nvml_persistence", "gpu": g.address, "mode": 1} for g in gpus]
+    parts.ops.append({"kind": "nvml_persistence", "gpus": [g.address for g in gpus], "mode": 1})  # one step
     parts.ops.append({"kind": "systemd_unit", "unit": "nvidia-persistenced", "enabled": True})
     unit = "nvidia-persistenced.service"
     if not any(ctx.root.exists(f"{d}/{unit}") for d in _UNIT_DIRS) and not ctx.root.exists(UNITS[
@@ -442,6 +439,7 @@ def _fix_vm_memory(ctx: _Ctx, parts: _Parts) -> None:
 
 
 FIXERS: dict[str, Callable[[_Ctx, _Parts], None]] = {
+    "vhost-net": _module_fixer("vhost_net"), "tun": _module_fixer("tun"),
     "iommu": _fix_iommu, "iommu-pt": _fix_iommu_pt, "acs-override": _fix_acs_override,
     "vfio-modules": _fix_vfio_modules, "nouveau": _fix_nouveau, "nvidia-driver": _fix_nvidia_driver,
     "hugepages": _fix_hugepages, "host-cores": _fix_host_cores, "numa-balancing": _fix_numa_balancing,
