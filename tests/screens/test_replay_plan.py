@@ -10,6 +10,7 @@ from nodeconsole.console.capture.take import take_capture
 from nodeconsole.console.seams import replay_host
 from nodeconsole.screens.app import NodeConsoleApp
 from nodeconsole.screens.modals.plan import PlanModal
+from nodeconsole.screens.passthrough_pick import PassthroughPickModal
 from tests.screens.helpers import wait_until
 
 IDLE = "0000:9a:00.0"  # on nvidia, idle: its passthrough plan can be applied on the live host
@@ -20,6 +21,8 @@ async def _plan_buttons(app, pilot) -> tuple[list[str], PlanModal]:
                             tries=200)
     app.selected_gpu = IDLE
     app.action_passthrough()
+    assert await wait_until(pilot, lambda: isinstance(app.screen, PassthroughPickModal), tries=200)
+    await pilot.press("enter")  # the picker's first choice: no VM, vfio-pci only
     assert await wait_until(pilot, lambda: isinstance(app.screen, PlanModal), tries=200)
     modal = app.screen
     return [str(b.label) for b in modal.query(Button)], modal
