@@ -16,12 +16,13 @@ from __future__ import annotations
 import hashlib
 import re
 
+from nodeconsole.console.cpulist import format_cpulist
 from nodeconsole.console.host_seams import CommandRunner
 from nodeconsole.console.hosttext import visible
 from nodeconsole.console.model import Vm
 from nodeconsole.console.pciaddr import parse_pci_address
 from nodeconsole.console.root import Root
-from nodeconsole.console.vms.backend import PinScopes, SavedHostdev, VmConfigError, VmPins
+from nodeconsole.console.vms.backend import GuestCell, PinScopes, SavedHostdev, VmConfigError, VmPins, VmShape
 from nodeconsole.console.vms.proxmox import (
     CONF_DIR,
     ProxmoxReader,
@@ -44,6 +45,7 @@ from nodeconsole.console.vms.proxmox_conf import (
 from nodeconsole.console.vms.proxmox_mapping import functions, read_mappings, resolve_hostpci
 from nodeconsole.console.vms.proxmox_pins import pin_args, read_pins
 
+NEXT_START = "only its config changes; the VM takes it at its next start"
 PENDING_SAYS = ("a running Proxmox VM takes a config change at its next start: it waits in the config's "
                 "[PENDING] section until then")
 
@@ -109,7 +111,7 @@ class ProxmoxVms:
         return data.decode("utf-8", "surrogateescape") if data is not None else ""
 
     def pin_scopes(self, vm: str, running: bool) -> PinScopes:
-        return PinScopes(("config",), False, PENDING_SAYS if running else "")
+        return PinScopes(("config",), False, PENDING_SAYS if running else NEXT_START)
 
     def every_cpu(self) -> frozenset[int]:
         return frozenset()
@@ -122,6 +124,22 @@ class ProxmoxVms:
         section = conf.main if live else with_pending(conf)
         line = section.get("affinity")
         return read_pins(settings(section, conf.path), line.value if line is not None else None)
+
+    def shape(self, vm: str) -> VmShape:
+        """vCPUs, memory, huge pages, the memory binding and the guest cells as the next start takes them."""
+        conf = self._conf(vm)
+        s = settings(with_pending(conf), conf.path)
+        pages = {"2": 2048, "1024": 1048576, "any": 2048}.get(s.hugepages or "")
+        cells = tuple(GuestCell(c.index, format_cpulist(c.cpus), (c.memory_mib or 0) * 1024,
+                                format_cpulist(c.hostnodes) if (c.policy or "bind") == "bind" else "")
+                      for c in s.cells)
+        return VmShape(s.vcpus, s.memory_mib * 1024, pages, _numa(self.pins(vm, live=False)), cells)
+
+    def set_shape(self, vm: str, shape: VmShape) -> None:
+        raise not_yet(f"changing the size of {vm} (qm set --cores/--memory/--hugepages)")
+
+    def check_saved(self, vm: str, token: str) -> str:
+        raise not_yet(f"restoring the config of {vm}")
 
     def mdev_hostdevs(self, vm: str) -> set[str]:
         conf = self._conf(vm)
@@ -237,6 +255,10 @@ class ProxmoxVms:
 
     def start(self, vm: str) -> None:
         raise not_yet(f"starting {vm} (qm start)")
+
+
+def _numa(pins: VmPins) -> tuple[str, str] | None:
+    return (pins.numa[0] or "strict", pins.numa[1]) if pins.numa else None
 
 
 def _used_indexes(section: Section) -> set[int]:

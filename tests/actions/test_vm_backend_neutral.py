@@ -57,6 +57,7 @@ class DictVms:
 
     label = "dict"
     one_state = False
+    whole_process_pins = False
 
     def __init__(self, vms: dict[str, dict]) -> None:
         self.vms = vms

@@ -1,0 +1,72 @@
+"""Actions on `demo reset --proxmox`: pinning proposes the whole QEMU process on one CPU set (Proxmox pins
+the process through `affinity`, not each vCPU), applies as `affinity` + `numa: 1` + `numa0 …,policy=bind`
+and its undo gives back the config byte for byte; through the CLI and through the action session."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from nodeconsole.actions.host import ActionHost
+from nodeconsole.actions.session import ActionSession, Pin, Undo
+from nodeconsole.console.audit_log import Status
+from nodeconsole.console.seams import demo_host
+from nodeconsole.console.vms.backend import VmConfigError
+from tests.console.test_capture import cli
+
+
+@pytest.fixture
+def pve(tmp_path, monkeypatch) -> Path:
+    monkeypatch.setenv("NODECONSOLE_STATE_DIR", str(tmp_path / "demo"))
+    rc, out, err = cli("demo", "reset", "--proxmox")
+    assert rc == 0 and "as a Proxmox VE host" in out, err
+    return tmp_path / "demo/root/etc/pve/qemu-server"
+
+
+def test_pin_plan_puts_every_vcpu_and_the_emulator_on_one_set(pve):
+    rc, out, err = cli("pin", "mig-infer-b", "--demo")
+    assert rc == 0, out + err
+    assert "Proxmox VE pins the whole QEMU process (affinity), not each vCPU" in out
+    assert "run on CPU 24-31, the memory bound to node 0" in out
+    rows = [ln for ln in out.splitlines() if "→" in ln]
+    assert sum("vCPU" in r for r in rows) == 8 and all(r.rstrip().endswith("→  24-31 (node 0)") for r in rows[:9])
+    assert "strict on node 0" in rows[-1]
+
+
+def test_pin_applies_affinity_and_numa0_and_undo_gives_back_the_bytes(pve):
+    before = (pve / "106.conf").read_bytes()
+    rc, out, err = cli("pin", "106", "--demo", "--apply", "--yes")  # mig-infer-b by its vmid
+    assert rc == 0, out + err
+    text = (pve / "106.conf").read_text()
+    assert "affinity: 24-31\n" in text and "numa: 1\n" in text
+    assert "numa0: cpus=0-7,hostnodes=0,memory=65536,policy=bind\n" in text
+    assert text.replace("affinity: 24-31", "affinity: 38-41,102-105").replace("hostnodes=0", "hostnodes=1") == \
+        before.decode()  # nothing else of the config changed
+    rc, out, err = cli("undo", "--demo", "--apply", "--yes")
+    assert rc == 0, out + err
+    assert (pve / "106.conf").read_bytes() == before
+
+
+def test_pin_through_the_session_and_undo(pve):
+    before = (pve / "111.conf").read_bytes()  # build-1: no GPU, so its CPUs are chosen
+    session = ActionSession(ActionHost.from_seams(demo_host()))
+    plan = session.plan(Pin(vm="build-1", cpus="56-59"))
+    assert plan.ok and any("not each vCPU" in n for n in plan.notes)
+    result = session.apply(plan)
+    assert result.status == Status.APPLIED, result
+    text = (pve / "111.conf").read_text()
+    assert "affinity: 56-59\n" in text and "numa0: cpus=0-3,hostnodes=1,memory=" in text and "policy=bind" in text
+    assert session.apply(session.plan(Undo())).status == Status.APPLIED
+    assert (pve / "111.conf").read_bytes() == before
+
+
+def test_the_backend_reads_a_vms_shape_and_refuses_to_change_it(pve):
+    vms = ActionHost.from_seams(demo_host()).vms
+    assert vms is not None
+    shape = vms.shape("102")  # train-c
+    assert (shape.vcpus, shape.memory_kib, shape.hugepage_kib, shape.numa) == (16, 131072 * 1024, None, ("strict", "1"))
+    assert [(c.id, c.cpus, c.memory_kib, c.host_nodes) for c in shape.cells] == [(0, "0-15", 131072 * 1024, "1")]
+    before = (pve / "102.conf").read_bytes()
+    with pytest.raises(VmConfigError, match="not yet on Proxmox"):
+        vms.set_shape("train-c", shape)
+    assert (pve / "102.conf").read_bytes() == before
