@@ -168,8 +168,8 @@ def _vfs_checks(host: ActionHost, snap: HostSnapshot, plan: Plan, nic: Nic, coun
         plan.checks.append(Check(
             "no VM holds a VF that goes away", False,
             f"{who(held)}: changing the count removes every VF of {pf} (Linux takes a new count only from 0)",
-            "take the VFs out of those VMs first (`nodeconsole undo` of the change that gave them, or virsh "
-            "detach-device VM --config), then plan again"))
+            "take the VFs out of those VMs first (`nodeconsole undo` of the change that gave them, or "
+            + "; ".join(host.command_hint("detach", n) for n in sorted(held)) + "), then plan again"))
         return []
     plan.checks += unreadable_vm_check(unreadable)
     if going:
@@ -324,7 +324,7 @@ def nic_for_gpu(host: ActionHost, snap: HostSnapshot, gpu: Gpu, vm: str, allow_f
     across = [v.address if v else n.address for n, v in held_by_vm if distance_to(n, gpu.address) == "SYS"]
     if across and not mine:
         plan.notes.append(f"VM {vm} also holds {', '.join(across)}, across the sockets from GPU {gpu.index}: once it "
-                          "has the VF beside the GPU, take that out of its definition (virsh detach-device)")
+                          f"has the VF beside the GPU, take that out of its definition ({host.command_hint('detach', vm)})")
     if mine:
         n, v = mine[0]
         plan.notes.append(f"VM {vm} already holds {v.address if v else n.address} ({n.label}, "

@@ -163,7 +163,8 @@ def _add_vm(host: ActionHost, snap: HostSnapshot, topo: Topology, plan: Plan, vm
         where = pin_scopes(cfg, vm.name, running=vm.state not in INACTIVE)
         live_numa = read_state(cfg, vm.name, "live").numa if "live" in where.scopes else None
     except VmConfigError as e:
-        plan.checks.append(Check(f"{label}'s config readable", False, str(e), "check libvirt (virsh dominfo)"))
+        plan.checks.append(Check(f"{label}'s config readable", False, str(e),
+                                 f"check the VM's config ({host.command_hint('show', vm.name)})"))
         return
     target = _target(prop, cfg.whole_process_pins)
     # a running VM's memory mode cannot change (libvirt refuses): its live step keeps the policy alone

@@ -65,7 +65,7 @@ def plan_release(host: ActionHost, snap: HostSnapshot, gpu_text: str) -> Plan:
     running = _live_users(snap, members, cfg_only)
     if running:
         plan.checks.append(Check("no running VM uses the GPU", False, f"VM {', '.join(running)} is running with it",
-                                 "shut it down first (virsh shutdown NAME)"))
+                                 f"shut it down first ({'; '.join(host.command_hint('shutdown', n) for n in running)})"))
         return plan
     if cfg_only:
         plan.checks.append(Check("no running VM uses the GPU", True,

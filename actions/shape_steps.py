@@ -105,7 +105,7 @@ def vm_shape_step(host: ActionHost, op: Op) -> Step | None:
         raise StepError(str(e)) from None
     if state != "shut off":
         raise StepError(f"VM {vm} is {state}: its size and memory layout change only while it is shut off "
-                        f"(virsh shutdown {shlex.quote(vm)})")
+                        f"({host.command_hint('shutdown', vm)})")
     inverse: Op = {"kind": "vm_definition", "vm": vm, "token": saved, "expect": None}
 
     def apply() -> None:

@@ -217,7 +217,7 @@ def plan_vgpu_remove(host: ActionHost, snap: HostSnapshot, ident: str) -> Plan:
     if running:
         plan.checks.append(Check("no running VM uses the vGPU", False,
                                  f"VM {', '.join(running)} is running with it",
-                                 "shut it down first (virsh shutdown NAME)"))
+                                 f"shut it down first ({'; '.join(host.command_hint('shutdown', n) for n in running)})"))
         return plan
     ops: list[Op] = []
     for name in holders:
@@ -383,8 +383,8 @@ def vm_mdev_step(host: ActionHost, op: Op) -> Step | None:
            f"<address uuid='{uuid}'/></source></hostdev>")
     if present:
         return Step(f"Add vGPU {uuid} to VM {vm}'s config", f"VM {vm} gets the vGPU at its next start",
-                    (f"virsh attach-device {vm} mdev-{uuid}.xml --config",), dict(op, uuid=uuid), inverse,
+                    (host.command_hint("attach_mdev", vm, uuid=uuid),), dict(op, uuid=uuid), inverse,
                     apply, verify, detail=xml)
     return Step(f"Remove vGPU {uuid} from VM {vm}'s config", f"VM {vm} must not claim a vGPU that is gone",
-                (f"virsh detach-device {vm} mdev-{uuid}.xml --config",), dict(op, uuid=uuid), inverse,
+                (host.command_hint("detach_mdev", vm, uuid=uuid),), dict(op, uuid=uuid), inverse,
                 apply, verify)

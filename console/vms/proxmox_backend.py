@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+import shlex
 
 from nodeconsole.console.cpulist import format_cpulist
 from nodeconsole.console.host_seams import CommandRunner
@@ -23,6 +24,7 @@ from nodeconsole.console.model import Vm
 from nodeconsole.console.pciaddr import parse_pci_address
 from nodeconsole.console.root import Root
 from nodeconsole.console.vms.backend import GuestCell, PinScopes, SavedHostdev, VmConfigError, VmPins, VmShape
+from nodeconsole.console.vms.hints import command_hint
 from nodeconsole.console.vms.proxmox import (
     CONF_DIR,
     ProxmoxReader,
@@ -60,6 +62,7 @@ class ProxmoxVms:
     label = "Proxmox VE"
     one_state = False
     whole_process_pins = True  # `affinity`: the whole QEMU process (console/vms/proxmox_pins.py)
+    hypervisor = "proxmox"
 
     def __init__(self, root: Root, commands: CommandRunner | None = None) -> None:
         self.root = root
@@ -140,6 +143,19 @@ class ProxmoxVms:
 
     def check_saved(self, vm: str, token: str) -> str:
         raise not_yet(f"restoring the config of {vm}")
+
+    def command_hint(self, kind: str, vm: str, **args: str) -> str:
+        """`qm` naming the VM by its vmid (the name where it has none here: a placeholder)."""
+        vmid = find_vmid(self.root, vm)
+        return command_hint("proxmox", kind, str(vmid) if vmid is not None else vm, **args)
+
+    def pin_commands(self, vm: str, target: VmPins, current: VmPins, live: bool, memory_policy: bool,
+                     all_cpus: str) -> tuple[str, ...]:
+        """`qm set VMID` with the arguments `set_pins` passes (VmConfigError: pins Proxmox cannot hold)."""
+        conf = self._conf(vm)
+        section = with_pending(conf)
+        args = pin_args(section, settings(section, conf.path), target, memory_policy, vm)
+        return (shlex.join(["qm", "set", str(conf.vmid), *args]),) if args else ()
 
     def mdev_hostdevs(self, vm: str) -> set[str]:
         conf = self._conf(vm)

@@ -70,3 +70,27 @@ def test_the_backend_reads_a_vms_shape_and_refuses_to_change_it(pve):
     with pytest.raises(VmConfigError, match="not yet on Proxmox"):
         vms.set_shape("train-c", shape)
     assert (pve / "102.conf").read_bytes() == before
+
+
+def test_plans_name_qm_not_virsh_on_a_proxmox_host(pve):
+    rc, out, err = cli("pin", "mig-infer-b", "--demo")
+    assert rc == 0 and "virsh" not in out, out + err
+    assert "$ qm set 106 --affinity 24-31 --numa0 cpus=0-7,hostnodes=0,memory=65536,policy=bind\n" in out
+    rc, out, err = cli("passthrough", "4", "--vm", "build-1", "--demo")
+    assert rc == 0 and "virsh" not in out, out + err
+    assert "$ qm set 111 --hostpciN 0000:9a:00.0" in out and "To give it more: qm set 111 --memory 163840" in out
+    rc, out, err = cli("release", "1", "--demo")  # train-a (100) runs with GPU 1
+    assert rc != 0 and "virsh" not in out + err
+    assert "fix: shut it down first (qm shutdown 100)" in out + err
+
+
+def test_the_hints_of_each_hypervisor():
+    from nodeconsole.console.model import Vm
+    from nodeconsole.console.vms.hints import command_hint, hint_for
+
+    assert command_hint("libvirt", "shutdown", "a b") == "virsh shutdown 'a b'"
+    assert command_hint("proxmox", "setmem", "101", size="160G") == "qm set 101 --memory 163840"
+    assert command_hint("libvirt", "setmem", "x", size="160G") == \
+        "virsh setmaxmem x 160G --config; virsh setmem x 160G --config"
+    assert hint_for(Vm("train-b", "running", 16, hypervisor="proxmox", vmid=101), "stop") == "qm stop 101"
+    assert hint_for(Vm("train-b", "running", 16), "stop") == "virsh destroy train-b"
