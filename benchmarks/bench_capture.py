@@ -7,7 +7,7 @@ archive is, and how fast a replay opens against the live demo.
    the archive's size. Targets (issue 14): under 3 s and under 5 MB.
 2. Opening: seams plus the console's first (sysfs-only) frame and the first full snapshot, in-process,
    live demo against its replay (the replay extracts the archive first).
-3. First frame in a real terminal (tmux 120x40, all 8 GPUs on screen), `--demo` against `--replay FILE`.
+3. First frame in a real terminal (tmux 120x40, all 10 GPUs on screen), `--demo` against `--replay FILE`.
    Target: the replay within 1.5x of the live demo.
 """
 from __future__ import annotations
@@ -87,7 +87,7 @@ def open_table(archive: Path, runs: int) -> None:
 def terminal_table(state: Path, archive: Path, runs: int) -> None:
     from benchmarks.run import first_frame
 
-    addrs = ["0000:18:00.0", "0000:bb:00.0"]  # the first and the last GPU row
+    addrs = ["0000:18:00.0", "0000:db:00.0"]  # the first and the last GPU row
     py = sys.executable
     env = f"NODECONSOLE_STATE_DIR={state}"
     live, replay = [], []

@@ -17,6 +17,7 @@ from nodeconsole.console.demo.spec import (
 from nodeconsole.console.mig_profiles import ci_profiles_for, table_for_model
 
 H100_DEVICE, H100_AUDIO = 0x2330, 0x22A3
+H100_PCIE_DEVICE, H100_PCIE_SUBSYSTEM = 0x2331, 0x1626  # the H100 PCIe 80GB card
 GPU_CLASS, AUDIO_CLASS, BRIDGE_CLASS = 0x030200, 0x040300, 0x060400
 CX7, CX7_VF = 0x1021, 0x101E
 MELLANOX, BROADCOM, SAMSUNG, ASPEED = 0x15B3, 0x1000, 0x144D, 0x1A03
@@ -49,13 +50,15 @@ def mig_instance(model: str, profile: str, start: int, gi_id: int) -> MigInstanc
 
 def gpu_functions(gpu: GpuSpec, *, driver: str | None = "nvidia", override: str | None = None,
                   audio: bool = True, audio_driver: str | None = "snd_hda_intel",
-                  link: Link = Link(5, 16), sriov: SriovSpec | None = None, label: str = "") -> tuple[PciDev, ...]:
-    """An H100-class GPU at slot 0 (function 0) and its optional HD-audio function 1."""
-    fns = [PciDev(0, 0, NVIDIA, H100_DEVICE, GPU_CLASS, NVIDIA, 0x16C1, driver=driver,
+                  link: Link = Link(5, 16), sriov: SriovSpec | None = None, label: str = "",
+                  device: int = H100_DEVICE, subsystem: int = 0x16C1) -> tuple[PciDev, ...]:
+    """An H100-class GPU at slot 0 (function 0) and its optional HD-audio function 1 (`device`,
+    `subsystem`: the GPU function's PCI ids, an H100 SXM5 unless said)."""
+    fns = [PciDev(0, 0, NVIDIA, device, GPU_CLASS, NVIDIA, subsystem, driver=driver,
                   default_driver="nvidia", driver_override=override, link=link, sriov=sriov, gpu=gpu,
                   label=label)]
     if audio:
-        fns.append(PciDev(0, 1, NVIDIA, H100_AUDIO, AUDIO_CLASS, NVIDIA, 0x16C1, driver=audio_driver,
+        fns.append(PciDev(0, 1, NVIDIA, H100_AUDIO, AUDIO_CLASS, NVIDIA, subsystem, driver=audio_driver,
                           default_driver="snd_hda_intel", driver_override=override, link=link,
                           label=label + ".audio" if label else ""))
     return tuple(fns)

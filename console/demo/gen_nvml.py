@@ -34,6 +34,7 @@ def nvml_state(spec: HostSpec, pci: PciLayout) -> dict:
         entry = {
             "address": addr,
             "model": gpu.model,
+            "pci_device_id": f.device << 16 | f.vendor,
             "name": gpu.name,
             "uuid": "GPU-" + stable_uuid(seed, "gpu", addr),
             "serial": f"1654{_digits(seed + addr, 9):09d}",
@@ -51,10 +52,10 @@ def nvml_state(spec: HostSpec, pci: PciLayout) -> dict:
             "retired_pages": gpu.retired_pages,
             "remapped_rows": {"pending": gpu.remapped_rows_pending, "failure": gpu.remapped_rows_failure},
             "not_supported": _not_supported(gpu),
-            "clocks": dict(H100_SXM5_CLOCKS) if gpu.model == SXM5_MODEL else {},
+            "clocks": dict(BOARD_CLOCKS.get(gpu.model, ())),
             "clock_events": list(gpu.clock_events),
             "pcie_replay": gpu.pcie_replay,
-            **_nvlink(spec, gpu),
+            **_nvlink(spec, pci, addr, gpu),
             "lost": gpu.lost,
             "persistence_mode": int(spec.persistence_mode),
             "load": {"base": gpu.load[0], "amplitude": gpu.load[1], "period_s": gpu.load[2]},
@@ -69,12 +70,17 @@ def nvml_state(spec: HostSpec, pci: PciLayout) -> dict:
     }
 
 
-SXM5_MODEL = "H100-80GB-HBM3"  # the H100 SXM5 module (the PCIe card is "H100-PCIe")
-# An SXM module has no fans (nvidia-smi: Fan N/A); page retirement gave way to row remapping on Ampere. Its
-# display queries answer (Disabled: nvidia-smi's Disp.A Off), as on the real module.
+SXM5_MODEL = "H100-80GB-HBM3"  # the H100 SXM5 module
+PCIE_MODEL = "H100-PCIe"  # the H100 PCIe 80GB card
+# Neither the SXM module nor the passively cooled PCIe card has fans (nvidia-smi: Fan N/A); page retirement
+# gave way to row remapping on Ampere. Their display queries answer (Disabled: nvidia-smi's Disp.A Off).
 SXM5_NOT_SUPPORTED = ("fan", "retired_pages")
+BOARD_NOT_SUPPORTED = {SXM5_MODEL: SXM5_NOT_SUPPORTED, PCIE_MODEL: SXM5_NOT_SUPPORTED}
 H100_SXM5_CLOCKS = (("sm_max", 1980), ("mem_max", 2619), ("video_max", 1755), ("sm_idle", 345))
+H100_PCIE_CLOCKS = (("sm_max", 1755), ("mem_max", 1593), ("video_max", 1755), ("sm_idle", 345))  # HBM2e
+BOARD_CLOCKS = {SXM5_MODEL: H100_SXM5_CLOCKS, PCIE_MODEL: H100_PCIE_CLOCKS}
 H100_NVLINKS = 18  # NVLink 4 links of an H100 SXM5
+H100_PCIE_NVLINKS = 12  # NVLink 4 links of an H100 PCIe card, over its 3 bridge connectors
 
 
 def nvswitch_address(i: int) -> str:
@@ -83,19 +89,27 @@ def nvswitch_address(i: int) -> str:
 
 
 def _not_supported(gpu: GpuSpec) -> list[str]:
-    board = SXM5_NOT_SUPPORTED if gpu.model == SXM5_MODEL else ()
+    board = BOARD_NOT_SUPPORTED.get(gpu.model, ())
     return sorted(set(gpu.not_supported) | set(board))
 
 
-def _nvlink(spec: HostSpec, gpu: GpuSpec) -> dict:
-    """NVLink and fabric state: on an NVSwitch baseboard the links go to the switches in turn (18 links over
-    4 switches: 5, 4, 5, 4), and the GPU is in the fabric (Fabric Manager done); nothing otherwise."""
-    if not spec.nvswitches or gpu.model != SXM5_MODEL:
-        return {}
-    n = spec.nvswitches
+def _nvlink(spec: HostSpec, pci: PciLayout, addr: str, gpu: GpuSpec) -> dict:
+    """NVLink and fabric state: on an NVSwitch baseboard an SXM module's links go to the switches in turn
+    (18 links over 4 switches: 5, 4, 5, 4), and the GPU is in the fabric (Fabric Manager done); a PCIe card
+    joined to another by NVLink bridges has all its links to that GPU (remote type gpu, its PCI device
+    id) and no fabric; nothing otherwise."""
     errors: dict[str, dict[str, int]] = {}
     for link, counter, count in gpu.nvlink_errors:
         errors.setdefault(str(link), {})[counter] = count
+    peer = next((b if a == addr else a for a, b in spec.nvlink_bridges if addr in (a, b)), None)
+    if peer is not None and peer in pci.funcs:
+        p = pci.funcs[peer]
+        return {"nvlink": {"version": 4, "remote_type": "gpu", "remotes": [peer] * H100_PCIE_NVLINKS,
+                           "remote_device_id": p.device << 16 | p.vendor,
+                           "down": list(gpu.nvlink_down), "errors": errors}}
+    if not spec.nvswitches or gpu.model != SXM5_MODEL:
+        return {}
+    n = spec.nvswitches
     return {"nvlink": {"version": 4, "remote_type": "switch",
                        "remotes": [nvswitch_address(link * n // H100_NVLINKS) for link in range(H100_NVLINKS)],
                        "down": list(gpu.nvlink_down), "errors": errors},

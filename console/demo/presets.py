@@ -5,6 +5,8 @@ from typing import TypedDict
 
 from nodeconsole.console.demo.builders import (
     H100_MIG_BACKED,
+    H100_PCIE_DEVICE,
+    H100_PCIE_SUBSYSTEM,
     H100_TIME_SLICED,
     chipset,
     core_cpus,
@@ -38,6 +40,10 @@ DEMO_CMDLINE = (f"{BOOT_WORDS} intel_iommu=on iommu=pt default_hugepagesz=1G hug
                 f"hugepages={2 * DEMO_HUGEPAGES_1G}")
 LARGE_CMDLINE = f"{BOOT_WORDS} intel_iommu=on iommu=pt default_hugepagesz=1G hugepagesz=1G hugepages=128"
 H100 = "H100-80GB-HBM3"
+# The H100 PCIe 80GB card (350 W, HBM2e). MIG capable on the real card, but the project's MIG reference has
+# no profile table for it, so the simulated library answers MIG NOT_SUPPORTED: say so rather than half-do it.
+H100_PCIE = GpuSpec(model="H100-PCIe", name="NVIDIA H100 PCIe", power_limit_w=350, mig_capable=False)
+TRAINING_PAIR = ("0000:da:00.0", "0000:db:00.0")  # the free H100 PCIe pair on NVLink bridges (node 1)
 
 
 class _GpuDrivers(TypedDict):
@@ -54,9 +60,10 @@ def _pci_hostdevs(gpu_addr: str, audio: bool = True, managed: bool = True) -> tu
 
 
 def demo_spec() -> HostSpec:
-    """The demo server: 2 sockets × 32 cores × 2 threads, 8 H100 SXM5 behind 4 PCIe switches on an HGX
-    baseboard (18 NVLinks per GPU to 4 NVSwitches), 4 ConnectX-7, NVMe, BMC VGA, and 13 VMs. Every GPU
-    ownership state is present:
+    """The demo server: 2 sockets × 32 cores × 2 threads (512 GiB per node, 144 1 GiB hugepages reserved
+    on each), 8 H100 SXM5 behind 4 PCIe switches on an HGX baseboard (18 NVLinks per GPU to 4 NVSwitches),
+    2 H100 PCIe cards joined by NVLink bridges on a fifth switch, 5 ConnectX-7, NVMe, BMC VGA, and 14 VMs.
+    Every GPU ownership state is present:
 
     - 0000:18:00.0 host nvidia, busy (processes)       - 0000:19:00.0 vfio-pci → train-a (same node)
     - 0000:3a:00.0 MIG 3g.40gb@0 2g.20gb@4 1g.10gb@6, MIG-backed vGPU on VFs 3a:00.4/.5
@@ -66,10 +73,16 @@ def demo_spec() -> HostSpec:
     - 0000:ba:00.0 unbound, in a non-viable IOMMU group (switch without ACS, with an NVMe and a NIC)
     - 0000:bb:00.0 host nvidia, link downtrained to x8 of x16 (PCIe replays counting), same non-viable
       group, 2 uncorrectable ECC errors in its lifetime (aggregate) and a row remap pending
+    - 0000:da:00.0, 0000:db:00.0 (GPU indices 8 and 9) H100 PCIe, host nvidia, idle, in no VM's definition,
+      each in its own viable group, joined by NVLink bridges (12 links each, remote type gpu) on node 1's
+      second switch: the free pair a training VM is placed on
 
     The ConnectX-7 NICs (InfiniBand, RDMA devices mlx5_N) sit on the GPUs' switches: NIC0 (1a:00.0) with
     4 VFs (VF0 → net-fw, VF1 → train-a beside its GPU, VF2 → train-c across the sockets), NIC1 (3c:00.0)
-    and NIC3 (bc:00.0) without VFs, NIC2 (9c:00.0) with 2 VFs (VF0 → train-b beside its GPU).
+    and NIC3 (bc:00.0) without VFs, NIC2 (9c:00.0) with 2 VFs (VF0 → train-b beside its GPU), NIC4
+    (dc:00.0) with 2 free VFs (dc:00.1, dc:00.2 on mlx5_core) beside the H100 PCIe pair. `train-d` is shut
+    off without devices or pins (8 vCPUs, 16 GiB): the VM a training `prepare` targets; `build-1` is the
+    other plain shut-off VM.
     """
     cpu = CpuSpec(sockets=2, cores_per_socket=32, threads_per_core=2)
     host = "gpu-node-01"
@@ -78,11 +91,11 @@ def demo_spec() -> HostSpec:
     vms = _demo_vms(cpu, mdevs)
     return HostSpec(hostname=host, cmdline=DEMO_CMDLINE, cpu=cpu, memory_per_node_mib=524288,
                     hugepages_1g_per_node=DEMO_HUGEPAGES_1G, iommu=True, host_bridges=bridges, vms=vms,
-                    nvswitches=4)
+                    nvswitches=4, nvlink_bridges=(TRAINING_PAIR,))
 
 
 def _demo_gpus(host: str) -> tuple[dict[str, GpuSpec], tuple[MdevSpec, ...]]:
-    """The demo's 8 GPUs by role (see demo_spec), and the time-sliced GPU's 2 mdevs."""
+    """The demo's 10 GPUs by role (see demo_spec), and the time-sliced GPU's 2 mdevs."""
     mdevs = tuple(MdevSpec(stable_uuid(host, "mdev", "0000:3b:00.0", i),
                            vgpu_type(H100_TIME_SLICED, "-10C").type_id) for i in range(2))
     mig = (mig_instance(H100, "3g.40gb", 0, 1), mig_instance(H100, "2g.20gb", 4, 5),
@@ -100,12 +113,14 @@ def _demo_gpus(host: str) -> tuple[dict[str, GpuSpec], tuple[MdevSpec, ...]]:
         "slow": GpuSpec(processes=(GpuProcessSpec(6001, "ollama", 12288),), load=(22, 15, 90),
                         remapped_rows_pending=1, ecc_aggregate_uncorrected=2, ecc_aggregate_corrected=311,
                         ecc_volatile_corrected=5, pcie_replay=1184),
+        "pair-0": H100_PCIE,
+        "pair-1": H100_PCIE,
     }
     return gpus, mdevs
 
 
 def _demo_pci_layout(gpus: dict[str, GpuSpec]) -> tuple[HostBridge, ...]:
-    """The demo's PCI tree: the chipset, 4 PCIe switches holding the GPUs (the MIG GPU with its MIG-backed
+    """The demo's PCI tree: the chipset, 5 PCIe switches holding the GPUs (the MIG GPU with its MIG-backed
     vGPU VFs) and NICs, and an NVMe root port."""
     t3, t2 = vgpu_type(H100_MIG_BACKED, "-3-40C"), vgpu_type(H100_MIG_BACKED, "-2-20C")
     mig_vfs = (VfSpec("nvidia", vgpu_types=H100_MIG_BACKED, vgpu_type=t3.type_id, vgpu_gi_id=1),
@@ -133,12 +148,18 @@ def _demo_pci_layout(gpus: dict[str, GpuSpec]) -> tuple[HostBridge, ...]:
             gpu_functions(gpus["slow"], label="gpu7", link=Link(5, 8, 5, 16)),
             nic_functions(label="nic3"),
             nvme_functions("nvme1")], acs=False, label="sw3"),)),
+        HostBridge(0xD7, 1, (switch(1, 0xD7, [
+            gpu_functions(gpus["pair-0"], label="gpu8", device=H100_PCIE_DEVICE,
+                          subsystem=H100_PCIE_SUBSYSTEM),
+            gpu_functions(gpus["pair-1"], label="gpu9", device=H100_PCIE_DEVICE,
+                          subsystem=H100_PCIE_SUBSYSTEM),
+            nic_functions(2, label="nic4")], label="sw4"),)),
     )
     return bridges
 
 
 def _demo_vms(cpu: CpuSpec, mdevs: tuple[MdevSpec, ...]) -> tuple[VmSpec, ...]:
-    """The demo's 13 VMs: GPU passthrough, vGPU, MIG-backed vGPU, NIC passthrough and plain ones."""
+    """The demo's 14 VMs: GPU passthrough, vGPU, MIG-backed vGPU, NIC passthrough and plain ones."""
     house = core_cpus(cpu, 0, range(0, 2))  # cores the host keeps for itself
     vms = (
         VmSpec("train-a", "running", 16, 131072, pins(cpu, 0, 2, 16), house, ("strict", (0,)), 2,
@@ -164,6 +185,7 @@ def _demo_vms(cpu: CpuSpec, mdevs: tuple[MdevSpec, ...]) -> tuple[VmSpec, ...]:
         VmSpec("db-1", "running", 8, 65536, pins(cpu, 1, 10, 8), core_cpus(cpu, 1, range(0, 2)),
                ("strict", (1,)), 2, hugepages_kib=1048576),
         VmSpec("build-1", "shut off", 4, 8192),
+        VmSpec("train-d", "shut off", 8, 16384),  # the training VM to prepare: no devices, no pins
         VmSpec("legacy-app", "paused", 4, 8192, pins(cpu, 0, 22, 2, paired=False) +
                pins(cpu, 1, 14, 2, paired=False), tuple(range(cpu.count)), None, 1),
     )

@@ -243,6 +243,9 @@ class HostSpec:
     # NVSwitch chips of an HGX baseboard: every GPU's NVLinks (18 on H100 SXM5) go to them, spread over the
     # switches, and the GPUs are in the NVLink fabric. 0: no NVLink (each GPU answers NOT_SUPPORTED).
     nvswitches: int = 0
+    # NVLink bridges between PCIe cards (H100 PCIe: 3 bridges join a pair, all 12 links of each card go to
+    # the other): pairs of GPU function addresses. The cards are in no NVLink fabric.
+    nvlink_bridges: tuple[tuple[str, str], ...] = ()
 
 
 def walk(spec: HostSpec):

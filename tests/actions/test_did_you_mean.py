@@ -55,8 +55,8 @@ def test_typos_get_the_closest_names_and_exit_2(state_ro, monkeypatch, capsys, a
 
 
 def test_nothing_close_no_suggestion(state_ro, monkeypatch, capsys):
-    rc, _out, err = _run(monkeypatch, capsys, ["mig", "9", "--off"])
-    assert rc == 2 and "no GPU with index 9; this host's GPUs: 0 (0000:18:00.0)" in err
+    rc, _out, err = _run(monkeypatch, capsys, ["mig", "100", "--off"])  # far from every index 0-9
+    assert rc == 2 and "no GPU with index 100; this host's GPUs: 0 (0000:18:00.0)" in err
     assert "did you mean" not in err
     rc, _out, err = _run(monkeypatch, capsys, ["pin", "zzzzzz"])
     assert rc == 2 and "unknown VM zzzzzz; known VMs:" in err

@@ -127,7 +127,7 @@ def test_mig_vgpu_and_nic_pairing_refuse_a_drained_gpu(state, capsys):
 
 def test_nccl_pick_skips_a_drained_gpu_and_refuses_it_named(state, capsys):
     rc, out, _ = _run(capsys, "nccl", "check", "--demo", "--json")
-    assert [g["address"] for g in json.loads(out)["gpus"]] == [GPU]
+    assert [g["address"] for g in json.loads(out)["gpus"]] == [GPU, "0000:da:00.0", "0000:db:00.0"]
     _drain(capsys)
     data = json.loads(_run(capsys, "nccl", "check", "--demo", "--json")[1])
     assert GPU not in [g["address"] for g in data["gpus"]]
@@ -150,7 +150,7 @@ def test_the_exporter_serves_the_drain(state, tmp_path, capsys):
     assert main(["exporter", "--demo", "--textfile", str(prom)]) == 0
     drained = {s.labels["address"]: s.value for f in text_string_to_metric_families(prom.read_text())
                for s in f.samples if s.name == "nodeconsole_gpu_drained"}
-    assert drained[GPU] == 1 and len(drained) == 8 and sum(drained.values()) == 1
+    assert drained[GPU] == 1 and len(drained) == 10 and sum(drained.values()) == 1
 
 
 def test_a_hand_edited_reason_is_shown_with_visible_escapes(state, capsys):

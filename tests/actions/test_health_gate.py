@@ -63,7 +63,8 @@ def test_mig_and_vgpu_on_an_unhealthy_gpu_are_refused(state, capsys):
 
 def test_nccl_passes_over_an_unhealthy_gpu_and_refuses_it_named(state, capsys):
     rc, out, _ = _run(capsys, "nccl", "check", "--demo", "--json")
-    assert [g["address"] for g in json.loads(out)["gpus"]] == [GPU]  # the idle, healthy one
+    # the idle, healthy ones: this GPU and the H100 PCIe pair
+    assert [g["address"] for g in json.loads(out)["gpus"]] == [GPU, "0000:da:00.0", "0000:db:00.0"]
     assert _run(capsys, "demo", "inject", "aer", GPU, "fatal", "--demo")[0] == 0
     rc, out, _ = _run(capsys, "nccl", "check", "--demo", "--json")
     data = json.loads(out)

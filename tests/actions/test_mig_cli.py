@@ -66,7 +66,7 @@ def test_show_plan_apply_and_apply_again(state, capsys):
     (("mig", GPU, "--apply"), 2, "--apply needs a LAYOUT"),
     (("mig", "save", "7g.80gb"), 2, "takes no layout"),
     (("mig", "restore"), 2, "no saved MIG layouts at /etc/nodeconsole/mig-layout.json"),
-    (("mig", "9", "7g.80gb"), 2, "no GPU with index 9"),
+    (("mig", "10", "7g.80gb"), 2, "no GPU with index 10"),
 ])
 def test_refusals_and_bad_arguments_change_nothing(state, capsys, args, rc, says):
     before = tree_state(state)

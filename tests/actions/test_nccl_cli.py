@@ -376,8 +376,8 @@ def test_plan_reads_sockets_models_and_nic_speeds(host_env: Path) -> None:
     assert plan.topology.gpu_models == (snap.gpus[0].name, snap.gpus[4].name)
     assert plan.topology.nvlink and plan.nvlink_known and plan.expected.basis.startswith("H100/H200")
     assert plan.gpu_numa == {snap.gpus[0].address: snap.gpus[0].numa_node, snap.gpus[4].address: snap.gpus[4].numa_node}
-    # the demo's RDMA ports: its 4 NICs and the 3 VFs on mlx5_core, all active at 400 Gb/s
-    assert nic_speeds(snap, seams.root) == (400.0,) * 7
+    # the demo's RDMA ports: its 5 NICs and the 5 VFs on mlx5_core, all active at 400 Gb/s
+    assert nic_speeds(snap, seams.root) == (400.0,) * 10
     for cls in ("sys/class/infiniband", "sys/class/net"):  # the rest builds its own
         shutil.rmtree(seams.root.p(cls))
     assert nic_speeds(snap, seams.root) == ()

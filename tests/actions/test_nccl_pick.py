@@ -58,7 +58,7 @@ def _cli(capsys, *argv: str) -> tuple[int, str, str]:
 def test_default_pick_skips_busy_unhealthy_and_guest_gpus_saying_why(demo) -> None:
     snap, seams = demo
     pick = auto_pick(snap)
-    assert pick.automatic and pick.indices == (4,)
+    assert pick.automatic and pick.indices == (4, 8, 9)  # the idle SXM5 and the idle H100 PCIe pair
     why = {c.gpu.index: c for c in pick.skipped}
     assert sorted(why) == [0, 1, 2, 3, 5, 6, 7]
     # the processes and the memory they hold (the demo's: 30208 + 41984 and 12288 MiB)
@@ -80,8 +80,13 @@ def test_default_pick_skips_busy_unhealthy_and_guest_gpus_saying_why(demo) -> No
     assert by_subject[g0.address].message.startswith(f"GPU 0 ({g0.address}) skipped: busy: 2 processes")
     assert "degraded: " in by_subject[g7.address].message and "PCIe link x8 of x16" in by_subject[g7.address].message
     assert "--vm train-a" in by_subject[snap.gpus[1].address].fix
+    assert not [f for f in report.findings if f.code in ("nccl.gpu_busy", "nccl.gpu_unhealthy", "nccl.one_gpu")]
+    # without the pair, GPU 4 is picked alone: a warning that one GPU measures no link
+    alone = dataclasses.replace(snap, gpus=tuple(g for g in snap.gpus if g.index not in (8, 9)))
+    pick = auto_pick(alone)
+    assert pick.indices == (4,)
+    report = snapshot_preflight(alone, seams.root, {}, local_plan(alone, None, seams.root))
     assert [f.code for f in report.findings if f.severity == "warning"][:1] == ["nccl.one_gpu"]
-    assert not [f for f in report.findings if f.code in ("nccl.gpu_busy", "nccl.gpu_unhealthy")]
 
 
 def test_busy_and_unhealthy_rules(demo) -> None:
@@ -120,9 +125,10 @@ def test_busy_and_unhealthy_rules(demo) -> None:
     assert condition(dataclasses.replace(idle, remapped_rows_failure=1)).ok
     narrow = condition(judged(link=PciLink("16.0 GT/s PCIe", 4, "32.0 GT/s PCIe", 16)))
     assert narrow.degraded == ("PCIe link x4 of x16",) and narrow.state == "degraded" and not narrow.ok
-    # a pick over a snapshot where the idle GPU turned unhealthy: nothing left, said as such
-    gone = dataclasses.replace(snap, gpus=tuple(sick["row remapping failed"] if g.index == 4 else g
-                                                for g in snap.gpus))
+    # a pick over a snapshot where the idle GPUs turned unhealthy: nothing left, said as such
+    gone = dataclasses.replace(snap, gpus=tuple(
+        dataclasses.replace(g, health=judge(dataclasses.replace(g, remapped_rows_failure=1), ()))
+        if g.index in (4, 8, 9) else g for g in snap.gpus))
     pick = auto_pick(gone)
     assert pick.gpus == () and not [f for f in skip_findings(pick) if f.code == "nccl.one_gpu"]
 
@@ -148,13 +154,14 @@ def test_cli_default_pick_and_named_gpus(clean_env: Path, demo, capsys) -> None:
     snap, _ = demo
     rc, out, err = _cli(capsys, "nccl", "check", "--demo", "--json")
     data = json.loads(out)
-    assert [g["index"] for g in data["gpus"]] == [4] and data["automatic"] is True
+    assert [g["index"] for g in data["gpus"]] == [4, 8, 9] and data["automatic"] is True
     assert {s["index"]: s["state"] for s in data["skipped"]} == {0: "busy", 1: "unusable", 2: "unusable",
                                                                  3: "unusable", 5: "unusable", 6: "unusable",
                                                                  7: "busy, degraded"}
     assert len([f for f in data["preflight"] if f["code"] == "nccl.gpu_skipped"]) == 7
     rc, out, _ = _cli(capsys, "nccl", "check", "--demo")
-    assert out.startswith(f"GPUs: 4 {snap.gpus[4].address} ") and "(picked: idle and healthy" in out
+    assert out.startswith(f"GPUs: 4 {snap.gpus[4].address} (NVIDIA H100 80GB HBM3, node 1), "
+                          "8 0000:da:00.0 (NVIDIA H100 PCIe, node 1), 9 0000:db:00.0 ") and "(picked: idle and healthy" in out
     assert f"GPU 0 ({snap.gpus[0].address}) skipped: busy: 2 processes (python3, torchrun)" in out
     # --gpus 0,7: exactly those, and the preflight warns about both
     rc, out, err = _cli(capsys, "nccl", "check", "--demo", "--gpus", "0,7", "--json")

@@ -73,7 +73,7 @@ def test_nic_list_json_fields(demo, capsys):
     rc, out, _ = _cli(capsys, "nic", "list", "--json")
     assert rc == 0
     nics = {n["address"]: n for n in json.loads(out)}
-    assert list(nics) == [PF0, PF1, "0000:9c:00.0", "0000:bc:00.0"]
+    assert list(nics) == [PF0, PF1, "0000:9c:00.0", "0000:bc:00.0", "0000:dc:00.0"]
     n0 = nics[PF0]
     assert (n0["label"], n0["driver"], n0["numa_node"], n0["link_layer"]) == ("NIC0", "mlx5_core", 0, "InfiniBand")
     assert n0["rdma"] == ["mlx5_0"] and n0["netdevs"] == ["ibp26s0"]
@@ -83,7 +83,7 @@ def test_nic_list_json_fields(demo, capsys):
     assert [(v["address"], v["driver"], v["vm"]) for v in n0["vfs"]] == [
         ("0000:1a:00.1", "vfio-pci", "net-fw"), ("0000:1a:00.2", "vfio-pci", "train-a"),
         ("0000:1a:00.3", "mlx5_core", "train-c"), ("0000:1a:00.4", "mlx5_core", None)]
-    assert n0["vfs"][2]["rdma"] == ["mlx5_4"] and n0["vfs"][2]["vm_state"] == "shut off"
+    assert n0["vfs"][2]["rdma"] == ["mlx5_5"] and n0["vfs"][2]["vm_state"] == "shut off"
     assert n0["vfs"][1]["rdma"] == []  # on vfio-pci the host has no RDMA device for it
     # every GPU by distance: its switch's GPUs first, the other socket's last
     assert [(g["index"], g["distance"]) for g in n0["gpus"][:2]] == [(0, "PIX"), (1, "PIX")]
@@ -203,9 +203,12 @@ def test_passthrough_with_nic_gives_the_vf_beside_the_gpu_and_undo_restores(demo
 def test_with_nic_takes_no_far_vf_unless_allowed_and_release_removes_a_created_vf(demo, capsys):
     before = _tree(demo)
     domains = (demo / "libvirt.xml").read_bytes()
-    # the free VFs near GPU 4 go to other VMs: what is left is across the sockets
+    # the free VFs near GPU 4 (NIC2's beside it, NIC4's on its node) go to other VMs: what is left is
+    # across the sockets. Given in the reverse order of their RDMA names, so the undos (last first) hand
+    # mlx5_core each VF back in name order and every VF gets its own lowest free mlx5_N again.
     given = []
-    for vf, vm in ((FREE_VF2, "web-1"), ("0000:1a:00.4", "web-2")):
+    for vf, vm in (("0000:dc:00.2", "web-2"), ("0000:dc:00.1", "web-1"), (FREE_VF2, "web-1"),
+                   ("0000:1a:00.4", "web-2")):
         rc, out, _ = _cli(capsys, "nic", "passthrough", vf, "--vm", vm, "--apply", "--yes")
         assert rc == 0, out
         given.append(re.search(r"undo with `nodeconsole undo (\S+) --apply`", out).group(1))
@@ -221,7 +224,7 @@ def test_with_nic_takes_no_far_vf_unless_allowed_and_release_removes_a_created_v
     rc, out, _ = _cli(capsys, "release", GPU4, "--apply", "--yes")
     assert rc == 0, out
     assert f"Remove the 1 VFs of {PF1}" in out
-    for record in reversed(given):  # the two nic passthroughs (a plain undo would undo the release)
+    for record in reversed(given):  # the nic passthroughs (a plain undo would undo the release)
         rc, out, _ = _cli(capsys, "undo", record, "--apply", "--yes")
         assert rc == 0, out
     assert (demo / "libvirt.xml").read_bytes() == domains

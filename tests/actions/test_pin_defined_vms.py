@@ -112,7 +112,7 @@ def test_the_map_shows_shut_off_and_paused_vms_pins(demo):
     assert "mig-infer-b  (shut off)  CPU 38-41,102-105 on node 1" in plain
     assert "legacy-app  (paused)  CPU 22-23,46-47 on node 0-1" in plain
     lines = plain.splitlines()
-    node1 = lines[lines.index("node 1  (GPU4 GPU5 GPU6 GPU7)") + 1]
+    node1 = lines[lines.index("node 1  (GPU4 GPU5 GPU6 GPU7 GPU8 GPU9)") + 1]
     mark = next(line[0] for line in lines if line[2:].startswith("mig-infer-b "))
     assert node1[38 - 32:42 - 32] == mark * 4  # CPUs 38-41 carry mig-infer-b's letter
 

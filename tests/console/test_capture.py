@@ -113,7 +113,7 @@ def test_capture_reports_progress_and_every_source(demo):
     assert {k: v["status"] for k, v in manifest["sources"].items()} == {
         "sysfs": "ok", "psutil": "ok", "doctor": "ok", "kernel_log": "ok", "tree": "ok", "nvml": "ok",
         "libvirt": "ok", "audit": "ok"}
-    assert manifest["sources"]["kernel_log"]["events"] == 2 and manifest["sources"]["libvirt"]["domains"] == 13
+    assert manifest["sources"]["kernel_log"]["events"] == 2 and manifest["sources"]["libvirt"]["domains"] == 14
     assert set(manifest["versions"]) >= {"kernel", "driver", "libvirt", "nodeconsole"}
     assert manifest["programs"]["driverctl"]  # where the host had each program plans look for
 
@@ -130,7 +130,7 @@ def test_archive_is_deterministic_small_and_holds_the_layout(demo):
     assert {m.mode for m in infos if m.isreg()} == {0o644} and {m.mode for m in infos if m.isdir()} == {0o755}
     assert {"doctor.json", "nvml.json", "audit.jsonl", "libvirt/node.xml", "libvirt/capabilities.xml",
             "root/proc/cmdline", "root/.sim/kmsg"} <= set(names)
-    assert sum(n.startswith("libvirt/inactive/") for n in names) == 13
+    assert sum(n.startswith("libvirt/inactive/") for n in names) == 14
     # only what was read: the demo's tree holds config space of every function, but not all of /sys
     assert len(names) < sum(1 for _ in Path(demo["host"].root).rglob("*"))
     # a symlink stays a symlink, relative, as on the host
@@ -235,7 +235,7 @@ def test_nvml_state_read_through_pynvml_serves_the_same_readings(demo):
     assert all("captured" in g and "load" not in g for g in state["gpus"])
     served = SimulatedNvml(json.loads(json.dumps(state)), root=root, clock=lambda: 99.0)
     before, after = read_nvml(original), read_nvml(served)
-    assert len(before.gpus) == 5 and any(g.mig.instances for g in before.gpus)
+    assert len(before.gpus) == 7 and any(g.mig.instances for g in before.gpus)
     assert any(g.vgpu_instances for g in before.gpus) and any(g.processes for g in before.gpus)
     assert after.driver_version == before.driver_version
     assert [dataclasses.asdict(g) for g in after.gpus] == [dataclasses.asdict(g) for g in before.gpus]

@@ -194,7 +194,7 @@ def test_a_host_called_node_keeps_the_node_file_and_the_numa_nodes(demo):
     assert _paths(redacted) == _paths(plain)  # root/sys/devices/system/node/… kept
     snap = _snapshot(redacted)
     assert snap["host"]["hostname"] == "host-1" and _shape(snap) == _shape(_snapshot(plain))
-    assert len(snap["numa_nodes"]) == 2 and len(snap["vms"]) == 13 and snap["sources"]["libvirt"] == "ok"
+    assert len(snap["numa_nodes"]) == 2 and len(snap["vms"]) == 14 and snap["sources"]["libvirt"] == "ok"
 
 
 def test_vms_called_dev_default_memory_keep_root_dev_etc_default_and_memory(demo):

@@ -31,7 +31,7 @@ def test_demo_snapshot_json_has_every_ownership_state(capsys, demo_dir):
     d = json.loads(out)
     assert d["schema"] == 1 and all(v == "ok" for v in d["sources"].values())
     gpus = d["gpus"]
-    assert len(gpus) == 8
+    assert len(gpus) == 10
     assert {g["owner"]["kind"] for g in gpus} == {"host", "vfio", "mig", "vgpu", "unbound"}
     bad = [g for g in d["iommu"]["groups"] if not g["viable"]]
     assert len(bad) == 1 and "bound to nvme" in bad[0]["reason"]
@@ -55,7 +55,7 @@ def test_demo_snapshot_json_has_every_ownership_state(capsys, demo_dir):
 def test_readable_summary(capsys, demo_dir):
     rc, out, _ = _run(capsys, "snapshot", "--demo")
     assert rc == 0
-    assert "GPUs (8)" in out and "IOMMU on" in out and "Problems" in out
+    assert "GPUs (10)" in out and "IOMMU on" in out and "Problems" in out
 
 
 @pytest.mark.parametrize("argv,needle", [
@@ -121,7 +121,7 @@ def test_permission_denied_on_sysfs(demo_dir, monkeypatch):
     monkeypatch.setattr(os, "listdir", listdir)
     snap = c.collect()
     assert snap.sources.sysfs.startswith("unavailable: permission denied"), snap.sources.sysfs
-    assert snap.sources.nvml == "ok" and len(snap.gpus) == 5  # NVML still shows what it sees
+    assert snap.sources.nvml == "ok" and len(snap.gpus) == 7  # NVML still shows what it sees
 
 
 def test_gpu_lost_marks_only_that_gpu(demo_dir):
@@ -143,17 +143,17 @@ def test_no_nvidia_driver(demo_dir):
     c.seams.nvml_lib.set_no_driver(pynvml.NVML_ERROR_LIBRARY_NOT_FOUND)
     snap = c.collect()
     assert snap.sources.nvml.startswith("unavailable") and "not found" in snap.sources.nvml
-    assert len(snap.gpus) == 8 and all(g.nvml_index is None for g in snap.gpus)  # sysfs still has them
+    assert len(snap.gpus) == 10 and all(g.nvml_index is None for g in snap.gpus)  # sysfs still has them
 
 
 def test_libvirt_connection_closed_then_back(demo_dir):
     c = _demo_collector(demo_dir)
-    assert len(c.collect().vms) == 13
+    assert len(c.collect().vms) == 14
     c._libvirt._conn.close()
     snap = c.collect()
     assert snap.sources.libvirt.startswith("unavailable") and "lost" in snap.sources.libvirt
-    assert snap.vms == () and len(snap.gpus) == 8
-    assert len(c.collect().vms) == 13  # re-opened on the next poll
+    assert snap.vms == () and len(snap.gpus) == 10
+    assert len(c.collect().vms) == 14  # re-opened on the next poll
 
 
 def test_malformed_sysfs_values(demo_dir):

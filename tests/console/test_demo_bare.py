@@ -38,7 +38,7 @@ HOST_CORES = "0-1,32-33,64-65,96-97"
 SW0_PORTS = ("0000:15:01.0", "0000:17:00.0", "0000:17:01.0", "0000:17:02.0")  # root port, downstream ports
 SW3_PORTS = ("0000:b9:00.0", "0000:b9:01.0", "0000:b9:02.0", "0000:b9:03.0")  # the switch without ACS
 GPUS = ("0000:18:00.0", "0000:19:00.0", "0000:3a:00.0", "0000:3b:00.0", "0000:9a:00.0", "0000:9b:00.0",
-        "0000:ba:00.0", "0000:bb:00.0")
+        "0000:ba:00.0", "0000:bb:00.0", "0000:da:00.0", "0000:db:00.0")
 GIB = 1048576
 ACS_ON = facts.ACS_SV | facts.ACS_RR | facts.ACS_CR | facts.ACS_UF
 
@@ -107,9 +107,9 @@ def test_running_kernel_files(demo):
     assert dmar[37] & 1  # INTR_REMAP
     assert not root.exists(f"{facts.ACPI_TABLES}/IVRS")
     units = sorted(root.listdir(facts.CLASS_IOMMU))
-    assert units == [f"dmar{i}" for i in range(6)]  # one per host bridge
+    assert units == [f"dmar{i}" for i in range(7)]  # one per host bridge
     assert int(root.read(f"{facts.CLASS_IOMMU}/dmar0/intel-iommu/ecap"), 16) & 0x8  # IR capable
-    assert len(root.listdir(facts.IOMMU_GROUPS)) == 47
+    assert len(root.listdir(facts.IOMMU_GROUPS)) == 57
 
 
 def test_boot_configuration_files(demo):
@@ -230,10 +230,10 @@ def test_bare_host_is_not_set_up(bare):
     assert not any("numa_balancing" in (root.read(f"{facts.SYSCTL_D}/{n}") or "") for n in root.listdir(facts.SYSCTL_D))
     assert not root.exists(facts.PERSISTENCED_WANTS)
     nvml = json.loads((state / "nvml.json").read_text())
-    assert len(nvml["gpus"]) == 8 and all(g["persistence_mode"] == 0 for g in nvml["gpus"])
+    assert len(nvml["gpus"]) == 10 and all(g["persistence_mode"] == 0 for g in nvml["gpus"])
     assert all(g["mig"]["current"] == 0 and not g["mig"]["instances"] and not g["vgpu"]["supported_type_ids"]
                for g in nvml["gpus"])
-    assert [root.link_name(f"sys/bus/pci/devices/{g}/driver") for g in GPUS] == ["nvidia"] * 8
+    assert [root.link_name(f"sys/bus/pci/devices/{g}/driver") for g in GPUS] == ["nvidia"] * 10
     assert root.listdir("sys/bus/mdev/devices") == [] and root.read("sys/bus/pci/devices/0000:3a:00.0/sriov_numvfs") == "0"
     assert root.link_name("sys/bus/pci/devices/0000:1a:00.1/driver") == "mlx5_core"  # NIC VFs as before
     assert ET.parse(state / "libvirt.xml").getroot().find("domain") is None

@@ -53,7 +53,7 @@ def test_default_demo(capsys, demo):
     assert got.pop("hugepages") in ("pass", "warn")
     assert got == DEFAULT_DEMO
     checks = {c["id"]: c for c in d["checks"]}
-    assert "96 vCPUs of the defined VMs on 128 host threads = 75 %" in checks["vcpu-commit"]["finding"]
+    assert "104 vCPUs of the defined VMs on 128 host threads = 81 %" in checks["vcpu-commit"]["finding"]
     link = checks["pcie-link"]["finding"]
     assert "0000:bb:00.0 at x8 of x16" in link and "trained below its width: GPU 7 0000:bb:00.0 at" in link
     assert "9a:00.0" not in link.split(";")[0]  # an idle GPU at low speed is not downtrained

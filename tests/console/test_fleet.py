@@ -143,7 +143,7 @@ def test_fleet_names_what_was_injected(prometheus, capsys):
     assert set(c["misaligned_vms"]) - {"train-b"} == set(a["misaligned_vms"]) == set(b["misaligned_vms"])
     assert "train-b" not in a["misaligned_vms"] + b["misaligned_vms"]
     for h in (a, b, c):
-        assert h["gpus_by_owner"] and sum(h["gpus_by_owner"].values()) == 8
+        assert h["gpus_by_owner"] and sum(h["gpus_by_owner"].values()) == 10
         assert h["console"] == "ssh -t 127.0.0.1 nodeconsole"
     # the text view says the same in lines
     assert main(["fleet", "--prometheus", url]) == 0
@@ -178,7 +178,7 @@ def test_fleet_and_the_hosts_agree_on_every_gpu(prometheus, capsys):
             checked += 1
         assert "GPU 4 at 2.5 GT/s PCIe of 32.0 GT/s PCIe" in link.finding  # the doctor's note: normal at idle
         assert "0000:9a:00.0" not in said
-    assert checked == 24
+    assert checked == 30  # 10 GPUs on each of 3 hosts
 
 
 @pytest.mark.parametrize("url", ["ftp://prom:9090", "prom:9090", "http://", "http://h:99999"])

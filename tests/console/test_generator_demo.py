@@ -1,6 +1,7 @@
-"""The demo host has what the console is meant to show: 8 GPUs in every ownership state, a non-viable
-IOMMU group, a downtrained link, about a dozen VMs pinned well, badly and not at all. Read back from the
-generated files (sysfs tree, nvml.json, libvirt node file), not from the spec."""
+"""The demo host has what the console is meant to show: 8 H100 SXM5 in every ownership state, a non-viable
+IOMMU group, a downtrained link, about a dozen VMs pinned well, badly and not at all, and a free pair of
+H100 PCIe cards on NVLink bridges with free VFs beside them for a shut-off VM without devices. Read back
+from the generated files (sysfs tree, nvml.json, libvirt node file), not from the spec."""
 from __future__ import annotations
 
 import json
@@ -68,15 +69,21 @@ def _hostdev_addrs(dom: ET.Element) -> list[str]:
     return out
 
 
+PAIR = ("0000:da:00.0", "0000:db:00.0")  # the H100 PCIe cards on NVLink bridges
+PAIR_VFS = ("0000:dc:00.1", "0000:dc:00.2")
+
+
 def test_eight_h100_in_every_ownership_state(root, gpus, nvml):
-    assert len(gpus) == 8
+    assert len(gpus) == 10
+    assert sorted(gpus)[8:] == list(PAIR)  # after the 8 SXM5: GPU indices 8 and 9, the others unchanged
+    gpus = {a: d for a, d in gpus.items() if a not in PAIR}
     drivers = sorted(str(d) for d in gpus.values())
     assert drivers.count("nvidia") == 5  # 2 host (busy, idle) + MIG + vGPU + the downtrained one
     assert drivers.count("vfio-pci") == 2 and drivers.count("None") == 1
     by_addr = {g["address"]: g for g in nvml["gpus"]}
-    assert set(by_addr) == set(gpus)  # nvml.json lists them all; the library hides non-nvidia ones
-    assert {g["name"] for g in nvml["gpus"]} == {"NVIDIA H100 80GB HBM3"}
-    assert {g["model"] for g in nvml["gpus"]} == {"H100-80GB-HBM3"}
+    assert set(by_addr) == set(gpus) | set(PAIR)  # nvml.json lists them all; the library hides non-nvidia ones
+    assert {by_addr[a]["name"] for a in gpus} == {"NVIDIA H100 80GB HBM3"}
+    assert {by_addr[a]["model"] for a in gpus} == {"H100-80GB-HBM3"}
     mig = [g for g in nvml["gpus"] if g["mig"]["current"] == 1]
     assert len(mig) == 1 and gpus[mig[0]["address"]] == "nvidia"
     layout = sorted((i["profile_id"], i["start"], i["size"]) for i in mig[0]["mig"]["instances"])
@@ -89,6 +96,56 @@ def test_eight_h100_in_every_ownership_state(root, gpus, nvml):
     busy = [a for a in host_gpus if by_addr[a]["processes"]]
     idle = [a for a in host_gpus if not by_addr[a]["processes"]]
     assert busy and len(idle) == 1
+
+
+def _group_of(root: Root, addr: str) -> str:
+    return root.link_name(f"sys/bus/pci/devices/{addr}/iommu_group")
+
+
+def test_a_free_nvlink_pair_with_free_vfs_for_a_training_vm(root, gpus, nvml, domains):
+    by_addr = {g["address"]: g for g in nvml["gpus"]}
+    held = {a for d in domains.values() for a in _hostdev_addrs(d)}
+    for a, peer in (PAIR, PAIR[::-1]):
+        g = by_addr[a]
+        assert gpus[a] == "nvidia" and (g["name"], g["model"]) == ("NVIDIA H100 PCIe", "H100-PCIe")
+        assert root.read(f"sys/bus/pci/devices/{a}/device") == "0x2331" and g["pci_device_id"] == 0x233110DE
+        assert not g["processes"] and not g["mig"]["current"] and not g["vgpu"]["active"]
+        assert not g["vgpu"]["supported_type_ids"] and not root.exists(f"sys/bus/pci/devices/{a}/mdev_supported_types")
+        assert not {a, a[:-1] + "1"} & held  # in no VM's definition, nor its audio function
+        # its own group: the GPU and its audio function only
+        assert sorted(root.listdir(f"sys/kernel/iommu_groups/{_group_of(root, a)}/devices")) == [a, a[:-1] + "1"]
+        assert root.read_int(f"sys/bus/pci/devices/{a}/numa_node") == 1
+        nv = g["nvlink"]  # the bridges: every link to the other card, a GPU, no NVSwitch fabric
+        assert (nv["remote_type"], nv["remotes"], nv["down"]) == ("gpu", [peer] * 12, [])
+        assert nv["remote_device_id"] == 0x233110DE and "fabric" not in g
+    sxm = [g for g in nvml["gpus"] if g["address"] not in PAIR]
+    assert {g["nvlink"]["remote_type"] for g in sxm} == {"switch"}
+    # the ConnectX-7 on the pair's switch: 2 VFs on mlx5_core, each in its own group, in no VM
+    pf = "0000:dc:00.0"
+    assert root.read(f"sys/bus/pci/devices/{pf}/device") == "0x1021"
+    assert root.read_int(f"sys/bus/pci/devices/{pf}/sriov_numvfs") == 2
+    for vf in PAIR_VFS:
+        assert root.link_name(f"sys/bus/pci/devices/{vf}/physfn") == pf and vf not in held
+        assert root.link_name(f"sys/bus/pci/devices/{vf}/driver") == "mlx5_core"
+        assert root.listdir(f"sys/kernel/iommu_groups/{_group_of(root, vf)}/devices") == [vf]
+        assert root.listdir(f"sys/bus/pci/devices/{vf}/infiniband")
+    # the same switch: the GPUs' and the NIC's downstream ports share one upstream port
+    usp = {str(root.resolve(f"sys/bus/pci/devices/{a}")).split("/")[-3] for a in PAIR + (pf,)}
+    assert usp == {"0000:d8:00.0"}
+
+
+def test_the_training_vm_is_shut_off_without_devices_and_node1_can_back_it(root, domains):
+    d = domains["train-d"]
+    assert d.findtext("{http://libvirt.org/schemas/domain/test/1.0}runstate") == "5"  # shut off
+    assert not list(d.iter("hostdev")) and not list(d.iter("vcpupin")) and d.find("numatune") is None
+    assert d.findtext("vcpu") == "8" and int(d.findtext("memory")) == 16 * 1024 * 1024
+    assert domains["build-1"].findtext("{http://libvirt.org/schemas/domain/test/1.0}runstate") == "5"
+    # memory twice the pair's VRAM fits on node 1: its free 1 GiB pages plus its free memory
+    node = "sys/devices/system/node/node1"
+    free_pages = root.read_int(f"{node}/hugepages/hugepages-1048576kB/free_hugepages")
+    mem_free_kib = next(int(ln.split()[3]) for ln in root.read(f"{node}/meminfo").splitlines() if "MemFree:" in ln)
+    want_kib = 2 * 2 * 81559 * 1024
+    assert free_pages * 1024 * 1024 + mem_free_kib >= want_kib
 
 
 def test_vgpu_instances_belong_to_vms(root, nvml, domains):
@@ -170,7 +227,7 @@ def test_platform_devices_and_iommu(root):
     drivers = {root.link_name(f"sys/bus/pci/devices/{a}/driver") for a in root.listdir("sys/bus/pci/devices")}
     assert {"xhci_hcd", "ahci", "snd_hda_intel", "nvme", "mlx5_core", "pcieport"} <= drivers
     nics = [a for a in root.listdir("sys/bus/pci/devices") if root.read(f"sys/bus/pci/devices/{a}/device") == "0x1021"]
-    assert len(nics) == 4 and all(root.read_int(f"sys/bus/pci/devices/{a}/sriov_totalvfs") for a in nics)
+    assert len(nics) == 5 and all(root.read_int(f"sys/bus/pci/devices/{a}/sriov_totalvfs") for a in nics)
     assert sum(root.read_int(f"sys/bus/pci/devices/{a}/sriov_numvfs") for a in nics) > 0
     cmdline = root.read("proc/cmdline").split()
     assert "intel_iommu=on" in cmdline and "iommu=pt" in cmdline

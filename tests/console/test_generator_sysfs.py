@@ -25,7 +25,7 @@ def test_gpu_drivers_groups_and_topology_read_back(host):
     assert data.host.hostname == spec.hostname and data.iommu.enabled
     by_addr = {d.address: d for d in data.pci_devices}
     expected = {a: (dev.driver, hb.numa_node, dev.link) for a, dev, _p, hb in walk(spec) if dev.gpu}
-    assert len(expected) == 8
+    assert len(expected) == 10
     for addr, (driver, node, link) in expected.items():
         got = by_addr[addr]
         assert (got.driver, got.numa_node) == (driver, node), addr

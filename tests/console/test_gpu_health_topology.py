@@ -85,8 +85,13 @@ def test_nv18_between_every_pair_nvml_sees(snap):
     devs, rows = matrix(snap)
     seen = [i for i, d in enumerate(devs) if d.label.startswith("GPU") and d.nvml_index is not None]
     hidden = [i for i, d in enumerate(devs) if d.label.startswith("GPU") and d.nvml_index is None]
-    assert len(seen) == 5 and len(hidden) == 3
+    assert len(seen) == 7 and len(hidden) == 3
+    pair = [i for i in seen if devs[i].address in ("0000:da:00.0", "0000:db:00.0")]
+    assert len(pair) == 2 and rows[pair[0]][pair[1]] == rows[pair[1]][pair[0]] == "NV12"  # NVLink bridges
     for i, j in combinations(seen, 2):
+        if i in pair or j in pair:
+            assert (i in pair and j in pair) or not rows[i][j].startswith("NV")  # no NVLink to the SXM5
+            continue
         assert rows[i][j] == rows[j][i] == "NV18"
     # a GPU NVML cannot see (vfio-pci, unbound) keeps its PCIe level
     for i in hidden:
@@ -142,10 +147,10 @@ def test_host_pressure(snap):
 
 def test_smi_numbering(snap):
     assert [(g.index, g.smi) for g in snap.gpus] == [(0, "0"), (1, "–"), (2, "1"), (3, "2"), (4, "3"), (5, "–"),
-                                                      (6, "–"), (7, "4")]
+                                                      (6, "–"), (7, "4"), (8, "5"), (9, "6")]
     assert resolve_gpu(snap, "smi:3").address == "0000:9a:00.0"
     assert resolve_gpu(snap, "SMI:4").index == 7
-    with pytest.raises(RequestError, match=r"nvidia-smi has no GPU smi:5.*NVML does not see 1 \(0000:19:00.0, vfio-pci\)"):
-        resolve_gpu(snap, "smi:5")
+    with pytest.raises(RequestError, match=r"nvidia-smi has no GPU smi:7.*NVML does not see 1 \(0000:19:00.0, vfio-pci\)"):
+        resolve_gpu(snap, "smi:7")
     with pytest.raises(RequestError, match="smi:N takes"):
         resolve_gpu(snap, "smi:٣")

@@ -31,7 +31,8 @@ def vms(argv: tuple[str, ...] = ()) -> dict[str, dict]:
 def test_the_demo_vms_are_proxmox_vms_with_vmids(pve):
     got = vms()
     assert {n: (v["vmid"], v["hypervisor"]) for n, v in got.items() if n.startswith("train-")} == {
-        "train-a": (100, "proxmox"), "train-b": (101, "proxmox"), "train-c": (102, "proxmox")}
+        "train-a": (100, "proxmox"), "train-b": (101, "proxmox"), "train-c": (102, "proxmox"),
+        "train-d": (112, "proxmox")}
     a = got["train-a"]
     assert (a["state"], a["vcpus"], a["memory_kib"], a["hugepages_kib"], a["numa_mode"]) == (
         "running", 16, 131072 * 1024, 1048576, "strict")

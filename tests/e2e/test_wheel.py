@@ -83,7 +83,7 @@ def test_wheel_snapshot_demo_json(wheel_env, tmp_path):
     assert out.returncode == 0, out.stderr
     snap = json.loads(out.stdout)
     assert snap["schema"] == 1
-    assert len(snap["gpus"]) == 8
+    assert len(snap["gpus"]) == 10
     assert all(v == "ok" for v in snap["sources"].values()), snap["sources"]
 
 
@@ -94,7 +94,7 @@ def test_wheel_console_in_a_terminal(wheel_env, tmp_path):
            f"{venv / 'bin/nodeconsole'} --demo")
     term.run("new-session", "-d", "-x", "80", "-y", "24", cmd)
     try:
-        text = term.wait_for("Overview", "0000:bb:00.0", "vfio→train-a", timeout=40)
+        text = term.wait_for("Overview", "0000:bb:00.0", "vfio→train", timeout=40)
         assert "Problems" in text
         term.run("send-keys", "4")
         term.wait_for("Address", "enabled 3GI")  # the GPUs screen, styled by the shipped theme file

@@ -25,10 +25,10 @@ async def test_sysfs_first_then_everything(demo_seams):
                 break
         kind, first = shown[0]
         assert kind == "partial"
-        assert len(first.gpus) == 8 and first.vms == ()
+        assert len(first.gpus) == 10 and first.vms == ()
         assert first.sources.nvml == "pending" and first.sources.libvirt == "pending"
         assert not any(p.subject in ("nvml", "libvirt") for p in first.problems)  # pending is no fault
-        assert shown[1][0] == "full" and len(shown[1][1].vms) == 13
+        assert shown[1][0] == "full" and len(shown[1][1].vms) == 14
 
 
 def test_partial_collect_marks_sources_pending(demo_seams):
@@ -44,9 +44,9 @@ async def test_a_first_look_started_before_the_app_is_the_first_frame(demo_seams
     from nodeconsole.console.first_look import FirstLook
 
     first = FirstLook(lambda: demo_seams)
-    assert first.wait(30) and first.error is None and len(first.snapshot.gpus) == 8
+    assert first.wait(30) and first.error is None and len(first.snapshot.gpus) == 10
     app = await _first_frame_then_a_poll(first)
-    assert app.collector is first.collector and len(app.snapshot.vms) == 13
+    assert app.collector is first.collector and len(app.snapshot.vms) == 14
 
 
 async def test_a_slow_or_failing_first_look_does_not_hold_the_console(demo_seams):
@@ -69,7 +69,7 @@ async def test_a_slow_or_failing_first_look_does_not_hold_the_console(demo_seams
             await pilot.pause(0.05)
             if app.polls:
                 break
-        assert len(app.snapshot.gpus) == 8 and len(app.snapshot.vms) == 13
+        assert len(app.snapshot.gpus) == 10 and len(app.snapshot.vms) == 14
 
     tries = []
 
@@ -90,7 +90,7 @@ async def test_a_slow_or_failing_first_look_does_not_hold_the_console(demo_seams
             await pilot.pause(0.05)
             if app.polls:
                 break
-        assert len(tries) == 2 and len(app.snapshot.gpus) == 8 and app.note == ""
+        assert len(tries) == 2 and len(app.snapshot.gpus) == 10 and app.note == ""
 
 
 async def test_a_first_look_taken_in_a_child_process_is_the_first_frame(demo_seams):
@@ -109,11 +109,11 @@ async def test_a_first_look_taken_in_a_child_process_is_the_first_frame(demo_sea
 
     first.factory = factory
     app = await _first_frame_then_a_poll(first)
-    assert made == [1] and app.collector is not None and len(app.snapshot.vms) == 13
+    assert made == [1] and app.collector is not None and len(app.snapshot.vms) == 14
 
 
 async def _first_frame_then_a_poll(first) -> NodeConsoleApp:
-    """The console on a first look: its first frame is drawn from the look's snapshot and lists the 8
+    """The console on a first look: its first frame is drawn from the look's snapshot and lists the 10
     GPUs; returned after its first full poll."""
     mounted = []
 
@@ -126,7 +126,7 @@ async def _first_frame_then_a_poll(first) -> NodeConsoleApp:
     async with app.run_test(size=(80, 24)) as pilot:
         assert mounted == [first.snapshot]
         await pilot.pause()
-        assert app.screen.query_one("#gpus").row_count == 8
+        assert app.screen.query_one("#gpus").row_count == 10
         for _ in range(100):
             await pilot.pause(0.05)
             if app.polls:
@@ -178,7 +178,7 @@ def test_the_launcher_takes_the_first_look_in_a_child_process(demo_seams, tmp_pa
     the console's start-up instead of taking turns with it on one interpreter lock; the child's
     snapshot comes back whole and the child is reaped."""
     got = _child_look(tmp_path, "ok")
-    assert got == {"done": True, "in_process": True, "reaped": True, "gpus": 8, "sysfs": "ok", "error": "None",
+    assert got == {"done": True, "in_process": True, "reaped": True, "gpus": 10, "sysfs": "ok", "error": "None",
                    "collector": False, "textual": False}
 
 
@@ -200,7 +200,7 @@ def test_with_other_threads_running_the_first_look_stays_on_a_thread(demo_seams)
     try:
         first = FirstLook(lambda: demo_seams, process=True)
         assert first.wait(30)
-        assert not first.in_process and first.collector is not None and len(first.snapshot.gpus) == 8
+        assert not first.in_process and first.collector is not None and len(first.snapshot.gpus) == 10
     finally:
         stop.set()
 
@@ -273,7 +273,7 @@ def test_the_childs_sysfs_only_seams_give_the_same_first_look(demo_seams, tmp_pa
     a = Collector(light).collect(partial=True)
     b = Collector(full).collect(partial=True)
     assert dataclasses.replace(a, taken_at=0.0) == dataclasses.replace(b, taken_at=0.0)
-    assert len(a.gpus) == 8
+    assert len(a.gpus) == 10
 
 
 def test_a_replay_takes_its_first_look_on_a_thread(monkeypatch, tmp_path):

@@ -105,10 +105,11 @@ async def test_preflight_findings_for_the_idle_healthy_gpus(demo_seams, stand_in
         screen = await _nccl_screen(app, pilot)
         snap = app.snapshot
         host = [g for g in snap.gpus if g.owner.kind == "host"]
-        # the demo's host GPUs: 0 busy (python3, torchrun), 7 busy and downtrained with rows to remap, 4 idle
+        # the demo's host GPUs: 0 busy (python3, torchrun), 7 busy and downtrained with rows to remap, 4 idle,
+        # 8 and 9 idle (the H100 PCIe pair)
         idle = [g for g in host if not g.processes and not g.link.downtrained]
-        assert [g.index for g in idle] == [4]
-        assert screen.plan.automatic and [g.address for g in screen.plan.gpus] == [idle[0].address]
+        assert [g.index for g in idle] == [4, 8, 9]
+        assert screen.plan.automatic and [g.address for g in screen.plan.gpus] == [g.address for g in idle]
         plan = _text(screen.query_one("#nccl-plan", Static))
         assert idle[0].address in plan and "picked: idle and healthy" in plan
         assert "would run (nccl-tests)" in plan and str(stand_in["exe"]) in plan
@@ -116,7 +117,7 @@ async def test_preflight_findings_for_the_idle_healthy_gpus(demo_seams, stand_in
         assert f"GPU 0 ({snap.gpus[0].address}) skipped: busy: 2 processes (python3, torchrun)" in preflight
         assert f"GPU 7 ({snap.gpus[7].address}) skipped: busy: 1 process (ollama)" in preflight
         assert "degraded: " in preflight and "PCIe link x8 of x16" in preflight.replace("\n", " ")
-        assert "only GPU 4" in preflight  # one GPU measures no link
+        assert "only GPU" not in preflight  # three GPUs: links to measure
         assert "not run yet" in _text(screen.query_one("#nccl-status", Static))
 
 
@@ -129,7 +130,7 @@ async def test_P_chooses_the_gpus_of_the_next_run_and_the_screen_shows_what_ran(
         await _until(pilot, lambda: isinstance(app.screen, GpuPickModal))
         modal = app.screen
         lst = modal.query_one("#nccl-pick-list", SelectionList)
-        assert lst.selected == [4]  # the automatic pick, ticked
+        assert lst.selected == [4, 8, 9]  # the automatic pick, ticked
         options = [lst.get_option_at_index(i) for i in range(lst.option_count)]
         assert [o.value for o in options] == [g.index for g in snap.gpus]
         # the GPUs the host cannot drive are listed, marked and cannot be ticked
@@ -138,6 +139,9 @@ async def test_P_chooses_the_gpus_of_the_next_run_and_the_screen_shows_what_ran(
         assert "on vfio-pci (VM train-a)" in prompts[1] and "MIG enabled" in prompts[2]
         assert "busy: 2 processes (python3, torchrun)" in prompts[0] and "PCIe link x8 of x16" in prompts[7]
         assert "idle" in prompts[4]
+        for i in (8, 9):  # untick the pair
+            lst.highlighted = i
+            await pilot.press("space")
         lst.highlighted = 0
         await pilot.press("space")  # tick GPU 0 (busy): allowed, with a warning
         await pilot.press("enter")
@@ -162,7 +166,7 @@ async def test_P_chooses_the_gpus_of_the_next_run_and_the_screen_shows_what_ran(
         assert app.screen.query_one("#nccl-pick-list", SelectionList).selected == [0, 4]
         await pilot.press("a")
         await _until(pilot, lambda: isinstance(app.screen, NcclScreen) and screen.plan is not None)
-        assert screen.selection is None and [g.index for g in screen.plan.gpus] == [4]
+        assert screen.selection is None and [g.index for g in screen.plan.gpus] == [4, 8, 9]
         plan = _text(screen.query_one("#nccl-plan", Static))
         assert "ran (nccl-tests) on GPUs 0, 4" in plan and "next run (nccl-tests)" in plan
 

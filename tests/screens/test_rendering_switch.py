@@ -114,7 +114,7 @@ def _fast_parts(got: dict) -> list[str]:
 
 def test_under_the_switch_the_console_draws_with_stock_textual(tmp_path):
     got = _probe(tmp_path, stock=True)
-    assert got["polls"] >= 2 and got["gpus"] == 8 and got["rows"] > 0  # it runs, and shows the host
+    assert got["polls"] >= 2 and got["gpus"] == 10 and got["rows"] > 0  # it runs, and shows the host
     assert _fast_parts(got) == []  # nothing of screens/fast/ imported, nor installed
     assert got["compositor"] == "textual._compositor" and got["footer"] == ["textual.widgets._footer"]
     assert got["driver"].startswith("textual.drivers.")
@@ -122,7 +122,7 @@ def test_under_the_switch_the_console_draws_with_stock_textual(tmp_path):
 
 def test_without_it_the_fast_paths_are_installed(tmp_path):
     got = _probe(tmp_path, stock=False)
-    assert got["polls"] >= 2 and got["gpus"] == 8 and got["rows"] > 0
+    assert got["polls"] >= 2 and got["gpus"] == 10 and got["rows"] > 0
     assert "nodeconsole.screens.fast.display" in got["mro"]
     assert "nodeconsole.screens.fast.table" in got["tables"]
     assert got["compositor"] == "nodeconsole.screens.fast.compositor"

@@ -40,13 +40,13 @@ async def test_overview_shows_every_gpu_owner_and_problem(demo_seams):
     async with app.run_test(size=SIZE) as pilot:
         await _started(app, pilot)
         rows = _cells(app.screen.query_one("#gpus", KeyedTable))
-        assert len(rows) == 8
+        assert len(rows) == 10
         owners = {r[4].split("→")[0] for r in rows}
         assert owners == {"host", "vfio", "mig", "vgpu", "unbound"}
         assert any(r[8].endswith("↓") for r in rows), "downtrained link is marked"
         assert [r for r in rows if r[4].startswith("vfio")][0][5] == "(in VM)"
         # nvidia-smi's index beside the console's: none for the GPUs NVML cannot see
-        assert [r[1] for r in rows] == ["0", "–", "1", "2", "3", "–", "–", "4"]
+        assert [r[1] for r in rows] == ["0", "–", "1", "2", "3", "–", "–", "4", "5", "6"]
         vms = _cells(app.screen.query_one("#vms", KeyedTable))
         assert len(vms) == len(app.snapshot.vms)
         problems = _text(app.screen.query_one("#problems", Static))
@@ -110,10 +110,11 @@ async def test_topology_matrix_and_tree(demo_seams):
         await pilot.pause(0.1)
         matrix = _text(app.screen.query_one("#matrix", Static))
         rows = {ln.split()[0]: ln.split()[1:] for ln in matrix.splitlines()
-                if ln.strip() and ln.split()[0] in ("G0", "G4") and len(ln.split()) == 13}
+                if ln.strip() and ln.split()[0] in ("G0", "G4", "G8") and len(ln.split()) == 16}
         assert rows["G0"][:2] == ["X", "PIX"]  # G1 on vfio-pci: NVML cannot see it, its PCIe level stays
         # NVLink through the NVSwitches between the GPUs NVML sees, across the sockets too (nvidia-smi topo -m)
         assert rows["G0"][4] == "NV18" and rows["G4"][7] == "NV18"
+        assert rows["G8"][8:10] == ["X", "NV12"]  # the H100 PCIe pair: 12 links over their NVLink bridges
         assert rows["G0"][5] == "SYS" and rows["G4"][5] == "PIX"  # G5 (vfio-pci): across sockets; one switch
         assert "→ train-a" in matrix and "smi –" in matrix and "smi 3" in matrix
         tree = _text(app.screen.query_one("#tree", Static))
@@ -219,7 +220,7 @@ async def test_source_loss_shows_banner_and_recovers(demo_seams):
         banner = _text(app.screen.query_one("#banner", Static))
         assert "nvml unavailable" in banner
         # GPUs on vfio and every sysfs fact are still there
-        assert len(app.snapshot.gpus) == 8 and app.screen.query_one("#banner").display
+        assert len(app.snapshot.gpus) == 10 and app.screen.query_one("#banner").display
         lib.set_no_driver(None)
         for _ in range(80):
             await pilot.pause(0.1)
@@ -246,13 +247,13 @@ async def test_libvirt_loss_shows_banner_and_recovers(demo_seams):
                 break
         assert app.snapshot.sources.libvirt.startswith("unavailable")
         assert "libvirt unavailable" in _text(app.screen.query_one("#banner", Static))
-        assert app.snapshot.vms == () and len(app.snapshot.gpus) == 8
+        assert app.snapshot.vms == () and len(app.snapshot.gpus) == 10
         hidden.rename(node)
         for _ in range(40):
             await pilot.pause(0.1)
             if app.snapshot.sources.libvirt == "ok":
                 break
-        assert app.snapshot.sources.libvirt == "ok" and len(app.snapshot.vms) == 13
+        assert app.snapshot.sources.libvirt == "ok" and len(app.snapshot.vms) == 14
 
 
 async def test_theme_switch(demo_seams):
