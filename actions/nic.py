@@ -25,6 +25,7 @@ from nodeconsole.actions.plan import (
     vms_known_check,
 )
 from nodeconsole.actions.targets import VFIO, add_steps, resolve_vm, source_checks, vms_with
+from nodeconsole.actions.vm_guard import vm_change_checks
 from nodeconsole.console.argtypes import did_you_mean
 from nodeconsole.console.audit_log import AuditRecord
 from nodeconsole.console.hosttext import visible
@@ -269,6 +270,7 @@ def plan_nic_passthrough(host: ActionHost, snap: HostSnapshot, vf_text: str, vm:
                 rebuild=lambda: plan_nic_passthrough(host, host.snapshot(), vf.address, vm))
     plan.checks += source_checks(snap)
     plan.checks += vms_known_check(snap, f"VF {vf.address}")
+    plan.checks += vm_change_checks(host, target, gives_device=True)
     if host.vms is None:
         plan.checks.append(Check("libvirt reachable", False, "this host has no libvirt connection", "pass --libvirt URI"))
     if not plan.ok:

@@ -42,6 +42,7 @@ from nodeconsole.actions.targets import (
     source_checks,
     vms_with,
 )
+from nodeconsole.actions.vm_guard import vm_change_checks
 from nodeconsole.console.iommu import blocker_reasons
 from nodeconsole.console.model import Gpu, HostSnapshot, Vm
 
@@ -95,6 +96,10 @@ def plan_passthrough(host: ActionHost, snap: HostSnapshot, gpu_text: str, vm: st
     plan = Plan(action="passthrough", title=title, request=request,
                 rebuild=lambda: plan_passthrough(host, host.snapshot(), gpu.address, vm, persist, with_nic,
                                                  allow_far_nic))
+    if target is not None:  # a locked VM or a template: refused before anything else
+        plan.checks += vm_change_checks(host, target, gives_device=True)
+        if not plan.ok:
+            return plan
     members, in_configs, mig_ops = _passthrough_checks(host, snap, gpu, vm, plan)
     if not plan.ok:
         return plan

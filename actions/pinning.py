@@ -28,6 +28,7 @@ from nodeconsole.actions.pin_planner import (
 )
 from nodeconsole.actions.pin_steps import LIVE_AND_CONFIG, PinState, describe, pin_scopes, read_state
 from nodeconsole.actions.plan import Check, Plan, RequestError, StepError, build_step
+from nodeconsole.actions.vm_guard import vm_change_checks
 from nodeconsole.console.checks import vm_alignment
 from nodeconsole.console.cpulist import format_cpulist
 from nodeconsole.console.doctor.checks_memory import kept_host_cpus
@@ -104,6 +105,7 @@ def plan_pin(host: ActionHost, snap: HostSnapshot, vm_name: str, cpus: str | Non
     plan = Plan(action="pin", title=title, request=request,
                 rebuild=lambda: plan_pin(host, host.snapshot(), vm.name, cpus, reserve, allow_overlap))
     plan.checks += _host_checks(host, snap)
+    plan.checks += vm_change_checks(host, vm)
     if not plan.ok:
         return plan
     _add_vm(host, snap, topo, plan, vm, prop, source)
@@ -131,6 +133,9 @@ def plan_pin_all(host: ActionHost, snap: HostSnapshot, reserve: str | None = Non
     busy = Busy({c: others for c, pinned in every.cpus.items()
                  if (others := tuple(n for n in pinned if n not in names))}, every.states)
     for vm in todo:
+        if (refused := vm_change_checks(host, vm)):
+            plan.notes.append(f"VM {vm.name} is left out: {refused[0].reason}")
+            continue
         prop = propose(topo, request_for(snap, vm), held, busy, allow_overlap)
         if not prop.ok:
             plan.notes.append(f"VM {vm.name} is left out: {prop.refusal}")

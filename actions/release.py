@@ -36,6 +36,7 @@ from nodeconsole.actions.targets import (
     source_checks,
     vms_with,
 )
+from nodeconsole.actions.vm_guard import vms_change_checks
 from nodeconsole.console.audit_log import AuditRecord
 from nodeconsole.console.model import Gpu, HostSnapshot
 
@@ -71,6 +72,7 @@ def plan_release(host: ActionHost, snap: HostSnapshot, gpu_text: str) -> Plan:
         plan.checks.append(Check("no running VM uses the GPU", True,
                                  f"VM {', '.join(sorted(cfg_only))} holds it in its config only"))
     plan.checks += unreadable_vm_check(unreadable)
+    plan.checks += vms_change_checks(host, snap, in_configs)  # their configs lose the GPU: none locked
     if not plan.ok:
         return plan
     records = passthroughs_in_effect(host, gpu.address)

@@ -31,6 +31,7 @@ from nodeconsole.actions.plan import (
     vms_known_check,
 )
 from nodeconsole.actions.targets import resolve_gpu
+from nodeconsole.actions.vm_guard import vm_change_checks, vms_change_checks
 from nodeconsole.console.model import Gpu, HostSnapshot, VgpuInstance, Vm
 from nodeconsole.console.pciaddr import parse_pci_address
 from nodeconsole.console.vms.backend import VmConfigError
@@ -155,8 +156,9 @@ def plan_vgpu_create(host: ActionHost, snap: HostSnapshot, gpu_text: str, type_t
                              f"no instance available: {offer.why_none or 'none left'}",
                              "free one: remove a vGPU of this GPU (nodeconsole vgpu list shows them); a "
                              "MIG-backed type needs a free GPU instance of its profile (nodeconsole mig)"))
-    if vm is not None:
-        plan.checks += vms_known_check(snap, f"VM {vm}'s devices")
+    if target is not None:
+        plan.checks += vms_known_check(snap, f"VM {target.name}'s devices")
+        plan.checks += vm_change_checks(host, target, gives_device=True)
     if vm is not None and host.vms is None:
         plan.checks.append(Check("libvirt reachable", False, "this host has no libvirt connection",
                                  "pass --libvirt URI"))
@@ -211,6 +213,7 @@ def plan_vgpu_remove(host: ActionHost, snap: HostSnapshot, ident: str) -> Plan:
     unreadable: dict[str, str] = {}
     holders = _vms_holding(host, snap, inst.uuid, is_vf, unreadable)
     plan.checks += unreadable_vm_check(unreadable)
+    plan.checks += vms_change_checks(host, snap, holders)
     if not plan.ok:
         return plan
     running = [n for n in holders if (held := snap.vm(n)) is not None and held.state not in ("shut off", "crashed")]

@@ -3,7 +3,7 @@ domain, `qm` for a Proxmox VE VM (named by its vmid). Plans and checks print the
 commands); they are text to read, never run. The VM backends say them (`VmBackend.command_hint`); code that
 has only the VM model asks `hint_for(vm, kind)`.
 
-Kinds and their arguments: shutdown, start, stop, resume, show, edit, list; setmem (size: "64G"); setvcpus
+Kinds and their arguments: shutdown, start, stop, resume, show, edit, list, unlock, clone; setmem (size: "64G"); setvcpus
 (n); detach; attach_hostdev (address) / detach_hostdev; attach_mdev / detach_mdev (uuid).
 """
 from __future__ import annotations
@@ -21,6 +21,8 @@ LIBVIRT = {
     "edit": "virsh edit {vm}",
     "edit_hostdev": "virsh edit {vm}, delete this <hostdev>",
     "list": "virsh list --all",
+    "unlock": "virsh domjobabort {vm}",
+    "clone": "virt-clone --original {vm} --auto-clone",
     "setmem": "virsh setmaxmem {vm} {size} --config; virsh setmem {vm} {size} --config",
     "setvcpus": "virsh setvcpus {vm} {n} --config --maximum",
     "detach": "virsh detach-device {vm} DEVICE.xml --config",
@@ -38,6 +40,8 @@ PROXMOX = {
     "edit": "qm set {vm} --delete hostpciN",
     "edit_hostdev": "qm set {vm} --delete hostpciN, N of this line",
     "list": "qm list",
+    "unlock": "qm unlock {vm}",
+    "clone": "qm clone {vm} NEWID --name NAME",
     "setmem": "qm set {vm} --memory {mib}",
     "setvcpus": "qm set {vm} --cores {n}",
     "detach": "qm set {vm} --delete hostpciN",

@@ -218,6 +218,8 @@ class ProxmoxVms:
         conf, address = self._conf(vm), parse_pci_address(address)
         if self._holding(conf, address) is not None:
             return
+        if settings(conf.main, conf.path).template:
+            raise VmConfigError(f"VM {conf.vmid} is a template: a template never starts, so it holds no device")
         free = [n for n in range(MAX_HOSTPCI) if n not in _taken(conf)]
         if not free:
             raise VmConfigError(f"VM {conf.vmid} uses hostpci0 to hostpci{MAX_HOSTPCI - 1} already")

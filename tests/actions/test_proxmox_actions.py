@@ -94,3 +94,37 @@ def test_the_hints_of_each_hypervisor():
         "virsh setmaxmem x 160G --config; virsh setmem x 160G --config"
     assert hint_for(Vm("train-b", "running", 16, hypervisor="proxmox", vmid=101), "stop") == "qm stop 101"
     assert hint_for(Vm("train-b", "running", 16), "stop") == "virsh destroy train-b"
+
+
+def _refused(argv: tuple[str, ...], reason: str, fix: str) -> None:
+    rc, out, err = cli(*argv, "--demo", "--apply", "--yes")
+    assert rc != 0 and f"[FAILED] {reason}\n      fix: {fix}\n" in out and "Refused: nothing will be changed" in out, \
+        out + err
+
+
+def test_a_locked_vm_is_refused_at_plan_time_by_every_plan_that_changes_it(pve):
+    (pve / "111.conf").write_text((pve / "111.conf").read_text() + "lock: backup\n")
+    before = {p.name: p.read_bytes() for p in pve.iterdir()}
+    why, fix = "VM build-1 is not locked: VM 111 is locked (backup)", "qm unlock 111 once the backup is done"
+    _refused(("passthrough", "4", "--vm", "build-1"), why, fix)
+    _refused(("pin", "111", "--cpus", "56-59"), why, fix)
+    _refused(("vgpu", "create", "2", "1110", "--vm", "build-1"), why, fix)
+    _refused(("nic", "passthrough", "0000:1a:00.4", "--vm", "build-1"), why, fix)
+    assert {p.name: p.read_bytes() for p in pve.iterdir()} == before
+    rc, out, _ = cli("pin", "--all", "--demo")
+    assert "VM build-1 is left out" not in out  # it holds no GPU: not in pin --all anyway
+
+
+def test_a_locked_vm_holding_the_gpu_refuses_its_release(pve):
+    (pve / "102.conf").write_text((pve / "102.conf").read_text() + "lock: snapshot\n")  # train-c holds GPU 4
+    _refused(("release", "4"), "VM train-c is not locked: VM 102 is locked (snapshot)",
+             "qm unlock 102 once the snapshot is done")
+
+
+def test_a_template_holds_no_gpu(pve):
+    (pve / "111.conf").write_text((pve / "111.conf").read_text() + "template: 1\n")
+    before = (pve / "111.conf").read_bytes()
+    _refused(("passthrough", "4", "--vm", "build-1"),
+             "VM build-1 is not a template: VM 111 is a template: a template never starts, so it holds no GPU",
+             "give the device to a clone of it (qm clone 111 NEWID --name NAME)")
+    assert (pve / "111.conf").read_bytes() == before
