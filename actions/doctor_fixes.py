@@ -63,6 +63,13 @@ BY_HAND: dict[str, tuple[str, str]] = {
     "vgpu-host": ("the vGPU manager is NVIDIA's host driver package",
                   "install NVIDIA's vGPU host driver (the vGPU manager) and turn on the GPUs' SR-IOV VFs "
                   "(/usr/lib/nvidia/sriov-manage -e ALL)"),
+    "pve-vfio": ("which GPUs a Proxmox host keeps and which its VMs take is the admin's choice",
+                 "bind the GPUs the VMs take to vfio-pci at boot (driverctl set-override ADDRESS vfio-pci, or "
+                 "options vfio-pci ids= with softdep nvidia pre: vfio-pci when no kept GPU shares the model)"),
+    "pve-mappings": ("a resource mapping names the cluster's hardware", "edit the mapping to this node's devices "
+                     "(Datacenter → Resource Mappings)"),
+    "pve-hookscripts": ("a hookscript is the admin's own program", "put the script back, or take it out of the VM's "
+                        "config (qm set VMID --delete hookscript)"),
 }
 PLANNABLE = tuple(i for i in CHECK_IDS if i not in BY_HAND)
 
