@@ -1,5 +1,5 @@
 # Shortcuts for the README's two commands.
-.PHONY: demo test bench bench-doctor bench-exporter
+.PHONY: demo test bench bench-doctor bench-exporter bench-place
 demo:
 	bash scripts/demo.sh
 test:
@@ -12,3 +12,7 @@ bench-doctor:
 
 bench-exporter:
 	bash scripts/setup.sh --test && .venv/bin/python benchmarks/bench_exporter.py
+
+# place --gpus 8 on the large host with free GPUs, after its snapshot: target under 200 ms
+bench-place:
+	bash scripts/setup.sh --test && .venv/bin/python benchmarks/bench_place.py

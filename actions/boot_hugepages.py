@@ -55,3 +55,19 @@ def hugepage_words(have: list[str], size_kib: int, per_node: dict[int, int], ker
     else:
         count = str(len(per_node) * max(per_node.values()))
     return [f"hugepagesz={unit}", f"hugepages={count}"], ""
+
+
+def per_node_of(words: list[str], nodes: list[int]) -> dict[int, int]:
+    """The pages per node the last `hugepages=` word reserves at boot (spread evenly over `nodes`, the first
+    nodes taking the remainder, or the per-node form); {} without one or when it cannot be read."""
+    value = next((w.split("=", 1)[1] for w in reversed(words) if w.startswith("hugepages=")), None)
+    if value is None or not nodes:
+        return {}
+    try:
+        if ":" in value:
+            return {int(n): int(c) for n, c in (pair.split(":", 1) for pair in value.split(","))}
+        total = int(value)
+    except ValueError:
+        return {}
+    base, extra = divmod(total, len(nodes))
+    return {n: base + (1 if i < extra else 0) for i, n in enumerate(sorted(nodes))}

@@ -8,7 +8,7 @@ the next boot say so, and so does the plan ("apply these, then reboot once"); th
 boot they were applied in, so the doctor reports them as pending until the host has rebooted.
 
 Checks whose fix is firmware, hardware or a decision for the admin (kvm, interrupt-remapping, acs,
-pcie-link, vm-memory, vcpu-commit, mig-pending, vgpu-host) are not planned: a request naming one is
+pcie-link, vcpu-commit, mig-pending, vgpu-host) are not planned: a request naming one is
 refused with what to do by hand.
 """
 from __future__ import annotations
@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 
 from nodeconsole.actions.boot_hugepages import boot_covers
 from nodeconsole.actions.boot_steps import GRUB_CFGS, encode, loader_words
+from nodeconsole.actions.doctor_host import INITRAMFS_REBUILD, initramfs_tool, module_ops
 from nodeconsole.actions.doctor_sizing import host_cores, hugepage_needs
 from nodeconsole.actions.host import ActionHost
 from nodeconsole.actions.live_steps import UNITS, page_text
@@ -33,9 +34,7 @@ from nodeconsole.console.shell_assign import ShellEditError
 
 ACTION = "doctor fix"
 IOMMU_OFF_WORDS = ("intel_iommu=off", "amd_iommu=off", "iommu=off")
-_BIN_DIRS = ("usr/sbin", "sbin", "usr/bin", "bin")
 _UNIT_DIRS = ("usr/lib/systemd/system", "lib/systemd/system", "etc/systemd/system")
-INITRAMFS_REBUILD = {"initramfs-tools": ["update-initramfs", "-u"], "dracut": ["dracut", "-f"]}
 
 # What to do by hand, for the checks no plan can fix: (why no plan, what to do)
 BY_HAND: dict[str, tuple[str, str]] = {
@@ -52,9 +51,6 @@ BY_HAND: dict[str, tuple[str, str]] = {
     "pcie-link": ("a link below its maximum is hardware",
                   "reseat the GPU, check that the slot is x16 electrically, check risers and cables and the "
                   "firmware's PCIe speed setting"),
-    "vm-memory": ("how much memory a VM gets is a decision for the admin",
-                  "resize the VM to at least twice its GPUs' memory (virsh setmaxmem VM SIZE --config; "
-                  "virsh setmem VM SIZE --config), then restart it"),
     "vcpu-commit": ("how many vCPUs the VMs get is a decision for the admin",
                     "shrink VMs (virsh setvcpus VM N --config --maximum) or move some to another host"),
     "mig-pending": ("a pending MIG mode takes effect only after a GPU reset",
@@ -63,6 +59,15 @@ BY_HAND: dict[str, tuple[str, str]] = {
     "vgpu-host": ("the vGPU manager is NVIDIA's host driver package",
                   "install NVIDIA's vGPU host driver (the vGPU manager) and turn on the GPUs' SR-IOV VFs "
                   "(/usr/lib/nvidia/sriov-manage -e ALL)"),
+    "libvirtd": ("starting the hypervisor's daemon is the admin's (and on Proxmox, its cluster's)",
+                 "systemctl enable --now libvirtd (or virtqemud.socket where the host uses libvirt's modular "
+                 "daemons; on Proxmox VE: systemctl enable --now pve-cluster)"),
+    "cgroups": ("cgroup controllers come with the kernel and how systemd mounts them",
+                "use a kernel with the controllers built in and let systemd mount them (cgroup v2: "
+                "systemd.unified_cgroup_hierarchy=1), then reboot"),
+    "secure-guest": ("secure guests are a firmware and kernel-parameter decision",
+                     "turn SEV (AMD) or TDX (Intel) on in the firmware setup, then kvm_amd.sev=1 or "
+                     "kvm_intel.tdx=1 on the kernel command line, and reboot"),
     "pve-vfio": ("which GPUs a Proxmox host keeps and which its VMs take is the admin's choice",
                  "bind the GPUs the VMs take to vfio-pci at boot (driverctl set-override ADDRESS vfio-pci, or "
                  "options vfio-pci ids= with softdep nvidia pre: vfio-pci when no kept GPU shares the model)"),
@@ -105,24 +110,6 @@ class _Ctx:
         return self.host.root
 
 
-def program(root: Root, name: str) -> str | None:
-    return next((f"/{d}/{name}" for d in _BIN_DIRS if root.exists(f"{d}/{name}")), None)
-
-
-def initramfs_tool(root: Root) -> str | None:
-    """Which tool builds this host's initramfs, from its programs, then its configuration directories."""
-    uit, dracut = program(root, "update-initramfs"), program(root, "dracut")
-    if uit and not dracut:
-        return "initramfs-tools"
-    if dracut and not uit:
-        return "dracut"
-    if root.isdir("etc/initramfs-tools"):
-        return "initramfs-tools"
-    if root.isdir(facts.DRACUT_CONF_D) or root.exists("etc/dracut.conf"):
-        return "dracut"
-    return None
-
-
 def check_request(ids: tuple[str, ...] | list[str], role: str) -> tuple[str, ...]:
     """The check ids in request order without repeats; RequestError for unknown ones or an unknown role."""
     if isinstance(ids, str):
@@ -153,7 +140,7 @@ def plan_doctor_fix(host: ActionHost, snap: HostSnapshot, ids: tuple[str, ...] |
         return plan
     ctx = _Ctx(host, snap, bl.detect(host.root), initramfs_tool(host.root))
     parts = _Parts()
-    for i in fixes:
+    for i in sorted(fixes, key=CHECK_IDS.index):  # vm-memory's hugepages at boot keep the hugepages fix's
         FIXERS[i](ctx, parts)
         if role not in ROLE_ONLY.get(i, ROLES):
             parts.notes.append(f"{i} is not needed for role {role} (planned because it was asked for)")
@@ -363,6 +350,13 @@ def _fix_nouveau(ctx: _Ctx, parts: _Parts) -> None:
                            "or a GPU in use is not safe)")
 
 
+def _module_fixer(module: str) -> Callable[[_Ctx, _Parts], None]:
+    def fix(ctx: _Ctx, parts: _Parts) -> None:
+        parts.ops += module_ops(module)
+
+    return fix
+
+
 def _fix_nvidia_driver(ctx: _Ctx, parts: _Parts) -> None:
     snap = ctx.snap
     if not snap.sources.nvml.ok:
@@ -375,7 +369,7 @@ def _fix_nvidia_driver(ctx: _Ctx, parts: _Parts) -> None:
         parts.checks.append(Check("NVML sees a GPU", False, "no GPU is on the nvidia driver",
                                   "by hand: bind a GPU to nvidia (nodeconsole release GPU) or load the driver"))
         return
-    parts.ops += [{"kind": "nvml_persistence", "gpu": g.address, "mode": 1} for g in gpus]
+    parts.ops.append({"kind": "nvml_persistence", "gpus": [g.address for g in gpus], "mode": 1})  # one step
     parts.ops.append({"kind": "systemd_unit", "unit": "nvidia-persistenced", "enabled": True})
     unit = "nvidia-persistenced.service"
     if not any(ctx.root.exists(f"{d}/{unit}") for d in _UNIT_DIRS) and not ctx.root.exists(UNITS[
@@ -441,9 +435,21 @@ def _fix_numa_balancing(ctx: _Ctx, parts: _Parts) -> None:
                           "why": "the sysctl.d file counts from the next boot; this is the running kernel"})
 
 
+def _fix_vm_memory(ctx: _Ctx, parts: _Parts) -> None:
+    from nodeconsole.actions.vm_memory_fix import vm_memory_fix
+
+    fix = vm_memory_fix(ctx.host, ctx.snap, _current_words(ctx), parts.add)
+    parts.checks, parts.notes, parts.ops = parts.checks + fix.checks, parts.notes + fix.notes, parts.ops + fix.ops
+    if fix.boot_words:  # they keep what the hugepages fix asked for, and replace its words
+        parts.add = [w for w in parts.add if not w.startswith(("hugepagesz=", "hugepages="))]
+        parts.cmdline("vm-memory", fix.boot_words)
+
+
 FIXERS: dict[str, Callable[[_Ctx, _Parts], None]] = {
+    "vhost-net": _module_fixer("vhost_net"), "tun": _module_fixer("tun"),
     "iommu": _fix_iommu, "iommu-pt": _fix_iommu_pt, "acs-override": _fix_acs_override,
     "vfio-modules": _fix_vfio_modules, "nouveau": _fix_nouveau, "nvidia-driver": _fix_nvidia_driver,
     "hugepages": _fix_hugepages, "host-cores": _fix_host_cores, "numa-balancing": _fix_numa_balancing,
+    "vm-memory": _fix_vm_memory,
 }
 assert set(FIXERS) == set(PLANNABLE), "every check is either planned or done by hand"

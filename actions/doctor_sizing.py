@@ -8,9 +8,12 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 
 from nodeconsole.actions.live_steps import hugepages_path, page_text
-from nodeconsole.actions.plan import Check
+from nodeconsole.actions.pin_planner import vram_of
+from nodeconsole.actions.placement import place
+from nodeconsole.actions.plan import Check, RequestError
 from nodeconsole.console.checks import effective_pins
 from nodeconsole.console.doctor import facts
+from nodeconsole.console.doctor.checks_memory import TRAINING_SHARE, training_pages
 from nodeconsole.console.model import HostSnapshot, Vm
 from nodeconsole.console.root import Root
 
@@ -64,9 +67,49 @@ def _candidates(snap: HostSnapshot, default: int, out: HugepageNeeds,
                          f"({', '.join(vm.name for vm in pinned_gpu)}), which use them once their definitions "
                          f"ask (<memoryBacking><hugepages/>, virsh edit VM): until then the memory stays unused")
         return [(vm, GIB_KIB) for vm in pinned_gpu]
+    if not snap.vms and not any(reserved.values()) and any(not g.owner.vms for g in snap.gpus):
+        return []  # a host for GPU VMs none of which is defined yet: sized by training_reserve
     out.notes.append("hugepages: no VM asks for hugepages (<memoryBacking><hugepages/> in its definition): "
                      "there is nothing to reserve")
     return []
+
+
+def training_reserve(snap: HostSnapshot, root: Root, out: HugepageNeeds,
+                     reserved: dict[tuple[int, int], int]) -> dict[int, int]:
+    """Pages per node on a host with free GPUs, no VM and nothing reserved: 1 GiB pages for the largest
+    training VM `place` would make on each node (its free GPUs there, twice their memory), at most 75 % of
+    the node's memory; where `place` cannot size one, twice the free GPUs' memory
+    (checks_memory.training_pages, what the doctor's check shows)."""
+    if snap.vms or any(reserved.values()):
+        return {}
+    estimate = training_pages(snap, lambda g: vram_of(snap, g.address))  # an H100 on vfio-pci: 80 GiB
+    pages, said = {}, []
+    for n in snap.numa_nodes:
+        if not (n.online and n.memory_kib > 0 and any(g.numa_node == n.id and not g.owner.vms for g in snap.gpus)):
+            continue
+        placed = _placed_pages(snap, root, n.id)
+        count = min(placed, int(n.memory_kib * TRAINING_SHARE) // GIB_KIB) if placed else estimate.get(n.id, 0)
+        if count > 0:
+            pages[n.id] = count
+            said.append(f"node {n.id}: {count} GiB" + ("" if placed else " (place cannot size one there: twice "
+                                                                           "its free GPUs' memory)"))
+    if pages:
+        out.notes.append("hugepages: no VM is defined yet; 1 GiB pages are reserved for the largest training VM "
+                         "on each node (as `nodeconsole place` sizes it on the node's free GPUs, at most 75 % of "
+                         "the node's memory): " + ", ".join(said))
+    return pages
+
+
+def _placed_pages(snap: HostSnapshot, root: Root, node: int) -> int | None:
+    """The 1 GiB pages `place` gives a training VM of every free GPU on `node` there (None: it cannot)."""
+    gpus = [g.address for g in snap.gpus if g.numa_node == node and not g.owner.vms]
+    try:
+        p = place(snap, root, len(gpus), gpus=gpus, hugepage_kib=GIB_KIB)
+    except RequestError:
+        return None
+    if p.hugepages.size_kib == GIB_KIB and p.hugepages.per_node:
+        return sum(p.hugepages.per_node.values())
+    return None
 
 
 def hugepage_needs(snap: HostSnapshot, root: Root) -> HugepageNeeds:
@@ -79,24 +122,16 @@ def hugepage_needs(snap: HostSnapshot, root: Root) -> HugepageNeeds:
         return out
     reserved = {(n.id, size): nr for n in snap.numa_nodes for size, nr in n.hugepages}
     asking = _candidates(snap, default_page_kib(root), out, reserved)
-    if not asking:
-        return out
-    sizes = {s for _, s in asking}
-    out.size_kib = max(sizes)
-    out.mixed = len(sizes) > 1
-    if out.mixed:
-        out.notes.append(f"hugepages: some VMs ask for {page_text(min(sizes))} pages: only the "
-                         f"{page_text(out.size_kib)} pages are planned; reserve the others by hand")
-    need: dict[int, float] = defaultdict(float)
     users: dict[int, list[str]] = defaultdict(list)
-    for vm, size in sorted(asking, key=lambda a: a[0].name):
-        if size != out.size_kib:
-            continue
-        where = vm_memory_nodes(snap, vm, nodes)
-        for n in where:
-            need[n] += vm.memory_kib / len(where)
-            users[n].append(vm.name)
-    pages = {n: math.ceil(need[n] / out.size_kib) for n in nodes}
+    if asking:
+        pages = _vm_pages(snap, asking, nodes, out, users)
+    else:
+        training = training_reserve(snap, root, out, reserved)
+        if not training:
+            return out
+        pages = {n: training.get(n, 0) for n in nodes}
+        for n in training:
+            users[n].append("the largest training VM")
     for n in nodes:
         out.current[n] = root.read_int(hugepages_path(n, out.size_kib)) or 0
         out.per_node[n] = max(pages[n], out.current[n])
@@ -109,6 +144,26 @@ def hugepage_needs(snap: HostSnapshot, root: Root) -> HugepageNeeds:
         out.advice += (f" (kernels that take the per-node form reserve exactly: hugepages="
                        f"{','.join(f'{n}:{out.per_node[n]}' for n in nodes)})")
     return out
+
+
+def _vm_pages(snap: HostSnapshot, asking: list[tuple[Vm, int]], nodes: list[int], out: HugepageNeeds,
+              users: dict[int, list[str]]) -> dict[int, int]:
+    """Pages per node of the largest page size the VMs ask for (`out.size_kib`, `out.mixed` set)."""
+    sizes = {s for _, s in asking}
+    out.size_kib = max(sizes)
+    out.mixed = len(sizes) > 1
+    if out.mixed:
+        out.notes.append(f"hugepages: some VMs ask for {page_text(min(sizes))} pages: only the "
+                         f"{page_text(out.size_kib)} pages are planned; reserve the others by hand")
+    need: dict[int, float] = defaultdict(float)
+    for vm, size in sorted(asking, key=lambda a: a[0].name):
+        if size != out.size_kib:
+            continue
+        where = vm_memory_nodes(snap, vm, nodes)
+        for n in where:
+            need[n] += vm.memory_kib / len(where)
+            users[n].append(vm.name)
+    return {n: math.ceil(need[n] / out.size_kib) for n in nodes}
 
 
 def _check_memory(snap: HostSnapshot, out: HugepageNeeds) -> None:

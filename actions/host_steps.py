@@ -12,6 +12,7 @@ from pathlib import Path
 
 from nodeconsole.actions.host import ActionHost
 from nodeconsole.actions.plan import Op, Step, StepError, step_kind
+from nodeconsole.console.doctor import facts
 from nodeconsole.console.outfile import write_atomic
 from nodeconsole.console.pciaddr import parse_pci_address
 from nodeconsole.console.root import Root
@@ -275,9 +276,15 @@ def driverctl_step(host: ActionHost, op: Op) -> Step | None:
 
 @step_kind("module")
 def module_step(host: ActionHost, op: Op) -> Step | None:
-    """`{"kind": "module", "name": "vfio-pci"}`: the driver is loaded. Left loaded on undo (harmless)."""
+    """`{"kind": "module", "name": "vfio-pci"}`: the driver is loaded. `{"kind": "module", "name":
+    "vhost_net", "device": "dev/vhost-net"}`: a module that makes a device node rather than a PCI driver
+    (facts.MODULE_DEVICE) is loaded and its node is there. Left loaded on undo (harmless)."""
     name = op["name"]
-    if host.root.exists(f"sys/bus/pci/drivers/{name}"):
+    device = op.get("device")
+    if device is not None and facts.MODULE_DEVICE.get(str(name)) != device:
+        raise StepError(f"refusing module {name!r} with device {device!r}: not one nodeconsole loads")
+    there = str(device) if device is not None else f"sys/bus/pci/drivers/{name}"
+    if host.root.exists(there):
         return None
     argv = ["modprobe", name]
 
@@ -291,7 +298,12 @@ def module_step(host: ActionHost, op: Op) -> Step | None:
             raise StepError(f"modprobe {name} exited {rc}: {out}")
 
     def verify() -> str | None:
-        return None if host.root.exists(f"sys/bus/pci/drivers/{name}") else f"driver {name} is not loaded"
+        if host.root.exists(there):
+            return None
+        return f"/{device} is missing after loading {name}" if device else f"driver {name} is not loaded"
 
+    if device is not None:
+        return Step(f"Load the {name} module (/{device})", "it takes effect now; the modules-load.d file "
+                    "loads it at every boot", (" ".join(argv),), dict(op), None, apply, verify)
     return Step(f"Load the {name} driver", "devices can only be bound to a loaded driver", (" ".join(argv),),
                 dict(op), None, apply, verify)

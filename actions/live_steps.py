@@ -7,7 +7,8 @@ systemd unit. Each records the state it found as its inverse.
   `size_kib`. The kernel may reserve fewer than asked (1 GiB pages need contiguous free memory): then
   verifying fails, unless `boot` says a boot-time reservation in the same change gets the rest, in which
   case the step says how many it got (its outcome) and the run goes on.
-- `nvml_persistence` {"gpu", "mode": 0|1}: NVML persistence mode of one GPU.
+- `nvml_persistence` {"gpu", "mode": 0|1}: NVML persistence mode of one GPU; {"gpus": [...], "mode"}: of
+  several in one step; {"modes": {gpu: mode}}: each its own (the inverse: the modes they had).
 - `systemd_unit` {"unit", "enabled"}: a known unit (nvidia-persistenced) enabled at boot or not, through
   `systemctl enable|disable`; its wants link says which.
 """
@@ -105,36 +106,60 @@ def _persistence(address: str) -> int:
         raise StepError(f"NVML cannot read the persistence mode of {address}: {e}") from None
 
 
+def _wanted_modes(op: Op) -> dict[str, int]:
+    """GPU address → persistence mode of the three forms: {"gpu", "mode"}, {"gpus": [...], "mode"} (one
+    step for every GPU), {"modes": {address: mode}} (what an undo restores)."""
+    if "modes" in op:
+        raw = dict(op["modes"])
+    elif "gpus" in op:
+        raw = dict.fromkeys(op["gpus"], op["mode"])
+    else:
+        raw = {op["gpu"]: op["mode"]}
+    out = {}
+    for address, mode in raw.items():
+        if int(mode) not in (0, 1):
+            raise StepError(f"persistence mode must be 0 or 1, not {mode}")
+        out[parse_pci_address(address)] = int(mode)
+    if not out:
+        raise StepError("malformed nvml_persistence operation: no GPU")
+    return out
+
+
 @step_kind("nvml_persistence")
 def nvml_persistence_step(host: ActionHost, op: Op) -> Step | None:
-    """See the module doc. None when the GPU already is in that mode."""
-    address, want = parse_pci_address(op["gpu"]), int(op["mode"])
-    if want not in (0, 1):
-        raise StepError(f"persistence mode must be 0 or 1, not {want}")
+    """See the module doc. None when every GPU already is in its mode; the inverse names each GPU the
+    step changed with the mode it had."""
+    want = _wanted_modes(op)
     with nvml_session(host):
-        current = _persistence(address)
-    if current == want:
+        current = {a: _persistence(a) for a in want}
+    change = {a: m for a, m in want.items() if current[a] != m}
+    if not change:
         return None
-    word = "on" if want else "off"
 
     def apply() -> None:
         with nvml_session(host):
-            try:
-                pynvml.nvmlDeviceSetPersistenceMode(handle_of(address), want)
-            except pynvml.NVMLError as e:
-                raise StepError(f"NVML refused persistence mode {word} on {address}: {e}") from None
+            for address, mode in change.items():
+                try:
+                    pynvml.nvmlDeviceSetPersistenceMode(handle_of(address), mode)
+                except pynvml.NVMLError as e:
+                    raise StepError(f"NVML refused persistence mode {mode} on {address}: {e}") from None
 
     def verify() -> str | None:
         with nvml_session(host):
-            now = _persistence(address)
-        return None if now == want else f"persistence mode of {address} is {now}, expected {want}"
+            wrong = [f"{a} is {now}" for a, m in change.items() if (now := _persistence(a)) != m]
+        return f"persistence mode not as set: {', '.join(wrong)}" if wrong else None
 
+    modes = set(change.values())
+    word = ("on" if modes == {1} else "off") if len(modes) == 1 else "back"
+    gpus = ", ".join(change)
     why = ("the driver stays initialised between users: no start-up delay for each CUDA program or "
-           "nvidia-smi, and the GPU's clocks, ECC and MIG state are kept in between" if want
-           else "it was off before")
-    return Step(f"Turn persistence mode {word} for {address}", why, (f"nvidia-smi -i {address} -pm {want}",),
-                dict(op, gpu=address, mode=want), {"kind": "nvml_persistence", "gpu": address, "mode": current},
-                apply, verify)
+           "nvidia-smi, and the GPU's clocks, ECC and MIG state are kept in between" if modes == {1}
+           else "it was so before")
+    cmds = tuple(f"nvidia-smi -i {a} -pm {m}" for a, m in change.items())
+    title = (f"Turn persistence mode {word} for {gpus}" if len(change) < 3
+             else f"Turn persistence mode {word} for {len(change)} GPUs ({gpus})")
+    return Step(title, why, cmds, {"kind": "nvml_persistence", "modes": change},
+                {"kind": "nvml_persistence", "modes": {a: current[a] for a in change}}, apply, verify)
 
 
 @step_kind("systemd_unit")

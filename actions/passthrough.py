@@ -158,6 +158,17 @@ def _passthrough_checks(host: ActionHost, snap: HostSnapshot, gpu: Gpu, vm: str 
     return members, in_configs, mig_ops
 
 
+def passthrough_checks(host: ActionHost, snap: HostSnapshot, gpu: Gpu, vm: str | None, plan: Plan) -> list[str]:
+    """Passthrough's checks for `gpu` going to `vm` (the IOMMU, its group, who holds its members, MIG,
+    the VMs), added to `plan`; the group's members that go to vfio-pci with it. MIG mode on is refused
+    here (`passthrough` alone turns it off first)."""
+    members, _configs, mig_ops = _passthrough_checks(host, snap, gpu, vm, plan)
+    if mig_ops:
+        plan.checks.append(Check(f"GPU {gpu.index} has MIG mode off", False, "MIG mode is on",
+                                 f"turn it off first (nodeconsole mig {gpu.address} --off --apply), then plan again"))
+    return members
+
+
 def _other_configs_note(plan: Plan, gpu: Gpu, vm: str | None, in_configs: dict[str, list[str]]) -> None:
     """What the other VM definitions holding the GPU mean; with a VM named, the admin types the GPU's
     address to confirm (two VM definitions with one GPU)."""

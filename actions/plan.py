@@ -29,7 +29,7 @@ KIND_MODULES = ("nodeconsole.actions.host_steps", "nodeconsole.actions.vm_hostde
                 "nodeconsole.actions.vgpu", "nodeconsole.actions.pin_steps", "nodeconsole.actions.boot_steps",
                 "nodeconsole.actions.live_steps", "nodeconsole.actions.nic_steps",
                 "nodeconsole.actions.drain", "nodeconsole.actions.reset_steps",
-                "nodeconsole.actions.shape_steps")
+                "nodeconsole.actions.shape_steps", "nodeconsole.actions.nccl.guest_files")
 
 
 class RequestError(ValueError):

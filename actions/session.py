@@ -23,11 +23,12 @@ from nodeconsole.actions.runner import Confirm, Runner
 
 if TYPE_CHECKING:
     from nodeconsole.actions.mig_steps import MigState
+    from nodeconsole.actions.placement import Placement
     from nodeconsole.console.model import HostSnapshot
     from nodeconsole.console.seams import Seams
 
 __all__ = ["ActionSession", "DoctorFix", "Drain", "MigLayout", "MigRestore", "MigSave", "NicPassthrough", "NicVfs",
-           "NothingToDo", "Passthrough", "Pin",
+           "NothingToDo", "Passthrough", "Pin", "Prepare",
            "PinAll", "Redo", "Release", "Request", "Reset", "RequestError", "StepError", "Undo", "Undrain", "VgpuCreate",
            "VgpuRemove"]
 
@@ -157,6 +158,21 @@ class Reset:
 
 
 @dataclass(frozen=True)
+class Prepare:
+    """Size and wire a shut-off VM for training (actions/prepare.py): `gpus` a count ("2": place picks) or
+    a list ("0,1", addresses); memory as `memory_kib` or `memory_factor` × the GPUs' VRAM (default 2);
+    `hugepages` "1G", "2M", "none" or None (1G where the host offers it)."""
+    label: ClassVar[str] = "prepare"
+    vm: str
+    gpus: str
+    with_nic: bool = False
+    vcpus: int | None = None
+    memory_kib: int | None = None
+    memory_factor: float | None = None
+    hugepages: str | None = None
+
+
+@dataclass(frozen=True)
 class Undo:
     """Roll a recorded change back; the latest undoable one when `record_id` is None."""
     label: ClassVar[str] = "undo"
@@ -171,7 +187,7 @@ class Redo:
 
 
 Request = (Passthrough | Release | Pin | PinAll | MigLayout | MigSave | MigRestore | VgpuCreate | VgpuRemove
-           | DoctorFix | Undo | Redo | NicVfs | NicPassthrough | Drain | Undrain | Reset)
+           | DoctorFix | Undo | Redo | NicVfs | NicPassthrough | Drain | Undrain | Reset | Prepare)
 
 
 class ActionSession:
@@ -253,6 +269,15 @@ class ActionSession:
         if not st.capable or not st.profiles:
             raise RequestError(f"{g.name} does not support MIG (or its profiles are unknown)")
         return st
+
+    def place(self, count: int, *, with_nic: bool = False, vm: str | None = None,
+              memory_factor: float = 2.0) -> Placement:
+        """`place`'s recommendation on a fresh read of the host (actions/placement.py), as `Prepare` plans
+        with it: for a form that shows where a VM would go before it is planned."""
+        from nodeconsole.actions.placement import place
+
+        return place(self.host.snapshot(), self.host.root, count, with_nic=with_nic, vm=vm,
+                     memory_factor=memory_factor)
 
     # -- applying ------------------------------------------------------------------------------------
     @staticmethod
@@ -348,6 +373,12 @@ def _builder(r: Request) -> Builder:
         from nodeconsole.actions.reset import plan_reset
 
         return lambda h, s: plan_reset(h, s, r.gpu, r.force)
+    if isinstance(r, Prepare):
+        from nodeconsole.actions.prepare import plan_prepare
+
+        return lambda h, s: plan_prepare(h, s, r.vm, r.gpus, with_nic=r.with_nic, vcpus=r.vcpus,
+                                         memory_kib=r.memory_kib, memory_factor=r.memory_factor,
+                                         hugepages=r.hugepages)
     if isinstance(r, DoctorFix):
         from nodeconsole.actions.doctor_fixes import plan_doctor_fix
 

@@ -3,7 +3,9 @@ put-back of its whole definition.
 
     {"kind": "vm_shape", "vm": NAME, "shape": VmShape.to_dict()}
         the definition's vCPUs, memory, hugepage backing, memory policy, guest NUMA cells and threads per
-        core become the shape (console/vms/shape.py); nothing else of it changes. A running VM is refused.
+        core become the shape (console/vms/shape.py); nothing else of it changes. A running VM is refused,
+        unless "next_start": true says the change is for its persistent definition (the doctor's vm-memory
+        fix: the VM takes it at its next start).
     {"kind": "vm_definition", "vm": NAME, "token": SAVED, "expect": SHA256 | None}
         the definition becomes exactly SAVED (the backend's `save` token: libvirt, the inactive XML) --
         only while it still is as the change left it (its sha256 `expect`, checked when the step runs,
@@ -53,7 +55,8 @@ def shape_commands(vm: str, now: VmShape, target: VmShape) -> tuple[str, ...]:
     if now.vcpus != target.vcpus:
         cmds += [f"virsh setvcpus {q} {target.vcpus} --config --maximum", f"virsh setvcpus {q} {target.vcpus} --config"]
     if now.memory_kib != target.memory_kib:
-        cmds += [f"virsh setmaxmem {q} {target.memory_kib}K --config", f"virsh setmem {q} {target.memory_kib}K --config"]
+        size = f"{target.memory_kib >> 20}G" if not target.memory_kib % (1 << 20) else f"{target.memory_kib}K"
+        cmds += [f"virsh setmaxmem {q} {size} --config", f"virsh setmem {q} {size} --config"]
     if now.hugepage_kib != target.hugepage_kib:
         cmds.append(f"virsh edit {q}  # <memoryBacking><hugepages><page size='{target.hugepage_kib}' unit='KiB'/>"
                     "</hugepages></memoryBacking>" if target.hugepage_kib is not None
@@ -103,7 +106,8 @@ def vm_shape_step(host: ActionHost, op: Op) -> Step | None:
         saved = cfg.save(vm)
     except VmConfigError as e:
         raise StepError(str(e)) from None
-    if state != "shut off":
+    later = state != "shut off" and op.get("next_start") is True  # the persistent definition only
+    if state != "shut off" and not later:
         raise StepError(f"VM {vm} is {state}: its size and memory layout change only while it is shut off "
                         f"({host.command_hint('shutdown', vm)})")
     inverse: Op = {"kind": "vm_definition", "vm": vm, "token": saved, "expect": None}
@@ -117,7 +121,9 @@ def vm_shape_step(host: ActionHost, op: Op) -> Step | None:
         got = cfg.shape(vm)
         return None if got.key() == target.key() else f"VM {vm}'s definition reads back as: {got.describe()}"
 
-    return Step(title=f"Shape VM {vm}: {target.describe()}", why=f"now: {now.describe()}",
+    return Step(title=f"Shape VM {vm}: {target.describe()}" + (f" (its definition: the {state} VM takes it at its "
+                                                               "next start)" if later else ""),
+                why=f"now: {now.describe()}",
                 commands=shape_commands(vm, now, target), op=dict(op), inverse=inverse, apply_fn=apply,
                 verify_fn=verify)
 

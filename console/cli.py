@@ -33,12 +33,14 @@ KNOWN_COMMANDS = frozenset({"snapshot", "demo", "doctor", "events", "capture", "
                             "reboot-impact"})
 # Names of the subcommands that change the host: actions/cli/ registers them into this parser (the full
 # command). Named here only to say, when the base entry is asked for one, where it is.
-CHANGE_COMMANDS = frozenset({"passthrough", "release", "log", "undo", "nccl", "pin", "mig", "vgpu", "nic", "gpu"})
+CHANGE_COMMANDS = frozenset({"passthrough", "release", "log", "undo", "nccl", "pin", "mig", "vgpu", "nic", "gpu",
+                             "place"})
+PLANNING_COMMANDS = frozenset({"place"})  # of those, the read-only ones (they use actions/ to plan)
 # Registers more subcommands (calls `subcommand`): the change commands of actions/cli/.
 Loader = Callable[[], None]
 # The order `--help` lists the subcommands in (whichever module registers them).
 ORDER = ("demo", "snapshot", "passthrough", "release", "log", "undo", "nccl", "pin", "mig", "vgpu", "doctor",
-         "events", "capture", "nic", "diff", "exporter", "fleet", "reboot-impact", "gpu")
+         "events", "capture", "nic", "diff", "exporter", "fleet", "reboot-impact", "gpu", "place")
 
 
 def build_parser(load: bool = True, more: Loader | None = None) -> argparse.ArgumentParser:
@@ -165,7 +167,8 @@ def _refuse_change_command(argv: list[str]) -> None:
     """The base entry asked for a subcommand that changes the host: say where it is (UsageError)."""
     name = _command_word(argv)
     if name in CHANGE_COMMANDS:
-        raise UsageError(f"`{name}` changes the host: it is a command of the full {FULL_COMMAND}; "
+        what = "plans with the changes' code" if name in PLANNING_COMMANDS else "changes the host"
+        raise UsageError(f"`{name}` {what}: it is a command of the full {FULL_COMMAND}; "
                          f"this entry has the read-only commands: {', '.join(sorted(KNOWN_COMMANDS))}")
 
 

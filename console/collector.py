@@ -2,7 +2,8 @@
 
 Each source is read inside its own guard: an exception becomes `sources.<name> = "unavailable: reason"`
 and the rest of the snapshot is still built. Slow, static facts (the sysfs tree) are cached for a few
-seconds; fast facts (NVML metrics, VM CPU time, per-CPU load) are read on every call. One Collector is
+seconds, and never across a reboot (the cache is keyed by the host's boot id); fast facts (NVML metrics,
+VM CPU time, per-CPU load) are read on every call. One Collector is
 used by one poller at a time (the app never starts a poll while one runs).
 """
 from __future__ import annotations
@@ -22,7 +23,7 @@ from nodeconsole.console.health import HealthBook
 from nodeconsole.console.model import SOURCE_OK, SOURCE_PENDING, HostSnapshot, Load, Sources, SourceState, Vm
 from nodeconsole.console.resets import ResetReader
 from nodeconsole.console.seams import Seams
-from nodeconsole.console.sources.types import LibvirtData, NvmlData, SourceError, SysfsData
+from nodeconsole.console.sources.types import Hypervisor, LibvirtData, NvmlData, SourceError, SysfsData
 
 SYSFS_FULL_S = 300.0  # the whole sysfs tree is read again at least this often
 SYSFS_REFRESH_S = 30.0  # what can change in it without moving a sign (sysfs.refresh_sysfs), this often
@@ -68,6 +69,7 @@ class Collector:
         self.sysfs_full = sysfs_full
         self.sysfs_refresh = sysfs_refresh
         self._sysfs: SysfsData | None = None
+        self._boot_id: str | None = None  # the boot the cached sysfs facts were read in (Seams.boot_id)
         self._invalidations = 0  # invalidate() calls so far
         self._sysfs_at = 0.0
         self._refresh_at = 0.0
@@ -129,6 +131,11 @@ class Collector:
     def _read_sysfs(self) -> SysfsData:
         now = time.monotonic()
         invalidations = self._invalidations  # an action's invalidate() during this read wins over it
+        boot = self.seams.boot_id()
+        if boot != self._boot_id:  # a reboot: the static facts (command line, IOMMU, modules) are new
+            self._sysfs = None
+            self._sign_root = None
+            self._load = None  # per-CPU times start again from zero
         cached = self._sysfs
         stale = cached is None or now - self._sysfs_at > self.sysfs_full
         refresh = now - self._refresh_at > self.sysfs_refresh
@@ -150,6 +157,7 @@ class Collector:
             data = cached
         if self._invalidations == invalidations:
             self._sysfs = data
+            self._boot_id = boot
         return data
 
     def _signs(self, data: SysfsData | None) -> tuple:
@@ -194,6 +202,12 @@ class Collector:
     def libvirt_version(self) -> str:
         """libvirt's version on the source's connection ("" before the first poll reached libvirt)."""
         return self._libvirt.version if self._libvirt is not None else ""
+
+    @property
+    def hypervisor(self) -> Hypervisor | None:
+        """What the VM source's connection says of itself (None before one, or for a backend that does not
+        say): the doctor's libvirtd check names it."""
+        return getattr(self._libvirt, "hypervisor", None) if self._libvirt is not None else None
 
     def _read_libvirt(self) -> LibvirtData:
         if self._libvirt is None:

@@ -86,7 +86,7 @@ class Sampler:
             from nodeconsole.console.doctor.run import run_doctor
 
             try:
-                report = run_doctor(snap, self.collector.seams.root)
+                report = run_doctor(snap, self.collector.seams.root, hypervisor=self.collector.hypervisor)
             except Exception:  # the checks guard themselves; an unexpected failure costs only them
                 report = None
         counts = self._counter.update(self.collector.watch.read, snap.kernel_events, snap)

@@ -11,6 +11,7 @@ from nodeconsole.screens.app_polling import PollingApp
 from nodeconsole.screens.messages import GpuSelected, PlanChange, VmSelected
 
 if TYPE_CHECKING:  # the actions are imported on first use
+    from nodeconsole.actions.placement import Placement
     from nodeconsole.actions.plan import Plan
     from nodeconsole.actions.progress import Progress
     from nodeconsole.actions.session import ActionSession, Request
@@ -39,11 +40,23 @@ class ChangesApp(PollingApp):
         return self.selected_gpu or None
 
     def action_passthrough(self) -> None:
-        from nodeconsole.actions.session import Passthrough
+        """`a` on the GPUs screen: which VM gets the selected GPU, if any, and its NIC
+        (screens/passthrough_pick.py), then its passthrough plan."""
+        from nodeconsole.screens.passthrough_pick import PassthroughPickModal, vm_choices
 
         addr = self._selected_gpu()
-        if addr:
-            self._plan_worker(Passthrough(addr))
+        if not addr:
+            return
+        snap = self.snapshot
+        g = snap.gpu(addr) if snap is not None else None
+        label = f"GPU {g.index} ({addr})" if g is not None else addr
+        choices = vm_choices(snap, addr) if snap is not None else []
+        self.push_screen(PassthroughPickModal(addr, label, choices), self._plan_chosen)
+
+    def _plan_chosen(self, request: Request | None) -> None:
+        """A dialog's answer: the request to plan, or None (cancelled: nothing to plan)."""
+        if request is not None:
+            self._plan_worker(request)
 
     def action_release(self) -> None:
         from nodeconsole.actions.session import Release
@@ -89,11 +102,7 @@ class ChangesApp(PollingApp):
             return
         from nodeconsole.screens.mig_editor import MigEditor
 
-        def chosen(request: Request | None) -> None:
-            if request is not None:
-                self._plan_worker(request)
-
-        self.push_screen(MigEditor(self.new_session, addr), chosen)
+        self.push_screen(MigEditor(self.new_session, addr), self._plan_chosen)
 
     def _selected_vm(self) -> str | None:
         if not self.selected_vm:
@@ -106,6 +115,32 @@ class ChangesApp(PollingApp):
         name = self._selected_vm()
         if name:
             self._plan_worker(Pin(name))
+
+    def action_prepare(self) -> None:
+        """`P` on the VMs screen: the prepare form for the selected VM with place's recommendation
+        (screens/prepare_form.py, worked out in its worker), then the Prepare plan."""
+        from nodeconsole.screens.prepare_form import PrepareChoice, PrepareModal
+
+        name = self._selected_vm()
+        if not name:
+            return
+        v = self.snapshot.vm(name) if self.snapshot is not None else None
+        sessions: list[ActionSession] = []  # one session for the form's questions, opened in its worker
+
+        def placer(count: int, with_nic: bool, memory_factor: float) -> Placement:
+            if not sessions:
+                sessions.append(self.new_session())
+            return sessions[0].place(count, with_nic=with_nic, vm=name, memory_factor=memory_factor)
+
+        def answered(choice: PrepareChoice | None) -> None:
+            from nodeconsole.actions.session import Prepare
+
+            if choice is not None:
+                self._plan_worker(Prepare(name, gpus=str(choice.count), with_nic=choice.with_nic,
+                                          memory_factor=choice.memory_factor))
+
+        labels = {g.address: f"GPU {g.index}" for g in self.snapshot.gpus} if self.snapshot is not None else {}
+        self.push_screen(PrepareModal(name, v.state if v is not None else "state unknown", placer, labels), answered)
 
     def action_pin_all(self) -> None:
         from nodeconsole.actions.session import PinAll

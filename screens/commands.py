@@ -40,8 +40,8 @@ COMMANDS: tuple[Command, ...] = (
             "Screens", footer=False),
     Command("slash", "filter", "Filter", "Filter the rows of the current table", "Table", priority=True),
     Command("enter", "details", "Details", "Open the details of the selected row", "Table", footer=False),
-    Command("a", "passthrough", "Passthrough", "Plan giving the selected GPU to vfio-pci (GPUs screen)",
-            "Actions", screens=("gpus",)),
+    Command("a", "passthrough", "Passthrough", "Plan giving the selected GPU to vfio-pci, or to a VM (asks which; "
+            "with its NIC: a free VF beside the GPU) (GPUs screen)", "Actions", screens=("gpus",)),
     Command("R", "release", "Release", "Plan giving the selected GPU back to the host (GPUs screen)",
             "Actions", screens=("gpus",)),
     Command("D", "drain", "Drain", "Drain the selected GPU (asks why) or lift its drain (GPUs screen)",
@@ -52,6 +52,9 @@ COMMANDS: tuple[Command, ...] = (
             screens=("gpus",)),
     Command("n", "pin", "Pin", "Plan NUMA-aware pinning for the selected VM (VMs screen)", "Actions",
             screens=("vms",)),
+    Command("P", "prepare", "Prepare", "Plan readying the selected VM for training: a form (GPU count, NIC VFs, "
+            "memory factor) with the recommended GPUs, node, vCPUs, memory and hugepages, then the plan (VMs "
+            "screen)", "Actions", screens=("vms",)),
     Command("N", "pin_all", "Pin all", "One plan pinning every unpinned GPU VM", "Actions", footer=False),
     Command("u", "undo", "Undo", "Plan rolling back the latest change (Changes screen: the "
             "selected one)", "Actions", footer=False),

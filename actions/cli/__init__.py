@@ -1,5 +1,6 @@
 """The subcommands that change the host (passthrough, release, log, undo, pin, mig, vgpu, nic, gpu,
-nccl, doctor --fix): they register into the base command line (console/cli.py) when `load` runs.
+nccl, doctor --fix), and `place`, which reads the host the way they plan on it: they register into the
+base command line (console/cli.py) when `load` runs.
 
 `main` is the full command without the interactive console: `python -m nodeconsole.actions.cli`
 (headless, no Textual). The installed `nodeconsole` (screens/launch.py) loads them the same way."""
@@ -10,7 +11,7 @@ from collections.abc import Sequence
 
 from nodeconsole.console import cli
 
-MODULES = ("changes", "nccl", "pin", "mig", "vgpu", "nic", "gpu", "doctor_fix")
+MODULES = ("changes", "nccl", "pin", "mig", "vgpu", "nic", "gpu", "doctor_fix", "place", "prepare")
 
 
 def load() -> None:

@@ -73,8 +73,20 @@ def _vm_topology(args: argparse.Namespace):  # -> VmTopology
         raise UsageError(str(e)) from None
 
 
+def _kept_note(args: argparse.Namespace, topo) -> str | None:
+    """Where `prepare` keeps this VM's NCCL files on the host, when it wrote them."""
+    from nodeconsole.actions.nccl.guest_files import guest_files_dir
+
+    where = guest_files_dir(topo.vm)
+    if where is None or not seams_from_args(args).root.exists(where):
+        return None
+    return f"prepare keeps this VM's topology and environment in /{where}/ (topo.xml, nccl.env)"
+
+
 def run_topo(args: argparse.Namespace) -> int:
     topo = _vm_topology(args)
+    if (kept := _kept_note(args, topo)) is not None:
+        print(f"note: {kept}", file=sys.stderr)
     if args.output is None:
         sys.stdout.write(topo.xml)
     else:
@@ -150,4 +162,6 @@ def _vm_env(args: argparse.Namespace) -> int:
             print(f"export {i.name}={i.value}" + (f"  # {i.note}" if i.note else ""))
     for note in topo.notes:
         print(f"# note: {note}")
+    if (kept := _kept_note(args, topo)) is not None:
+        print(f"# note: {kept}")
     return 0

@@ -77,9 +77,10 @@ def take_capture(seams: Seams, *, changes: Sequence[AuditRecord] = (), audit: by
     entries: dict[str, Entry] = {}
 
     progress("reading the host (sysfs, NVML, libvirt, load)")
-    snap = _read_host(replace(seams, root=rec), rec, sources, versions)
+    hypervisor: list[Any] = []  # what the VM source's connection said of itself (the doctor names it)
+    snap = _read_host(replace(seams, root=rec), rec, sources, versions, hypervisor)
     progress("running the doctor")
-    _doctor(snap, rec, changes, entries, sources)
+    _doctor(snap, rec, changes, entries, sources, hypervisor[0] if hypervisor else None)
     progress("reading the kernel log")
     _tree(seams, rec, entries, sources)
     progress("dumping the NVML state")
@@ -123,10 +124,11 @@ def take_capture(seams: Seams, *, changes: Sequence[AuditRecord] = (), audit: by
     return Capture(archive_bytes(entries), manifest, len(entries))
 
 
-def _read_host(rseams: Seams, rec: RecordingRoot, sources: dict[str, Any], versions: dict[str, str]) -> Any:
+def _read_host(rseams: Seams, rec: RecordingRoot, sources: dict[str, Any], versions: dict[str, str],
+               hypervisor: list[Any]) -> Any:
     """One snapshot through the recording root, what plans read beyond it, and the kernel's and the
     driver's versions (the NVIDIA module's own when NVML gave none). The snapshot, or None."""
-    snap = _snapshot(rseams, sources)
+    snap = _snapshot(rseams, sources, hypervisor)
     _context(rec)
     if snap is not None:
         versions["kernel"] = snap.host.kernel
@@ -142,7 +144,7 @@ def _read_host(rseams: Seams, rec: RecordingRoot, sources: dict[str, Any], versi
 
 
 def _doctor(snap: Any, rec: RecordingRoot, changes: Sequence[AuditRecord], entries: dict[str, Entry],
-            sources: dict[str, Any]) -> None:
+            sources: dict[str, Any], hypervisor: Any = None) -> None:
     """The doctor's report over the snapshot (skipped without one; a failure never costs the capture)."""
     if snap is None:
         sources["doctor"] = {"status": "skipped", "reason": "no snapshot"}
@@ -150,7 +152,7 @@ def _doctor(snap: Any, rec: RecordingRoot, changes: Sequence[AuditRecord], entri
     try:
         from nodeconsole.console.doctor.run import run_doctor
 
-        report = run_doctor(snap, rec, changes=changes)
+        report = run_doctor(snap, rec, changes=changes, hypervisor=hypervisor)
         entries[DOCTOR] = Entry(FILE, _json(report.to_dict()))
         sources["doctor"] = {"status": "ok", **report.counts()}
     except Exception as e:  # the doctor must never cost the capture
@@ -227,12 +229,13 @@ def _context(rec: RecordingRoot) -> None:
             read(path)
 
 
-def _snapshot(seams: Seams, sources: dict[str, Any]) -> Any:
+def _snapshot(seams: Seams, sources: dict[str, Any], hypervisor: list[Any]) -> Any:
     from nodeconsole.console.collector import Collector
 
     collector = Collector(seams)
     try:
         snap = collector.collect()
+        hypervisor.append(collector.hypervisor)
     except Exception as e:
         sources["snapshot"] = _failed(e)
         return None

@@ -84,9 +84,10 @@ def diagnose(args: argparse.Namespace) -> DoctorReport:
     collector = Collector(seams)
     try:
         snap = collector.collect()
+        hypervisor = collector.hypervisor
     finally:
         collector.close()
-    return run_doctor(snap, seams.root, role=args.role, changes=_changes(seams))
+    return run_doctor(snap, seams.root, role=args.role, changes=_changes(seams), hypervisor=hypervisor)
 
 
 def _changes(seams: Seams) -> list[AuditRecord]:

@@ -41,14 +41,15 @@ _BLACKLIST_CMDLINE = ("modprobe.blacklist",)
 
 def bare_spec(spec: HostSpec) -> HostSpec:
     """The same hardware as `spec`, freshly installed: no IOMMU, hugepages or host cores on the command
-    line, no vfio (loaded or configured), nouveau loaded and not blacklisted, numa_balancing on,
+    line, no vfio or vhost_net (loaded or configured), nouveau loaded and not blacklisted, numa_balancing on,
     persistence off, no VMs, no MIG and no vGPU: every function on its own driver."""
     prefix, _ = split_cmdline(spec.cmdline)
     bridges = tuple(replace(hb, children=tuple(_bare_dev(d) for d in hb.children)) for hb in spec.host_bridges)
     return replace(spec, cmdline=" ".join(prefix), iommu=False, hugepages_2m_per_node=0, hugepages_1g_per_node=0,
                    hugepages_node_pages=(), host_bridges=bridges, vms=(),
                    drivers_loaded=tuple(d for d in spec.drivers_loaded if d != VFIO), vfio_loaded=False,
-                   modules_extra=(), nouveau_loaded=True, allow_unsafe_interrupts=False, numa_balancing=1,
+                   modules_extra=(), vhost_net=False, nouveau_loaded=True, allow_unsafe_interrupts=False,
+                   numa_balancing=1,
                    persistence_mode=False, boot_count=0, vfio_at_boot=False, nouveau_blacklisted=False,
                    sysctl_numa_balancing=None, host_cores=(), persistenced_enabled=False)
 
@@ -242,7 +243,7 @@ def boot_spec(base: HostSpec, boot: BootConfig, boot_count: int) -> HostSpec:
     drivers = _Drivers(iommu, vfio, frozenset(ids) if early else frozenset(), boot.driverctl)
     bridges = tuple(replace(hb, children=tuple(_boot_dev(d, hb, hb.bus, drivers, boot) for d in hb.children))
                     for hb in base.host_bridges)
-    extra = [m for m in boot.modules if m not in VFIO_STACK and m != "nouveau"]
+    extra = [m for m in boot.modules if m not in VFIO_STACK and m not in ("nouveau", "vhost_net")]
     if not vfio and listed & {"vfio", "vfio_iommu_type1"}:
         extra += ["vfio", "vfio_iommu_type1"]
     has_nvidia_gpu = any(d.vendor == NVIDIA and d.gpu for _a, d, _p, _h in walk(base))
@@ -253,7 +254,7 @@ def boot_spec(base: HostSpec, boot: BootConfig, boot_count: int) -> HostSpec:
                    hugepages_2m_per_node=0, hugepages_1g_per_node=0,
                    hugepages_node_pages=tuple((n, s, c) for (n, s), c in sorted(huge.items())),
                    drivers_loaded=tuple(d for d in base.drivers_loaded if d != VFIO), vfio_loaded=vfio,
-                   modules_extra=tuple(dict.fromkeys(extra)), nouveau_loaded=nouveau,
+                   modules_extra=tuple(dict.fromkeys(extra)), vhost_net="vhost_net" in listed, nouveau_loaded=nouveau,
                    allow_unsafe_interrupts=boot.allow_unsafe_interrupts or _flag(
                        words, "vfio_iommu_type1.allow_unsafe_interrupts") in ("1", "Y", "y"),
                    numa_balancing=int(numa) if numa in ("0", "1", "2", "3") else 1,
@@ -328,7 +329,7 @@ class BootReport:
 def boot_report(spec: HostSpec, boot: BootConfig, root: Root) -> BootReport:
     from nodeconsole.console.demo.gen_cpu import hugepages
 
-    modules = (VFIO_STACK if spec.vfio_loaded else ()) + spec.modules_extra
+    modules = (VFIO_STACK if spec.vfio_loaded else ()) + ("vhost_net",) * spec.vhost_net + spec.modules_extra
     pages = tuple((n, size, nr) for n in range(spec.cpu.nodes) for size, nr in sorted(hugepages(spec, n).items())
                   if nr)
     mig = tuple(a for a, d, _p, _hb in walk(spec) if d.gpu and d.gpu.mig_enabled)

@@ -12,6 +12,7 @@ from nodeconsole.console.demo.spec import CpuSpec, HostSpec
 # Words the boot loader puts before the configured ones: the image, the root file system
 PREFIX_NAMES = ("BOOT_IMAGE", "root", "ro", "rw", "rootflags", "rootfstype")
 VFIO_CONF = "etc/modules-load.d/vfio.conf"
+VHOST_NET_CONF = "etc/modules-load.d/vhost-net.conf"
 NOUVEAU_CONF = "etc/modprobe.d/blacklist-nouveau.conf"
 SYSCTL_CONF = "etc/sysctl.d/80-vm-host.conf"
 CPU_AFFINITY_CONF = "etc/systemd/system.conf.d/60-host-cores.conf"
@@ -156,6 +157,8 @@ def write_etc(w: TreeWriter, spec: HostSpec) -> None:
     w.raw("etc/initramfs-tools/modules", INITRAMFS_MODULES + (VFIO_MODULES if spec.vfio_at_boot else ""))
     if spec.vfio_at_boot:
         w.raw(VFIO_CONF, "# vfio for PCI passthrough to VMs\n" + VFIO_MODULES)
+    if spec.vhost_net:
+        w.raw(VHOST_NET_CONF, "# virtio networking in the kernel\nvhost_net\n")
     w.raw("etc/modprobe.d/blacklist.conf", MODPROBE_BLACKLIST)
     if spec.nouveau_blacklisted:
         w.raw(NOUVEAU_CONF, "# the NVIDIA driver owns the GPUs\nblacklist nouveau\noptions nouveau modeset=0\n")

@@ -1,6 +1,7 @@
 """What the running kernel of a synthetic host shows about its own set-up: the loaded modules
-(/sys/module), /dev/kvm, the firmware's IOMMU table (/sys/firmware/acpi/tables), the IOMMU units
-(/sys/class/iommu), numa_balancing and the boot id."""
+(/sys/module), the device nodes (/dev/kvm, /dev/vhost-net, /dev/net/tun), the mounts (/proc/mounts, the
+unified cgroup hierarchy and its controllers), the firmware's IOMMU table (/sys/firmware/acpi/tables),
+the IOMMU units (/sys/class/iommu), numa_balancing and the boot id."""
 from __future__ import annotations
 
 from nodeconsole.console.demo.fstree import TreeWriter
@@ -13,6 +14,10 @@ VFIO_STACK = ("vfio", "vfio_iommu_type1", "vfio_pci_core", "vfio_pci")  # what `
 BUILT_IN = {"pcieport"}  # PCI drivers compiled into the kernel: no module of that name
 # The IOMMU units' capability registers as a Sapphire Rapids reports them (ecap bit 3: interrupt remapping)
 DMAR_CAP, DMAR_ECAP = "d2008c40660462", "29a00f0505e"
+VHOST_NET = ("vhost_net", "vhost", "vhost_iotlb", "tap")  # what `modprobe vhost_net` loads
+# The unified (v2) cgroup hierarchy as systemd mounts it on Ubuntu 24.04, and the controllers its root offers
+CGROUP2_MOUNT = "cgroup2 /sys/fs/cgroup cgroup2 rw,nosuid,nodev,noexec,relatime,nsdelegate,memory_recursiveprot 0 0"
+CGROUP2_CONTROLLERS = "cpuset cpu io memory hugetlb pids rdma misc"
 
 
 def is_intel(spec: HostSpec) -> bool:
@@ -36,6 +41,9 @@ def loaded_modules(spec: HostSpec, pci: PciLayout) -> dict[str, dict[str, str]]:
         mods[kvm_module(spec)] = {"nested": "Y"} if is_intel(spec) else {"nested": "1"}
     for name in spec.modules_extra:
         mods.setdefault(module_name(name), {})
+    if spec.vhost_net:
+        for name in VHOST_NET:
+            mods.setdefault(name, {})
     if spec.vfio_loaded:
         for name in VFIO_STACK:
             mods[name] = {}
@@ -74,11 +82,30 @@ def write_kernel(w: TreeWriter, spec: HostSpec, pci: PciLayout) -> None:
         w.raw("dev/kvm", "")  # a regular file stands for the character device (a tree cannot mknod)
     if "vfio" in mods:
         w.raw("dev/vfio/vfio", "")
+    if "vhost_net" in mods:
+        w.raw("dev/vhost-net", "")
+    w.raw("dev/net/tun", "")  # tun is built into the kernel: its node is always there
     w.mkdir("dev/vfio")
+    _write_mounts(w, spec)
     _write_acpi(w, spec)
     w.mkdir("sys/class/iommu")
     if spec.iommu:
         _write_iommu_units(w, spec)
+
+
+def _write_mounts(w: TreeWriter, spec: HostSpec) -> None:
+    """/proc/mounts (the root, the kernel's file systems, the unified cgroup hierarchy) and what that
+    hierarchy's root offers; this process's place in it (/proc/self/cgroup)."""
+    w.raw("proc/mounts", "".join(f"{line}\n" for line in (
+        "sysfs /sys sysfs rw,nosuid,nodev,noexec,relatime 0 0",
+        "proc /proc proc rw,nosuid,nodev,noexec,relatime 0 0",
+        "udev /dev devtmpfs rw,nosuid,relatime,mode=755,inode64 0 0",
+        "/dev/mapper/vg0-root / ext4 rw,relatime 0 0",
+        CGROUP2_MOUNT,
+        "hugetlbfs /dev/hugepages hugetlbfs rw,nosuid,nodev,relatime,pagesize=2M 0 0")))
+    w.raw("sys/fs/cgroup/cgroup.controllers", CGROUP2_CONTROLLERS + "\n")
+    w.raw("sys/fs/cgroup/cgroup.subtree_control", CGROUP2_CONTROLLERS + "\n")
+    w.raw("proc/self/cgroup", "0::/user.slice/user-0.slice/session-1.scope\n")
 
 
 def _acpi_table(signature: bytes, body: bytes, revision: int = 1) -> bytes:

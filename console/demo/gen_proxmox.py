@@ -1,7 +1,8 @@
 """The demo host as a Proxmox VE host (`demo reset --proxmox`): the same hardware, its VMs as qemu-server
 configs (etc/pve/qemu-server/<vmid>.conf, vmids from 100 in the preset's order), a resource mapping of its
 GPUs (etc/pve/mapping/pci.cfg), and its running (and paused) VMs as QEMU processes with their pid files
-(run/qemu-server/<vmid>.pid, /proc/<pid>/cmdline with that -pidfile). The simulated `qm`
+(run/qemu-server/<vmid>.pid, /proc/<pid>/cmdline with that -pidfile), and pve-cluster running (its pmxcfs
+process, /etc/pve mounted in /proc/mounts). The simulated `qm`
 (console/demo/sim_qm.py) edits the configs.
 
 How a libvirt VM of the preset becomes a Proxmox one: its vCPUs are `cores` (one socket: Proxmox has no
@@ -26,6 +27,8 @@ from nodeconsole.console.vms.proxmox import CONF_DIR, mdev_uuid
 
 FIRST_VMID = 100
 PID_BASE = 20000  # a VM's QEMU process is PID_BASE + vmid
+PMXCFS, PMXCFS_PID = "usr/bin/pmxcfs", 1234  # pve-cluster's cluster file system daemon
+PVE_MOUNT = "/dev/fuse /etc/pve fuse rw,nosuid,nodev,relatime,user_id=0,group_id=0,default_permissions,allow_other 0 0"
 _POLICY = {"strict": "bind", "preferred": "preferred", "interleave": "interleave", "restrictive": "bind"}
 
 
@@ -123,12 +126,25 @@ def write_proxmox(spec: HostSpec, root_dir: Path, configs: bool = True) -> None:
         (root_dir / "var").mkdir(exist_ok=True)
         os.symlink("../run", root_dir / "var/run")
     (root_dir / CONF_DIR).mkdir(parents=True, exist_ok=True)
+    _cluster_fs(root_dir)
     for i, vm in enumerate(spec.vms):
         vmid = vmid_of(i)
         if configs:
             _write(root_dir / CONF_DIR / f"{vmid}.conf", vm_conf(spec, vm, vmid, root))
         if vm.state in ("running", "paused"):
             _process(root_dir, vmid, vm)
+
+
+def _cluster_fs(root_dir: Path) -> None:
+    """pve-cluster running: its pmxcfs process, the program on the disk and /etc/pve mounted (FUSE)."""
+    _write(root_dir / PMXCFS, "")
+    proc = root_dir / f"proc/{PMXCFS_PID}"
+    _write(proc / "cmdline", b"/usr/bin/pmxcfs\0")
+    _write(proc / "comm", "pmxcfs\n")
+    mounts = root_dir / "proc/mounts"
+    text = mounts.read_text() if mounts.is_file() else ""
+    if " /etc/pve " not in text:
+        _write(mounts, text + PVE_MOUNT + "\n")
 
 
 def _process(root_dir: Path, vmid: int, vm: VmSpec) -> None:

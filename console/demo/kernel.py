@@ -23,10 +23,13 @@ _MODULES = "sys/module"
 # What loading a module loads first (modprobe follows depends and softdeps)
 _DEPENDS: dict[str, tuple[str, ...]] = {"vfio_pci": ("vfio", "vfio_iommu_type1", "vfio_pci_core"),
                                         "vfio_pci_core": ("vfio", "vfio_iommu_type1"),
-                                        "vfio_iommu_type1": ("vfio",), "vfio": ("vfio_iommu_type1",)}
+                                        "vfio_iommu_type1": ("vfio",), "vfio": ("vfio_iommu_type1",),
+                                        "vhost_net": ("vhost", "vhost_iotlb", "tap"), "vhost": ("vhost_iotlb",)}
 _PARAMETERS = {"vfio_iommu_type1": {"allow_unsafe_interrupts": "N", "dma_entry_limit": "65535"}}
 _DRIVERS = {"vfio_pci": "vfio-pci", "pci_stub": "pci-stub"}  # module → the PCI driver it registers
-_NOT_PCI = {"vfio", "vfio_iommu_type1", "vfio_pci_core", "kvm", "kvm_intel", "kvm_amd"}  # no PCI driver
+_NOT_PCI = {"vfio", "vfio_iommu_type1", "vfio_pci_core", "kvm", "kvm_intel", "kvm_amd", "vhost_net", "vhost",
+            "vhost_iotlb", "tap", "tun"}  # no PCI driver
+_NODES = {"vhost_net": "dev/vhost-net", "tun": "dev/net/tun"}  # the device node a module makes
 _HUGEPAGES = re.compile(r"^sys/(devices/system/node/node\d+|kernel/mm)/hugepages/hugepages-\d+kB/nr_hugepages$")
 
 
@@ -111,7 +114,7 @@ class SimulatedKernel:
 
     # where the simulated kernel itself writes, besides the device directory of the write
     _TREES = ("sys/devices", ops.PCI_DEVICES, ops.PCI_DRIVERS, ops.GROUPS, "sys/bus/mdev", "sys/class/mdev_bus",
-              "dev/vfio", ops.SIM, sim_rdma.IB_CLASS, sim_rdma.NET_CLASS)
+              "dev", "dev/vfio", ops.SIM, sim_rdma.IB_CLASS, sim_rdma.NET_CLASS)
 
     def _contained(self, resolved: str) -> None:
         """Every directory a write changes resolves inside the demo root (a link planted in the tree,
@@ -267,6 +270,8 @@ class SimulatedKernel:
                     w.attr(f"{_MODULES}/{dep}/parameters/{param}", value)
         if (self.base / _MODULES / "vfio").is_dir() and not os.path.lexists(self.base / "dev/vfio/vfio"):
             w.raw("dev/vfio/vfio", "")
+        if mod in _NODES and not os.path.lexists(self.base / _NODES[mod]):
+            w.raw(_NODES[mod], "")
         if mod in _NOT_PCI:
             return
         name = _DRIVERS.get(mod, name)
@@ -295,6 +300,8 @@ class SimulatedKernel:
         ops.remove_tree(self.base / _MODULES / mod)
         if mod == "vfio":
             ops.remove_tree(self.base / "dev/vfio/vfio")
+        if mod in _NODES:
+            ops.remove_tree(self.base / _NODES[mod])
 
     def _refresh_group(self, dev_dir: str) -> None:
         group = ops.link_name(self.base, f"{dev_dir}/iommu_group")

@@ -219,10 +219,12 @@ def small_spec(gpus: int = 2, iommu: bool = True) -> HostSpec:
                     host_bridges=(chipset(0, bmc_vga=False), HostBridge(0x17, 0, tuple(ports))), vms=vms)
 
 
-def large_spec(gpus: int = 16, cpus: int = 256, vms: int = 500) -> HostSpec:
+def large_spec(gpus: int = 16, cpus: int = 256, vms: int = 500, free_gpus: int = 0) -> HostSpec:
     """A scalable host for benchmarks: 2 sockets (cpus/4 cores each, 2 threads), GPUs two per switch
     cycling through host / vfio (with a VM) / time-sliced vGPU (2 VMs) / MIG, then plain VMs up to
-    `vms` in every state, one in three pinned."""
+    `vms` in every state, one in three pinned. `free_gpus`: that many GPUs (every other one, then the
+    rest) are idle on nvidia and in no VM instead, for placing a training VM; such a host has 2 TiB per
+    node (8 GPUs' VRAM twice over fits on one)."""
     if cpus % 4 or cpus < 16:
         raise ValueError("cpus must be a multiple of 4 (2 sockets × 2 threads), at least 16")
     cpu = CpuSpec(sockets=2, cores_per_socket=cpus // 4, threads_per_core=2)
@@ -240,28 +242,10 @@ def large_spec(gpus: int = 16, cpus: int = 256, vms: int = 500) -> HostSpec:
             if i >= gpus:
                 break
             addr = f"{domain:04x}:{bus + 3 + k:02x}:00.0"
-            kind = ("host", "vfio", "vgpu", "mig")[i % 4]
-            if kind == "vfio":
-                ends.append(gpu_functions(GpuSpec(), driver="vfio-pci", override="vfio-pci",
-                                          audio_driver="vfio-pci", label=f"gpu{i}"))
-                first = 2 + (i // 4) % max(1, cpu.cores_per_socket - 6)
-                hostdev_vms.append(VmSpec(f"gpu-vm-{i}", "running", 8, 32768, pins(cpu, node, first, 8),
-                                          numatune=("strict", (node,)), threads_per_core=2,
-                                          hostdevs=_pci_hostdevs(addr)))
-            elif kind == "vgpu":
-                md = tuple(MdevSpec(stable_uuid(host, "mdev", addr, j), H100_TIME_SLICED[3].type_id)
-                           for j in range(2))
-                ends.append(gpu_functions(GpuSpec(vgpu_types=H100_TIME_SLICED, mdevs=md, load=(30, 10, 40)),
-                                          label=f"gpu{i}"))
-                hostdev_vms += [VmSpec(f"vgpu-vm-{i}-{j}", "running", 4, 16384,
-                                       hostdevs=(HostdevSpec(mdev_uuid=m.uuid, managed=False),))
-                                for j, m in enumerate(md)]
-            elif kind == "mig":
-                ends.append(gpu_functions(GpuSpec(mig_enabled=True, mig_instances=(
-                    mig_instance(H100, "3g.40gb", 0, 1), mig_instance(H100, "3g.40gb", 4, 2))), label=f"gpu{i}"))
-            else:
-                ends.append(gpu_functions(GpuSpec(processes=(GpuProcessSpec(1000 + i, "python3", 20480),),
-                                                  load=(60, 20, 60)), label=f"gpu{i}"))
+            kind = "free" if _free(i, gpus, free_gpus) else ("host", "vfio", "vgpu", "mig")[i % 4]
+            fns, held = _large_gpu(cpu, host, i, kind, addr, node)
+            ends.append(fns)
+            hostdev_vms += held
         ends.append(nic_functions(4, label=f"nic{sw}"))
         by_bus.setdefault((domain, node), []).append(HostBridge(bus, node, (switch(1, bus, ends),), domain))
     bridges = (chipset(0),) + tuple(hb for v in by_bus.values() for hb in v)
@@ -274,5 +258,34 @@ def large_spec(gpus: int = 16, cpus: int = 256, vms: int = 500) -> HostSpec:
         plain.append(VmSpec(f"vm-{n:04d}", states[n % len(states)], 2 if n % 2 else 4, 4096,
                             pins(cpu, node, first, 2 if n % 2 else 4) if pinned else (),
                             numatune=("strict", (node,)) if pinned else None, threads_per_core=2))
-    return HostSpec(hostname=host, cmdline=LARGE_CMDLINE, cpu=cpu, memory_per_node_mib=1048576,
+    return HostSpec(hostname=host, cmdline=LARGE_CMDLINE, cpu=cpu,
+                    memory_per_node_mib=2097152 if free_gpus else 1048576,
                     hugepages_1g_per_node=64, host_bridges=bridges, vms=tuple(hostdev_vms + plain))
+
+
+def _large_gpu(cpu: CpuSpec, host: str, i: int, kind: str, addr: str, node: int) -> tuple[tuple, list[VmSpec]]:
+    """large_spec's GPU i of `kind` (free, host, vfio, vgpu, mig) at `addr`, and the VMs that hold it."""
+    if kind == "vfio":
+        first = 2 + (i // 4) % max(1, cpu.cores_per_socket - 6)
+        return (gpu_functions(GpuSpec(), driver="vfio-pci", override="vfio-pci", audio_driver="vfio-pci",
+                              label=f"gpu{i}"),
+                [VmSpec(f"gpu-vm-{i}", "running", 8, 32768, pins(cpu, node, first, 8), numatune=("strict", (node,)),
+                        threads_per_core=2, hostdevs=_pci_hostdevs(addr))])
+    if kind == "vgpu":
+        md = tuple(MdevSpec(stable_uuid(host, "mdev", addr, j), H100_TIME_SLICED[3].type_id) for j in range(2))
+        return (gpu_functions(GpuSpec(vgpu_types=H100_TIME_SLICED, mdevs=md, load=(30, 10, 40)), label=f"gpu{i}"),
+                [VmSpec(f"vgpu-vm-{i}-{j}", "running", 4, 16384, hostdevs=(HostdevSpec(mdev_uuid=m.uuid, managed=False),))
+                 for j, m in enumerate(md)])
+    if kind == "free":
+        return gpu_functions(GpuSpec(), label=f"gpu{i}"), []
+    if kind == "mig":
+        return gpu_functions(GpuSpec(mig_enabled=True, mig_instances=(
+            mig_instance(H100, "3g.40gb", 0, 1), mig_instance(H100, "3g.40gb", 4, 2))), label=f"gpu{i}"), []
+    return gpu_functions(GpuSpec(processes=(GpuProcessSpec(1000 + i, "python3", 20480),), load=(60, 20, 60)),
+                         label=f"gpu{i}"), []
+
+
+def _free(i: int, gpus: int, free: int) -> bool:
+    """GPU i is one of the `free` idle ones: the even-numbered first, then the odd ones."""
+    evens = (gpus + 1) // 2
+    return (i % 2 == 0 and i // 2 < free) or (i % 2 == 1 and i // 2 < free - evens)

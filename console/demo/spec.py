@@ -224,6 +224,7 @@ class HostSpec:
     vfio_loaded: bool = True  # vfio, vfio_iommu_type1, vfio_pci_core, vfio_pci (+ the vfio-pci driver)
     nouveau_loaded: bool = False
     modules_extra: tuple[str, ...] = ()  # other modules loaded (e.g. listed in /etc/modules-load.d)
+    vhost_net: bool = True  # vhost_net loaded (/dev/vhost-net) and listed in /etc/modules-load.d/vhost-net.conf
     allow_unsafe_interrupts: bool = False  # vfio_iommu_type1's parameter
     numa_balancing: int = 0  # /proc/sys/kernel/numa_balancing
     persistence_mode: bool = True  # every GPU's NVML persistence mode

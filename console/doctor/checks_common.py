@@ -15,6 +15,7 @@ from nodeconsole.console.doctor import bootloader, facts
 from nodeconsole.console.doctor.files import HostFiles, clip, evidence
 from nodeconsole.console.doctor.model import CheckResult, Evidence, Fix
 from nodeconsole.console.model import Gpu, HostSnapshot, PciDevice, VcpuPin, Vm
+from nodeconsole.console.sources.types import Hypervisor
 
 VFIO_DRIVERS = ("vfio-pci", "pci-stub")
 INACTIVE_STATES = ("shut off", "crashed")
@@ -28,6 +29,11 @@ TITLES = {
     "vfio-modules": "vfio modules are loaded and load at boot",
     "nouveau": "nouveau is not loaded and is blacklisted",
     "nvidia-driver": "The NVIDIA driver is loaded, consistent, with persistence mode on",
+    "libvirtd": "The hypervisor's daemon answers (libvirt's QEMU driver; Proxmox: pve-cluster and /etc/pve)",
+    "vhost-net": "/dev/vhost-net exists (virtio networking in the kernel)",
+    "tun": "/dev/net/tun exists (network devices for VMs)",
+    "cgroups": "The cgroup controllers libvirt's QEMU driver needs are there",
+    "secure-guest": "Secure guests (AMD SEV, Intel TDX) are on where the platform offers them",
     "hugepages": "Huge pages are reserved where the VMs that ask for them run",
     "host-cores": "CPUs are kept for the host on every NUMA node, and no VM is pinned onto them",
     "vcpu-commit": "vCPUs are not overcommitted",
@@ -60,6 +66,16 @@ WHY = {
     "nvidia-driver": "Host-side GPU features (MIG, vGPU, monitoring) need the NVIDIA driver; without "
                      "persistence mode every GPU re-initialises on each use, slowly, and MIG and vGPU "
                      "state can be lost.",
+    "libvirtd": "Every VM is started, pinned and given its GPUs through the hypervisor's daemon; when it does "
+                "not answer, nothing about the VMs can be read or changed.",
+    "vhost-net": "Without vhost_net, virtio network traffic goes through QEMU's own threads: more CPU per "
+                 "packet and less bandwidth for the VMs.",
+    "tun": "QEMU connects VMs to bridges and virtual networks through tap devices made from /dev/net/tun; "
+           "without it VMs get no network.",
+    "cgroups": "libvirt confines each VM with cgroups: CPU shares and pinning (cpu, cpuset), memory limits, "
+               "device access (devices) and disk I/O (blkio / io); a missing controller drops that confinement.",
+    "secure-guest": "AMD SEV or Intel TDX encrypt a VM's memory against the host; off in the kernel, VMs that "
+                    "ask for it cannot start (informational: only where the platform offers it).",
     "hugepages": "VMs backed by huge pages cannot start (or fall back) when the pages are not reserved on "
                  "their NUMA node; huge pages cut TLB misses for large GPU VMs.",
     "host-cores": "The host's own work (interrupts, QEMU I/O threads, libvirt) needs CPUs no VM is pinned "
@@ -133,16 +149,25 @@ class Verdict:
 
 
 def skipped(check_id: str, why: str) -> CheckResult:
+    """A skip: what the check needs could not be read (it applies, its verdict is unknown)."""
     return CheckResult(check_id, "skip", why, (), None, TITLES.get(check_id, ""), WHY.get(check_id, ""))
+
+
+def not_applicable(check_id: str, why: str) -> CheckResult:
+    """A skip because the check does not concern this host or role (`applies` False, saying why)."""
+    return CheckResult(check_id, "skip", why, (), None, TITLES.get(check_id, ""), WHY.get(check_id, ""),
+                       applies=False, applies_why=why)
 
 
 class Context:
     """One doctor run: the snapshot, the files (read once), the role, and facts derived once."""
 
-    def __init__(self, snap: HostSnapshot, files: HostFiles, role: str) -> None:
+    def __init__(self, snap: HostSnapshot, files: HostFiles, role: str,
+                 hypervisor: Hypervisor | None = None) -> None:
         self.snap = snap
         self.files = files
         self.role = role
+        self.hypervisor = hypervisor  # what the VM source's connection said of itself, when known
 
     # -- the host ----------------------------------------------------------------------------------
     @cached_property

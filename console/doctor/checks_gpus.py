@@ -1,7 +1,7 @@
 """GPUs: mig-pending, vgpu-host."""
 from __future__ import annotations
 
-from nodeconsole.console.doctor.checks_common import Context, Verdict, names, skipped
+from nodeconsole.console.doctor.checks_common import Context, Verdict, names, not_applicable, skipped
 from nodeconsole.console.doctor.model import CheckResult, Evidence, Fix
 from nodeconsole.console.model import NA, Gpu
 
@@ -42,7 +42,7 @@ def check_vgpu_host(ctx: Context) -> CheckResult:
     in_use = _vgpu_in_use(ctx)
     if ctx.role != "vgpu" and not in_use:
         why = "no vGPU in use" if ctx.role == "mixed" else f"not needed for role {ctx.role}"
-        return skipped("vgpu-host", why + " (no vGPU instance on any GPU)" if ctx.role != "mixed" else why)
+        return not_applicable("vgpu-host", why + " (no vGPU instance on any GPU)" if ctx.role != "mixed" else why)
     if not snap.gpus:
         return skipped("vgpu-host", "no NVIDIA GPU found")
     with_types = [g for g in snap.gpus if g.vgpu.types]

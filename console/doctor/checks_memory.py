@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import math
 import shlex
+from collections.abc import Callable
 
 from nodeconsole.console.cpulist import format_cpulist
 from nodeconsole.console.doctor import facts
@@ -18,7 +19,7 @@ from nodeconsole.console.doctor.files import (
     systemd_setting,
 )
 from nodeconsole.console.doctor.model import CheckResult, Evidence, Fix
-from nodeconsole.console.model import HostSnapshot, Vm
+from nodeconsole.console.model import Gpu, HostSnapshot, Vm
 from nodeconsole.console.root import Root
 
 SPREAD_MODES = ("strict", "restrictive", "interleave")  # numatune modes that keep memory on the nodeset
@@ -85,13 +86,46 @@ def check_hugepages(ctx: Context) -> CheckResult:
             for node in where:
                 key = (node, 1048576)
                 short[key] = short.get(key, 0) + math.ceil(vm.memory_kib / len(where) / 1048576)
+    free_gpus = [g for g in snap.gpus if not g.owner.vms]
+    if not snap.vms and free_gpus and not any(reserve.values()):
+        v.warns.append(f"no huge pages are reserved on a host with {len(free_gpus)} free GPU(s) and no VM: the GPU "
+                       "VMs it is meant to run need them (1 GiB pages for the largest training VM on each node)")
+        for node, pages in training_pages(snap).items():
+            short[(node, 1048576)] = pages
     if short:
         v.fix = _hugepages_fix(ctx, short, reserve)
     if not need.vms:
-        return v.result("no VM asks for huge pages")
+        kept = sum(reserve.values())
+        return v.result("no VM asks for huge pages" + (f"; {gib(kept)} reserved for the GPU VMs to come" if kept
+                                                        and not snap.vms else ""))
     return v.result("; ".join(f"node {node}: {gib(total)} of {_size_name(size)} pages needed, "
                               f"{gib(reserve.get((node, size), 0))} reserved"
                               for (node, size), total in sorted(need.all.items())))
+
+
+TRAINING_SHARE = 0.75  # of a node's memory, at most, given to hugepages for a training VM not yet defined
+TRAINING_FACTOR = 2  # a training VM gets 2x the memory of its GPUs (facts.VM_MEMORY_MIN_FACTOR)
+
+
+def nvml_memory(g: Gpu) -> int | None:
+    return g.memory_total_mib if isinstance(g.memory_total_mib, int) and g.memory_total_mib > 0 else None
+
+
+def training_pages(snap: HostSnapshot, vram_mib: Callable[[Gpu], int | None] = nvml_memory) -> dict[int, int]:
+    """1 GiB pages per NUMA node for the largest training VM each node could hold: twice the memory of
+    the free GPUs (held by no VM) on it (`vram_mib`: NVML's figure, or the caller's), at most 75 % of the
+    node's memory. Nodes without a free GPU of known memory get none."""
+    vram: dict[int, int] = {}
+    for g in snap.gpus:
+        mib = vram_mib(g) if not g.owner.vms and g.numa_node is not None else None
+        if mib and g.numa_node is not None:
+            vram[g.numa_node] = vram.get(g.numa_node, 0) + mib
+    out = {}
+    for n in snap.numa_nodes:
+        if n.online and n.memory_kib > 0 and vram.get(n.id):
+            want = math.ceil(TRAINING_FACTOR * vram[n.id] / 1024)
+            out[n.id] = min(want, int(n.memory_kib * TRAINING_SHARE) // 1048576)
+    return {n: p for n, p in out.items() if p > 0}
 
 
 class _Needs:

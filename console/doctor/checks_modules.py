@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from nodeconsole.console.doctor import facts
-from nodeconsole.console.doctor.checks_common import Context, Verdict, names, skipped
+from nodeconsole.console.doctor.checks_common import Context, Verdict, names, not_applicable, skipped
 from nodeconsole.console.doctor.files import (
     MODPROBE_DIRS,
     MODULES_LOAD_DIRS,
@@ -177,7 +177,7 @@ def check_nvidia_driver(ctx: Context) -> CheckResult:
                                                                  else f" (sysfs {snap.sources.sysfs})"))
     kept = ctx.kept_gpus
     if not kept and ctx.role == "passthrough":
-        return skipped("nvidia-driver", "not needed for role passthrough: the host keeps no GPU "
+        return not_applicable("nvidia-driver", "not needed for role passthrough: the host keeps no GPU "
                                         "(every GPU is on vfio-pci or unbound)")
     version = None
     if f.has_tree(facts.MODULES):

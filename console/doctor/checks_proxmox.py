@@ -11,12 +11,12 @@
 from __future__ import annotations
 
 from nodeconsole.console.doctor import facts
-from nodeconsole.console.doctor.checks_common import Context, Verdict, names, skipped
+from nodeconsole.console.doctor.checks_common import Context, Verdict, names, not_applicable
 from nodeconsole.console.doctor.files import MODPROBE_DIRS, modprobe_lines
 from nodeconsole.console.doctor.model import CheckResult, Fix
 from nodeconsole.console.hosttext import visible
 from nodeconsole.console.model import Gpu, Vm
-from nodeconsole.console.vms.proxmox import CONF_DIR, read_conf, vm_ids
+from nodeconsole.console.vms.proxmox import read_conf, vm_ids
 from nodeconsole.console.vms.proxmox_mapping import PCI_CFG, entry_mismatch, node_name, read_mappings
 
 NOT_PROXMOX = "not a Proxmox VE host (no /etc/pve/qemu-server)"
@@ -28,7 +28,7 @@ DEFAULT_DIRS = {"local": "/var/lib/vz"}  # Proxmox's own `dir: local` when stora
 
 
 def is_proxmox(ctx: Context) -> bool:
-    return ctx.files.isdir(CONF_DIR)
+    return ctx.files.isdir(facts.PVE_QEMU_SERVER)
 
 
 def _modprobe(ctx: Context) -> tuple[set[str], set[str], set[str], list[str]]:
@@ -66,7 +66,7 @@ def _pci_id(ctx: Context, address: str) -> str | None:
 def check_pve_vfio(ctx: Context) -> CheckResult:
     v = Verdict("pve-vfio")
     if not is_proxmox(ctx):
-        return skipped(v.check_id, NOT_PROXMOX)
+        return not_applicable(v.check_id, NOT_PROXMOX)
     passed = {h.gpu: vm for vm in ctx.snap.vms for h in vm.hostdevs if h.type == "pci" and h.gpu and h.address == h.gpu}
     kept = [g for g in ctx.snap.gpus if g.address not in passed]
     ids, soft, black, seen = _modprobe(ctx)
@@ -119,7 +119,7 @@ def _vfio_fix(ctx: Context, passed: dict[str, Vm], kept: list[Gpu], late: list[s
 def check_pve_mappings(ctx: Context) -> CheckResult:
     v = Verdict("pve-mappings")
     if not is_proxmox(ctx):
-        return skipped(v.check_id, NOT_PROXMOX)
+        return not_applicable(v.check_id, NOT_PROXMOX)
     root = ctx.files.root
     if not ctx.files.exists(PCI_CFG):
         return v.result(f"no PCI resource mappings (/{PCI_CFG})")
@@ -156,7 +156,7 @@ def _storage_dirs(ctx: Context) -> dict[str, str]:
 def check_pve_hookscripts(ctx: Context) -> CheckResult:
     v = Verdict("pve-hookscripts")
     if not is_proxmox(ctx):
-        return skipped(v.check_id, NOT_PROXMOX)
+        return not_applicable(v.check_id, NOT_PROXMOX)
     root, dirs, found = ctx.files.root, _storage_dirs(ctx), 0
     for vmid in vm_ids(root):
         conf = read_conf(root, vmid)

@@ -76,6 +76,16 @@ def vm_gpu_mib(ctx: Context, vm: Vm) -> tuple[int, list[str], list[str]]:
     return total, held, unknown
 
 
+def small_vms(ctx: Context, factor: float) -> list[tuple[Vm, int, list[str]]]:
+    """(VM, GPU memory it holds in KiB, what it holds) of each GPU VM with less than `factor` × that."""
+    out = []
+    for vm in ctx.gpu_vms:
+        mib, held, _unknown = vm_gpu_mib(ctx, vm)
+        if mib and vm.memory_kib < factor * mib * 1024:
+            out.append((vm, mib * 1024, held))
+    return out
+
+
 def check_vm_memory(ctx: Context) -> CheckResult:
     v = Verdict("vm-memory")
     snap = ctx.snap
@@ -104,7 +114,7 @@ def check_vm_memory(ctx: Context) -> CheckResult:
         v.warns.append(f"below {factor:g}x their GPUs' memory: {names(small, 3)}")
         v.fix = Fix(f"give each such VM at least {factor:g}x its GPUs' memory, within what its NUMA node(s) can "
                     "hold in hugepages (2-3x recommended; takes effect at the VM's next start)", tuple(fixes),
-                    False, False)
+                    False, bool(fixes))
     _host_commit(ctx, v)
     gpu_vms = len(ctx.gpu_vms)
     return v.result(f"{gpu_vms} GPU VM(s) with at least {factor:g}x their GPUs' memory; host memory not "

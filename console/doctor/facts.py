@@ -22,6 +22,15 @@ SYSTEMD_CONF = "etc/systemd/system.conf"
 SYSTEMD_CONF_D = "etc/systemd/system.conf.d"
 PERSISTENCED_WANTS = "etc/systemd/system/multi-user.target.wants/nvidia-persistenced.service"
 NODE_DIR = "sys/devices/system/node"
+DEV_VHOST_NET = "dev/vhost-net"
+DEV_TUN = "dev/net/tun"
+DEV_SEV = "dev/sev"
+FIRMWARE_TDX = "sys/firmware/tdx"
+PROC_MOUNTS = "proc/mounts"
+PROC_SELF_CGROUP = "proc/self/cgroup"
+CGROUP_ROOT = "sys/fs/cgroup"
+PVE_QEMU_SERVER = "etc/pve/qemu-server"  # a Proxmox VE host's VM configurations (its cluster file system)
+PMXCFS = "usr/bin/pmxcfs"  # Proxmox's cluster file system daemon (pve-cluster.service)
 
 # Files the fixes write (one per concern, so undo and a second run find them)
 VFIO_MODULES_FILE = "etc/modules-load.d/nodeconsole-vfio.conf"
@@ -29,6 +38,11 @@ NOUVEAU_BLACKLIST_FILE = "etc/modprobe.d/nodeconsole-blacklist-nouveau.conf"
 SYSCTL_FILE = "etc/sysctl.d/90-nodeconsole.conf"
 HOST_CORES_FILE = "etc/systemd/system.conf.d/90-nodeconsole-host-cores.conf"
 DRACUT_VFIO_FILE = "etc/dracut.conf.d/nodeconsole-vfio.conf"
+# modules-load.d files the vhost-net and tun fixes write (one per module)
+MODULE_CONF = {"vhost_net": "etc/modules-load.d/nodeconsole-vhost-net.conf",
+               "tun": "etc/modules-load.d/nodeconsole-tun.conf"}
+# the device node each of those modules makes
+MODULE_DEVICE = {"vhost_net": DEV_VHOST_NET, "tun": DEV_TUN}
 
 VFIO_MODULES = ("vfio", "vfio_pci", "vfio_iommu_type1")
 # Kernel flags that turn the IOMMU on, by CPU vendor (AMD's is on by default)

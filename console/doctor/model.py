@@ -12,6 +12,7 @@ ROLES = ("passthrough", "mig", "vgpu", "mixed")
 GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("firmware & kernel", ("kvm", "iommu", "iommu-pt", "interrupt-remapping", "acs-override")),
     ("modules & driver", ("vfio-modules", "nouveau", "nvidia-driver")),
+    ("hypervisor", ("libvirtd", "vhost-net", "tun", "cgroups", "secure-guest")),
     ("memory & CPUs", ("hugepages", "host-cores", "vcpu-commit", "numa-balancing")),
     ("PCIe", ("acs", "pcie-link")),
     ("GPUs", ("mig-pending", "vgpu-host")),
@@ -19,6 +20,10 @@ GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("Proxmox VE", ("pve-vfio", "pve-mappings", "pve-hookscripts")),  # skipped on other hosts
 )
 CHECK_IDS: tuple[str, ...] = tuple(i for _, ids in GROUPS for i in ids)
+# The checks that concern NVIDIA GPUs: on a host without one they are skipped as not applicable
+GPU_CHECKS: tuple[str, ...] = ("vfio-modules", "nouveau", "nvidia-driver", "acs", "pcie-link", "mig-pending",
+                               "vgpu-host")
+NO_GPU = "no NVIDIA GPU on this host"
 GROUP_OF: dict[str, str] = {i: g for g, ids in GROUPS for i in ids}
 
 
@@ -57,6 +62,10 @@ class CheckResult:
     title: str = ""  # what is checked, e.g. "KVM is available"
     why: str = ""  # why it matters (the Setup screen shows it)
     pending: str = ""  # "pending reboot (change ID)" / "took effect after reboot (change ID)" / ""
+    # False when the check does not concern this host or role (a skip saying why, in `applies_why`);
+    # a skip with `applies` True could not read what it needs
+    applies: bool = True
+    applies_why: str = ""
 
     @property
     def group(self) -> str:
@@ -66,7 +75,8 @@ class CheckResult:
         return {"id": self.id, "group": self.group, "title": self.title, "status": self.status,
                 "finding": self.finding, "why": self.why,
                 "evidence": [e.to_dict() for e in self.evidence],
-                "fix": self.fix.to_dict() if self.fix else None, "pending": self.pending}
+                "fix": self.fix.to_dict() if self.fix else None, "pending": self.pending,
+                "applies": self.applies, "applies_why": self.applies_why}
 
 
 @dataclass(frozen=True)

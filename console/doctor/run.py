@@ -16,8 +16,10 @@ from dataclasses import replace
 
 from nodeconsole.console.audit_log import AuditRecord, Status
 from nodeconsole.console.doctor import facts
-from nodeconsole.console.doctor.checks_common import Context, skipped
+from nodeconsole.console.doctor.checks_common import Context, not_applicable, skipped
+from nodeconsole.console.doctor.checks_daemon import check_libvirtd
 from nodeconsole.console.doctor.checks_gpus import check_mig_pending, check_vgpu_host
+from nodeconsole.console.doctor.checks_hyper import check_cgroups, check_secure_guest, check_tun, check_vhost_net
 from nodeconsole.console.doctor.checks_kernel import (
     check_acs_override,
     check_interrupt_remapping,
@@ -36,9 +38,10 @@ from nodeconsole.console.doctor.checks_pcie import check_acs, check_pcie_link
 from nodeconsole.console.doctor.checks_proxmox import check_pve_hookscripts, check_pve_mappings, check_pve_vfio
 from nodeconsole.console.doctor.checks_vms import check_vm_memory
 from nodeconsole.console.doctor.files import HostFiles
-from nodeconsole.console.doctor.model import CHECK_IDS, ROLES, CheckResult, DoctorReport
+from nodeconsole.console.doctor.model import CHECK_IDS, GPU_CHECKS, NO_GPU, ROLES, CheckResult, DoctorReport
 from nodeconsole.console.model import HostSnapshot
 from nodeconsole.console.root import Root
+from nodeconsole.console.sources.types import Hypervisor
 
 CHECKS: dict[str, Callable[[Context], CheckResult]] = {
     "kvm": check_kvm,
@@ -49,6 +52,11 @@ CHECKS: dict[str, Callable[[Context], CheckResult]] = {
     "vfio-modules": check_vfio_modules,
     "nouveau": check_nouveau,
     "nvidia-driver": check_nvidia_driver,
+    "libvirtd": check_libvirtd,
+    "vhost-net": check_vhost_net,
+    "tun": check_tun,
+    "cgroups": check_cgroups,
+    "secure-guest": check_secure_guest,
     "hugepages": check_hugepages,
     "host-cores": check_host_cores,
     "vcpu-commit": check_vcpu_commit,
@@ -64,28 +72,37 @@ CHECKS: dict[str, Callable[[Context], CheckResult]] = {
 }
 assert tuple(CHECKS) == CHECK_IDS, "every check id has its check, in display order"
 
-# Checks that only some roles need (the rest apply to every role; vgpu-host decides for itself: it
-# applies to role vgpu and wherever vGPU is in use).
+# Checks that only some roles need (the rest apply to every role — nouveau too: it must not hold the GPUs
+# of any host; vgpu-host decides for itself: it applies to role vgpu and wherever vGPU is in use).
 ROLE_ONLY: dict[str, tuple[str, ...]] = {
     "vfio-modules": ("passthrough", "mixed"),
-    "nouveau": ("passthrough", "mixed"),
     "mig-pending": ("mig", "mixed"),
 }
 
 
+def no_gpu(snap: HostSnapshot) -> bool:
+    """True when sysfs was read and shows no NVIDIA GPU: the GPU checks do not apply (model.GPU_CHECKS)."""
+    return snap.sources.sysfs.ok and not snap.gpus
+
+
 def run_doctor(snap: HostSnapshot, root: Root, role: str = "mixed",
-               changes: Iterable[AuditRecord] = ()) -> DoctorReport:
-    """Every check on `snap` and the files below `root`, for `role` (model.ROLES)."""
+               changes: Iterable[AuditRecord] = (), hypervisor: Hypervisor | None = None) -> DoctorReport:
+    """Every check on `snap` and the files below `root`, for `role` (model.ROLES). `hypervisor`: what the
+    VM source's connection said of itself (the collector's), for the libvirtd check's evidence."""
     if role not in ROLES:
         raise ValueError(f"unknown role {role!r} (one of {', '.join(ROLES)})")
     files = HostFiles(root)
-    ctx = Context(snap, files, role)
+    ctx = Context(snap, files, role, hypervisor)
     results: list[CheckResult] = []
     notes: list[str] = []
+    gpu_less = no_gpu(snap)
     for cid, check in CHECKS.items():
         roles = ROLE_ONLY.get(cid)
         if roles is not None and role not in roles:
-            results.append(skipped(cid, f"not needed for role {role}"))
+            results.append(not_applicable(cid, f"not needed for role {role}"))
+            continue
+        if gpu_less and cid in GPU_CHECKS:
+            results.append(not_applicable(cid, NO_GPU))
             continue
         try:
             results.append(check(ctx))

@@ -27,10 +27,11 @@ import zlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
+from xml.etree import ElementTree
 
 from nodeconsole.console.libvirt_xml import DomainXml, parse_domain
 from nodeconsole.console.model import Vm
-from nodeconsole.console.sources.types import LibvirtData, SourceError
+from nodeconsole.console.sources.types import Hypervisor, LibvirtData, SourceError
 
 try:
     import libvirt
@@ -114,6 +115,7 @@ class LibvirtSource:
         self._listing: _Listing | None = None  # the list+info() reading's last listing on this connection
         self._lock = threading.Lock()  # poll() runs in a worker thread; invalidate() comes from actions
         self.version = ""  # libvirt's version on the open connection ("" before one, or unknown)
+        self.hypervisor: Hypervisor | None = None  # what the open connection says of itself
 
     # -- public -----------------------------------------------------------------------------------
 
@@ -174,10 +176,12 @@ class LibvirtSource:
                 self.version = format_version(self._conn.getLibVersion())
             except libvirt.libvirtError:
                 self.version = ""
+            self.hypervisor = describe(self._conn, self.uri, self.version)
         return self._conn
 
     def _drop(self) -> None:
         conn, self._conn = self._conn, None
+        self.hypervisor = None
         self._listing = None  # its virDomains belong to the connection
         for domain in self._domains.values():
             domain.cpu_ns = None  # CPU-time deltas across a reconnect would span the outage; start over
@@ -358,6 +362,30 @@ def _with_cpu(vm: Vm, percent: float | None) -> Vm:
     new.__dict__.update(vm.__dict__)
     new.__dict__["cpu_percent"] = percent
     return new
+
+
+def describe(conn: Any, uri: str, version: str) -> Hypervisor:
+    """The connection's driver (getType), the hypervisor's version and the domain types its capabilities
+    offer for the host's architecture; what a call refuses stays empty."""
+    driver = driver_version = arch = ""
+    types: list[str] = []
+    try:
+        driver = str(conn.getType())
+        number = conn.getVersion()
+        driver_version = format_version(number) if number else ""
+    except libvirt.libvirtError:
+        pass
+    try:
+        caps = ElementTree.fromstring(conn.getCapabilities())
+        arch = caps.findtext("host/cpu/arch") or ""
+        for guest in caps.findall("guest"):
+            node = guest.find("arch")
+            if node is None or (arch and node.get("name") != arch):
+                continue
+            types += [t for d in node.findall("domain") if (t := d.get("type") or "") and t not in types]
+    except (libvirt.libvirtError, ElementTree.ParseError):
+        pass
+    return Hypervisor(uri, version, driver, driver_version, tuple(types), arch)
 
 
 def _message(err: Any) -> str:

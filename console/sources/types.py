@@ -61,5 +61,17 @@ class NvmlData:
 
 
 @dataclass(frozen=True)
+class Hypervisor:
+    """What the VM source's connection says of itself: libvirt's version, the driver (QEMU, or the demo's
+    test driver), the hypervisor's own version and the domain types its capabilities offer (kvm, qemu)."""
+    uri: str
+    version: str  # libvirt's ("10.0.0"), "" when unknown
+    driver: str = ""  # "QEMU", "TEST"
+    driver_version: str = ""  # the hypervisor's ("8.2.2"), "" when unknown
+    domain_types: tuple[str, ...] = ()  # for the host's architecture, e.g. ("qemu", "kvm")
+    arch: str = ""
+
+
+@dataclass(frozen=True)
 class LibvirtData:
     vms: tuple[Vm, ...]

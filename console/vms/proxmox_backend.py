@@ -23,7 +23,7 @@ from nodeconsole.console.hosttext import visible
 from nodeconsole.console.model import Vm
 from nodeconsole.console.pciaddr import parse_pci_address
 from nodeconsole.console.root import Root
-from nodeconsole.console.vms.backend import GuestCell, PinScopes, SavedHostdev, VmConfigError, VmPins, VmShape
+from nodeconsole.console.vms.backend import PinScopes, SavedHostdev, VmConfigError, VmPins, VmShape
 from nodeconsole.console.vms.hints import command_hint
 from nodeconsole.console.vms.proxmox import (
     CONF_DIR,
@@ -128,22 +128,6 @@ class ProxmoxVms:
         line = section.get("affinity")
         return read_pins(settings(section, conf.path), line.value if line is not None else None)
 
-    def shape(self, vm: str) -> VmShape:
-        """vCPUs, memory, huge pages, the memory binding and the guest cells as the next start takes them."""
-        conf = self._conf(vm)
-        s = settings(with_pending(conf), conf.path)
-        pages = {"2": 2048, "1024": 1048576, "any": 2048}.get(s.hugepages or "")
-        cells = tuple(GuestCell(c.index, format_cpulist(c.cpus), (c.memory_mib or 0) * 1024,
-                                format_cpulist(c.hostnodes) if (c.policy or "bind") == "bind" else "")
-                      for c in s.cells)
-        return VmShape(s.vcpus, s.memory_mib * 1024, pages, _numa(self.pins(vm, live=False)), cells)
-
-    def set_shape(self, vm: str, shape: VmShape) -> None:
-        raise not_yet(f"changing the size of {vm} (qm set --cores/--memory/--hugepages)")
-
-    def check_saved(self, vm: str, token: str) -> str:
-        raise not_yet(f"restoring the config of {vm}")
-
     def command_hint(self, kind: str, vm: str, **args: str) -> str:
         """`qm` naming the VM by its vmid (the name where it has none here: a placeholder)."""
         vmid = find_vmid(self.root, vm)
@@ -244,7 +228,22 @@ class ProxmoxVms:
                                 f"{visible(key)}: {visible(value)} back by hand")
         self._qm_set(conf, [f"--{key}", value])
 
+    def shape(self, vm: str) -> VmShape:
+        """The VM's size and memory layout as its next start takes them (the model's reading of the config)."""
+        got = self.vm(vm)
+        if got is None:
+            raise VmConfigError(f"no VM {vm} on this Proxmox host")
+        numa = (got.numa_mode or "strict", format_cpulist(got.numa_nodeset)) if got.numa_nodeset else None
+        return VmShape(vcpus=got.vcpus, memory_kib=got.memory_kib, hugepage_kib=got.hugepages_kib, numa=numa,
+                       threads_per_core=max(1, got.threads_per_core))
+
     # -- changes: not made yet -------------------------------------------------------------------------
+    def set_shape(self, vm: str, shape: VmShape) -> None:
+        raise not_yet(f"resizing {vm} (qm set --cores/--memory/--numa/--hugepages)")
+
+    def check_saved(self, vm: str, token: str) -> str:
+        raise not_yet(f"restoring the config of {vm}")
+
     def restore(self, vm: str, token: str) -> None:
         raise not_yet(f"restoring the config of {vm}")
 
@@ -273,10 +272,6 @@ class ProxmoxVms:
 
     def start(self, vm: str) -> None:
         raise not_yet(f"starting {vm} (qm start)")
-
-
-def _numa(pins: VmPins) -> tuple[str, str] | None:
-    return (pins.numa[0] or "strict", pins.numa[1]) if pins.numa else None
 
 
 def _used_indexes(section: Section) -> set[int]:

@@ -375,7 +375,7 @@ def test_unknown_ids_are_a_request_error_and_hand_fixes_refuse(tree):
         session.plan(DoctorFix(("iommu-on",)))
     with pytest.raises(RequestError, match="unknown role"):
         session.plan(DoctorFix(("iommu",), role="gaming"))
-    for ids in (("pcie-link",), ("kvm",), ("iommu", "vm-memory")):
+    for ids in (("pcie-link",), ("kvm",), ("iommu", "vcpu-commit")):
         plan = session.plan(DoctorFix(ids))
         assert not plan.ok and not plan.empty and not plan.steps
         assert "by hand:" in "\n".join(plan.lines())
@@ -424,9 +424,11 @@ def test_failure_in_the_last_step_rolls_every_file_back(tree, monkeypatch):
 
 
 def test_a_fix_the_role_does_not_need_is_planned_with_a_note(tree):
-    plan = ActionSession(make_host(tree)).plan(DoctorFix(("nouveau",), role="vgpu"))
+    plan = ActionSession(make_host(tree)).plan(DoctorFix(("vfio-modules",), role="vgpu"))
     assert plan.ok and plan.steps and plan.request["role"] == "vgpu"
-    assert "nouveau is not needed for role vgpu (planned because it was asked for)" in plan.notes
+    assert "vfio-modules is not needed for role vgpu (planned because it was asked for)" in plan.notes
+    plan = ActionSession(make_host(tree)).plan(DoctorFix(("nouveau",), role="vgpu"))
+    assert plan.ok and not any("not needed" in n for n in plan.notes)  # nouveau: every role
 
 
 def test_a_boot_reservation_that_covers_the_vms_is_kept_not_shrunk(tree):
@@ -451,3 +453,40 @@ def test_boot_covers_reads_both_forms_of_hugepages():
     assert boot_covers(["hugepagesz=1G", "hugepages=0:40,1:8"], "1G", need)
     assert not boot_covers(["hugepagesz=1G", "hugepages=0:40"], "1G", need)
     assert not boot_covers(["hugepagesz=1G", "hugepages=0:x"], "1G", need)
+
+
+class NodeKernel(TreeKernel):
+    """modprobe of a module that makes a device node makes it (as udev would)."""
+
+    def load_module(self, name: str) -> None:
+        super().load_module(name)
+        node = facts.MODULE_DEVICE.get(name)
+        if node:
+            _write(self.root.path, node, "")
+
+
+def test_vhost_net_and_tun_load_now_and_at_boot_and_undo_exactly(tree):
+    host = make_host(tree, NodeKernel(Root(tree)))
+    before = tree_bytes(tree)
+    plan = ActionSession(host).plan(DoctorFix(("vhost-net", "tun")))
+    assert plan.ok and not plan.needs_reboot, plan.refusal
+    assert [op["kind"] for op in plan.ops()] == ["config_file", "module", "config_file", "module"]
+    assert [op.get("device") for op in plan.ops() if op["kind"] == "module"] == [facts.DEV_VHOST_NET, facts.DEV_TUN]
+    result = _apply(host, plan)
+    assert (tree / facts.MODULE_CONF["vhost_net"]).read_text().endswith("\nvhost_net\n")
+    assert (tree / facts.DEV_VHOST_NET).exists() and (tree / facts.DEV_TUN).exists()
+    assert ActionSession(host).plan(DoctorFix(("vhost-net", "tun"))).empty  # done: nothing left to do
+    _apply(host, ActionSession(host).plan(Undo(result.record_id)))
+    after = tree_bytes(tree)
+    assert {k: v for k, v in after.items() if not k.startswith("dev/")} == before  # the files, byte for byte
+    assert sorted(k for k in after if k.startswith("dev/")) == ["dev/net/tun", "dev/vhost-net"]  # still loaded
+
+
+def test_a_module_step_loads_only_the_modules_it_knows_with_their_node(tree):
+    from nodeconsole.actions.plan import StepError, build_step
+
+    host = make_host(tree)
+    with pytest.raises(StepError, match="not one nodeconsole loads"):
+        build_step(host, {"kind": "module", "name": "vhost_net", "device": "dev/sda"})
+    with pytest.raises(StepError, match="not one nodeconsole loads"):
+        build_step(host, {"kind": "module", "name": "evil", "device": facts.DEV_TUN})

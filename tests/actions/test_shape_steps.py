@@ -60,7 +60,8 @@ def test_a_shape_applies_reads_back_and_its_undo_gives_the_definition_back_byte_
     file_before = open(node_file, "rb").read()
     step = build_step(host, _op(shape))
     assert f"virsh setvcpus build-1 {shape.vcpus} --config --maximum" in step.commands
-    assert f"virsh setmaxmem build-1 {shape.memory_kib}K --config" in step.commands
+    size = f"{shape.memory_kib >> 20}G" if not shape.memory_kib % (1 << 20) else f"{shape.memory_kib}K"
+    assert f"virsh setmaxmem build-1 {size} --config" in step.commands
     assert any("<hugepages><page size=" in c for c in step.commands)
     res = _run(host, _op(shape))
     assert res.status == DONE, res.message

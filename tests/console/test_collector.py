@@ -190,3 +190,27 @@ def test_sysfs_is_read_again_when_a_sign_moves(tmp_path) -> None:
     override.write_text("vfio-pci\n")
     again = c.collect()
     assert next(d for d in again.pci_devices if d.address == gpu.address).driver_override == "vfio-pci"
+
+
+def test_static_facts_are_read_again_after_a_reboot(tmp_path) -> None:
+    """The cached sysfs facts (command line, IOMMU, modules) belong to one boot: a console left open
+    across a reboot reads them again at its next poll, however long before the cache would expire."""
+    from nodeconsole.console.demo.state import ensure_demo
+
+    host = ensure_demo(tmp_path / "demo")
+    root = Root(host.root)
+    c = Collector(Seams(root=root, libvirt_uri=None), sysfs_ttl=1e9, sysfs_full=1e9, sysfs_refresh=1e9)
+    first = c.collect(partial=True)
+    assert first.iommu.enabled and "intel_iommu=on" in first.host.cmdline
+    cmdline = root.p("proc/cmdline")
+    cmdline.write_text(cmdline.read_text().replace("intel_iommu=on", "intel_iommu=off"))
+    for group in root.listdir("sys/kernel/iommu_groups"):  # the next boot has no IOMMU
+        root.p(f"sys/kernel/iommu_groups/{group}").rename(tmp_path / f"group{group}")
+    for unit in root.listdir("sys/class/iommu"):
+        root.p(f"sys/class/iommu/{unit}").unlink()
+    same_boot = c.collect(partial=True)
+    assert same_boot.host is first.host and same_boot.iommu is first.iommu  # cached: nothing says it moved
+    root.p("proc/sys/kernel/random/boot_id").write_text("00000000-0000-4000-8000-000000000001\n")
+    rebooted = c.collect(partial=True)
+    assert "intel_iommu=off" in rebooted.host.cmdline and not rebooted.iommu.enabled
+    assert c.collect(partial=True).host is rebooted.host  # and cached again for the new boot

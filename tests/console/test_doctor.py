@@ -107,7 +107,11 @@ def ready_tree(t: Tree) -> None:
     t.write(facts.NUMA_BALANCING, "0\n")
     t.write(facts.BOOT_ID, "11111111-2222-3333-4444-555555555555\n")
     t.write("dev/kvm")
-    for m in ("kvm", "kvm_intel", "vfio", "vfio_pci", "vfio_iommu_type1", "nvidia"):
+    t.write(facts.DEV_VHOST_NET)
+    t.write(facts.DEV_TUN)
+    t.write(facts.PROC_MOUNTS, "sysfs /sys sysfs rw 0 0\ncgroup2 /sys/fs/cgroup cgroup2 rw,nsdelegate 0 0\n")
+    t.write("sys/fs/cgroup/cgroup.controllers", "cpuset cpu io memory hugetlb pids\n")
+    for m in ("kvm", "kvm_intel", "vfio", "vfio_pci", "vfio_iommu_type1", "nvidia", "vhost_net"):
         t.mkdir(f"sys/module/{m}")
     t.write(facts.NVIDIA_VERSION, "550.90.07\n")
     t.write(facts.ALLOW_UNSAFE_INTERRUPTS, "N\n")
@@ -203,9 +207,14 @@ def test_a_ready_host_passes_every_check(t):
     report = doctor(t)
     assert [c.id for c in report.checks] == list(CHECK_IDS)
     got = {c.id: c.status for c in report.checks}
-    assert got == {**dict.fromkeys(CHECK_IDS, "pass"), "vgpu-host": "skip", **dict.fromkeys(PVE, "skip")}, [
+    assert got == {**dict.fromkeys(CHECK_IDS, "pass"), "vgpu-host": "skip", "secure-guest": "skip",
+                   **dict.fromkeys(PVE, "skip")}, [
         (c.id, c.finding) for c in report.checks if c.status != "pass"]
     assert report.check("vgpu-host").finding == "no vGPU in use"
+    # every skip is "not applicable", said so: the rest apply
+    assert {c.id: c.applies_why for c in report.checks if not c.applies} == {
+        "vgpu-host": "no vGPU in use", "secure-guest": report.check("secure-guest").finding,
+        **dict.fromkeys(PVE, "not a Proxmox VE host (no /etc/pve/qemu-server)")}
     assert report.exit_code == 0 and report.boot_id == "11111111-2222-3333-4444-555555555555"
     for c in report.checks:  # every result carries its title and why; passes carry no fix
         assert c.title and c.why and c.finding and (c.fix is None or c.status != "pass")
@@ -214,12 +223,14 @@ def test_a_ready_host_passes_every_check(t):
 
 
 def test_roles_skip_what_they_do_not_need(t):
-    for role, skipped in (("passthrough", {"mig-pending", "vgpu-host"}), ("mig", {"vfio-modules", "nouveau", "vgpu-host"}),
-                          ("vgpu", {"vfio-modules", "nouveau", "mig-pending"})):
+    for role, skipped in (("passthrough", {"mig-pending", "vgpu-host"}), ("mig", {"vfio-modules", "vgpu-host"}),
+                          ("vgpu", {"vfio-modules", "mig-pending"})):
         report = doctor(t, role=role)
-        assert {c.id for c in report.checks if c.status == "skip"} == skipped | set(PVE), role
+        assert {c.id for c in report.checks if c.status == "skip"} == skipped | {"secure-guest"} | set(PVE), role
         for cid in skipped - {"vgpu-host"}:
-            assert report.check(cid).finding == f"not needed for role {role}"
+            c = report.check(cid)
+            assert c.finding == c.applies_why == f"not needed for role {role}" and c.applies is False
+        assert report.check("nouveau").status == "pass"  # nouveau must not hold the GPUs of any role's host
     with pytest.raises(ValueError):
         doctor(t, role="gaming")
 
@@ -232,9 +243,11 @@ def test_role_vgpu_without_a_vgpu_manager_fails(t):
 def test_json_interface(t):
     d = doctor(t).to_dict()
     assert set(d) == {"schema", "role", "boot_id", "summary", "checks", "notes"}
-    assert d["summary"] == {"pass": 16, "warn": 0, "fail": 0, "skip": 1 + len(PVE)}
+    assert d["summary"] == {"pass": 20, "warn": 0, "fail": 0, "skip": 2 + len(PVE)}
     for c in d["checks"]:
-        assert {"id", "group", "title", "status", "finding", "why", "evidence", "fix", "pending"} <= set(c)
+        assert {"id", "group", "title", "status", "finding", "why", "evidence", "fix", "pending", "applies",
+                "applies_why"} <= set(c)
+        assert isinstance(c["applies"], bool) and (c["applies_why"] == "") == c["applies"]
         assert all(set(e) == {"path", "value"} for e in c["evidence"])
 
 
@@ -422,7 +435,10 @@ def test_nvidia_driver_skip_rule(t):
     down = ready_snap(sources=Sources(nvml="unavailable: NVIDIA driver not loaded"), nvml_driver_version=None)
     s, finding = status(doctor(t, down), "nvidia-driver")
     assert s == "skip" and "nvml unavailable" in finding
-    assert status(doctor(t, ready_snap(gpus=())), "nvidia-driver") == ("skip", "no NVIDIA GPU found")
+    assert status(doctor(t, ready_snap(gpus=())), "nvidia-driver") == ("skip", "no NVIDIA GPU on this host")
+    sysfs_down = ready_snap(gpus=(), sources=Sources(sysfs="unavailable: permission denied"))
+    s, finding = status(doctor(t, sysfs_down), "nvidia-driver")
+    assert s == "skip" and finding.startswith("no NVIDIA GPU found (sysfs unavailable")
     vfio_only = ready_snap(gpus=(ready_snap().gpus[1],))
     s, finding = status(doctor(t, vfio_only, role="passthrough"), "nvidia-driver")
     assert s == "skip" and "not needed for role passthrough" in finding
@@ -462,6 +478,40 @@ def test_hugepages_spread_and_none_with_pinned_gpu_vms(t):
     down = ready_snap(sources=Sources(libvirt="unavailable: no libvirt URI"))
     s, finding = status(doctor(t, down), "hugepages")
     assert s == "skip" and "libvirt unavailable" in finding
+
+
+def test_hugepages_for_the_gpu_vms_to_come_on_a_host_without_vms(t):
+    """Free GPUs, no VM, nothing reserved: never "nothing to reserve" — 1 GiB pages for the largest
+    training VM of each node (twice its free GPUs' memory, at most 75 % of the node's memory)."""
+    from nodeconsole.actions.doctor_sizing import hugepage_needs
+
+    t.write(f"{facts.NODE_DIR}/node1/hugepages/hugepages-1048576kB/nr_hugepages", "0\n")  # nothing reserved
+    nodes = tuple(replace(n, hugepages=((1048576, 0),)) for n in ready_snap().numa_nodes)
+    gpus = tuple(replace(g, owner=GpuOwner("host"), memory_total_mib=81559) for g in ready_snap().gpus)
+    bare = ready_snap(numa_nodes=nodes, gpus=gpus, vms=())
+    c = doctor(t, bare).check("hugepages")
+    assert c.status == "warn" and "2 free GPU(s) and no VM" in c.finding and c.fix.plannable
+    # 2 x 79.6 GiB = 160 GiB per node (one free GPU each), under 75 % of 256 GiB
+    assert c.fix.commands[:2] == tuple(
+        f"echo 160 > /sys/devices/system/node/node{n}/hugepages/hugepages-1048576kB/nr_hugepages" for n in (0, 1))
+    needs = hugepage_needs(bare, t.root)  # no 1 GiB pages in /sys/kernel/mm: place cannot size one
+    assert needs.per_node == {0: 160, 1: 160} and any("place cannot size one there" in n for n in needs.notes)
+    t.mkdir("sys/kernel/mm/hugepages/hugepages-1048576kB")  # the host offers 1 GiB pages: `place` sizes it
+    needs = hugepage_needs(bare, t.root)  # the plan: the VM `nodeconsole place` would make on each node
+    assert needs.size_kib == GIB and needs.per_node == {0: 160, 1: 160} and not needs.checks
+    assert any("as `nodeconsole place` sizes it" in n for n in needs.notes)
+    assert not any("place cannot size one" in n for n in needs.notes)
+    small = tuple(replace(n, memory_kib=128 * GIB) for n in nodes)
+    assert hugepage_needs(replace(bare, numa_nodes=small), t.root).per_node == {0: 96, 1: 96}  # 75 % cap
+    # a free GPU on vfio-pci: NVML does not say its memory; `place` knows an H100's (80 GiB: 160 pages)
+    unseen = replace(bare, gpus=(gpus[0], replace(gpus[1], memory_total_mib=None, driver="vfio-pci")))
+    assert hugepage_needs(unseen, t.root).per_node == {0: 160, 1: 160}
+    reserved = tuple(replace(n, hugepages=((1048576, 160),)) for n in nodes)
+    c = doctor(t, replace(bare, numa_nodes=reserved)).check("hugepages")
+    assert (c.status, c.finding) == ("pass", "no VM asks for huge pages; 320 GiB reserved for the GPU VMs to come")
+    held = replace(bare, gpus=tuple(replace(g, owner=GpuOwner("vfio", ("old",))) for g in gpus))
+    assert status(doctor(t, held), "hugepages") == ("pass", "no VM asks for huge pages")  # no free GPU
+    assert hugepage_needs(held, t.root).per_node == {}
 
 
 def test_host_cores(t):

@@ -40,7 +40,8 @@ DEFAULT_DEMO = {
     "kvm": "pass", "iommu": "pass", "iommu-pt": "pass", "interrupt-remapping": "pass", "acs-override": "pass",
     "vfio-modules": "pass", "nouveau": "pass", "nvidia-driver": "pass", "host-cores": "pass",
     "vcpu-commit": "warn", "numa-balancing": "pass", "acs": "warn", "pcie-link": "warn", "mig-pending": "pass",
-    "vgpu-host": "pass", "vm-memory": "warn",
+    "vgpu-host": "pass", "vm-memory": "warn", "libvirtd": "pass", "vhost-net": "pass", "tun": "pass",
+    "cgroups": "pass", "secure-guest": "skip",
     "pve-vfio": "skip", "pve-mappings": "skip", "pve-hookscripts": "skip",  # not a Proxmox VE host
 }
 
@@ -62,7 +63,8 @@ def test_default_demo(capsys, demo):
     assert "has no ACS: group" in acs and "GPU 6, GPU 7" in acs and "through the root complex" in acs
     assert "below 2x their GPUs' memory" in checks["vm-memory"]["finding"]
     for c in d["checks"]:
-        assert set(c) == {"id", "group", "title", "status", "finding", "why", "evidence", "fix", "pending"}
+        assert set(c) == {"id", "group", "title", "status", "finding", "why", "evidence", "fix", "pending",
+                          "applies", "applies_why"}
         if c["status"] in ("warn", "fail"):
             assert set(c["fix"]) == {"summary", "commands", "needs_reboot", "plannable"} and c["fix"]["summary"]
         if c["status"] == "pass":
@@ -76,8 +78,8 @@ def test_table(capsys, demo):
     assert heads[:len(GROUPS)] == [g for g, _ in GROUPS]
     assert "  WARN  vcpu-commit" in out and "  PASS  kvm" in out
     assert "fix [by hand]: reseat the card" in out
-    assert any(line.startswith("13 pass, 4 warn, 0 fail, 3 skip (role mixed)") or
-               line.startswith("12 pass, 5 warn, 0 fail, 3 skip (role mixed)") for line in out.splitlines())
+    assert any(line.startswith("17 pass, 4 warn, 0 fail, 4 skip (role mixed)") or
+               line.startswith("16 pass, 5 warn, 0 fail, 4 skip (role mixed)") for line in out.splitlines())
 
 
 def test_roles(capsys, demo):
@@ -85,7 +87,7 @@ def test_roles(capsys, demo):
     got = _statuses(d)
     assert got["mig-pending"] == "skip" and got["vgpu-host"] == "pass"  # vGPU is in use: checked anyway
     rc, d = _doctor(capsys, "--demo", "--role", "vgpu")
-    assert _statuses(d)["vfio-modules"] == "skip" and _statuses(d)["nouveau"] == "skip"
+    assert _statuses(d)["vfio-modules"] == "skip" and _statuses(d)["nouveau"] == "pass"  # every role
 
 
 @pytest.mark.parametrize("argv, message", [
@@ -112,7 +114,10 @@ def test_bare_demo_to_ready_with_one_reboot(capsys, tmp_path, monkeypatch):
         "nvidia-driver": "warn", "host-cores": "warn", "vm-memory": "pass"}
     assert got["interrupt-remapping"] == "skip"  # the IOMMU is off
     todo = [c["id"] for c in d["checks"] if c["status"] in ("warn", "fail") and c["fix"]["plannable"]]
-    assert todo == ["iommu", "iommu-pt", "vfio-modules", "nouveau", "nvidia-driver", "host-cores"]
+    assert todo == ["iommu", "iommu-pt", "vfio-modules", "nouveau", "nvidia-driver", "vhost-net", "hugepages",
+                    "host-cores"]
+    assert {k: got[k] for k in ("libvirtd", "vhost-net", "tun", "cgroups", "secure-guest")} == {
+        "libvirtd": "pass", "vhost-net": "warn", "tun": "pass", "cgroups": "pass", "secure-guest": "skip"}
     rc, out, err = _run(capsys, "doctor", "--demo", "--fix", *todo, "--apply", "--yes")
     assert rc == 0, err
     rc, d = _doctor(capsys, "--demo")
@@ -126,6 +131,8 @@ def test_bare_demo_to_ready_with_one_reboot(capsys, tmp_path, monkeypatch):
         if c["id"] in todo:
             assert c["status"] == "pass" and c["pending"].startswith("took effect after reboot"), c
         assert c["status"] in ("pass", "skip") or c["fix"] is not None  # every warning says what to do
+    assert {c["id"]: c["status"] for c in d["checks"] if c["group"] == "hypervisor"} == {
+        "libvirtd": "pass", "vhost-net": "pass", "tun": "pass", "cgroups": "pass", "secure-guest": "skip"}
 
 
 @pytest.mark.parametrize("name", TREES)
@@ -136,10 +143,11 @@ def test_real_captured_hosts(capsys, hosts, name):  # noqa: F811 - the fixture
     assert [c["id"] for c in d["checks"]] == list(CHECK_IDS)
     got = _statuses(d)
     # A captured tree holds /sys and /proc only: no /etc, no /dev/kvm, no /sys/module, no NVML, no libvirt.
-    # Only what the kernel command line alone decides may pass.
-    assert {k for k, s in got.items() if s == "pass"} <= {"iommu-pt", "acs-override"}
+    # Only what the kernel command line alone decides may pass, and the cgroups its /proc/mounts shows.
+    assert {k for k, s in got.items() if s == "pass"} <= {"iommu-pt", "acs-override", "cgroups"}
     for cid in ("kvm", "vfio-modules", "nouveau", "nvidia-driver", "host-cores", "hugepages", "vcpu-commit",
-                "numa-balancing", "vm-memory", "mig-pending", "interrupt-remapping"):
+                "numa-balancing", "vm-memory", "mig-pending", "interrupt-remapping", "libvirtd", "vhost-net",
+                "tun"):
         assert got[cid] == "skip", (cid, got[cid])
     for c in d["checks"]:
         if c["status"] == "skip":

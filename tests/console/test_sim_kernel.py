@@ -229,6 +229,16 @@ def test_load_module_binds_what_it_matches(k):
         k.load_module("../evil")
 
 
+def test_vhost_net_makes_its_device_node_and_takes_it_away(k):
+    assert k.root.exists("dev/vhost-net") and k.root.exists("dev/net/tun")  # the preset: set up, tun built in
+    k.unload_module("vhost_net")
+    assert not k.root.exists("dev/vhost-net") and not k.root.isdir("sys/module/vhost_net")
+    assert k.root.isdir("sys/module/vhost")  # what it pulled in stays, as with modprobe -r of one module
+    k.load_module("vhost_net")
+    assert k.root.exists("dev/vhost-net") and k.root.isdir("sys/module/vhost_net")
+    assert not k.root.isdir("sys/bus/pci/drivers/vhost_net")  # no PCI driver
+
+
 def test_hugepages(k):
     p = "/sys/devices/system/node/node0/hugepages/hugepages-2048kB/nr_hugepages"
     k.write(p, "512")

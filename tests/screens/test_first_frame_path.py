@@ -27,7 +27,7 @@ def _first_look(state):
     from nodeconsole.console.seams import demo_host
 
     first = FirstLook(lambda: replace(demo_host(state), pci_ids=FIXED_IDS))
-    assert first.wait(30) and first.snapshot is not None and len(first.snapshot.gpus) == 8
+    assert first.wait(30) and first.snapshot is not None and len(first.snapshot.gpus) == 10
     return first
 
 
@@ -75,7 +75,7 @@ async def test_the_first_frame_written_lists_the_gpus_and_the_first_poll_follows
         assert await wait_until(pilot, lambda: not app.poller.busy)
         await pilot.pause()
         first = term.frames[0]
-        assert first["gpu_rows"] == 8 and not first["polling"], term.frames[:3]
+        assert first["gpu_rows"] == 10 and not first["polling"], term.frames[:3]
         if not rendering.STOCK:  # the fast mode (screens/fast/): the later frames go through the shadow
             assert first["kind"] != "_ShadowedUpdate"  # the whole screen, as Textual renders it
             assert any(f["kind"] == "_ShadowedUpdate" for f in term.frames[1:])  # then only what changed
@@ -97,7 +97,7 @@ async def test_without_a_frame_the_polls_start_all_the_same(state_ro, monkeypatc
     app = NoFrames(_first_look(state_ro), interval=5)
     async with app.run_test(size=(80, 24)) as pilot:
         await wait_until(pilot, lambda: app.polls)
-        assert app.polls == 1 and len(app.snapshot.vms) == 13
+        assert app.polls == 1 and len(app.snapshot.vms) == 14
 
 
 # -- the stylesheet ----------------------------------------------------------------------------------

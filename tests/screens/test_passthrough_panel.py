@@ -19,7 +19,7 @@ async def test_plan_modal_defaults_to_no_then_applies(demo_seams):
         await pilot.press("4")
         table = app.screen.query_one("#gpu-table", KeyedTable)
         table.move_cursor(row=table.get_row_index(GPU))
-        await pilot.press("a")
+        await pilot.press("a", "enter")  # the VM picker: "no VM" (vfio-pci only) is the first choice
         assert await wait_until(pilot, lambda: isinstance(app.screen, PlanModal))
         modal = app.screen
         body = str(modal.query_one("#plan-body", Static).content)
@@ -30,7 +30,7 @@ async def test_plan_modal_defaults_to_no_then_applies(demo_seams):
         await pilot.pause(0.5)
         assert app.snapshot.gpu(GPU).driver == "nvidia" and app.action_results == []
 
-        await pilot.press("a")
+        await pilot.press("a", "enter")
         assert await wait_until(pilot, lambda: isinstance(app.screen, PlanModal))
         assert not app.screen.query("#plan-typed")  # only a shut-off VM's config names it: a note
         await pilot.click("#yes")

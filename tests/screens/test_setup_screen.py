@@ -70,3 +70,24 @@ async def test_setup_screen_takes_a_bare_demo_to_ready_with_one_reboot(tmp_path,
         warns = {c.id for c in report.checks if c.status == "warn"}
         assert warns <= {"acs", "pcie-link"}, warns  # hardware: explained, fixed by hand
         assert all(report.check(i).fix is not None for i in warns)
+
+
+async def test_a_console_left_open_across_a_reboot_shows_the_new_boots_iommu(tmp_path, monkeypatch):
+    """The top line's IOMMU state is one of the facts read once per boot: after `demo reboot` under a
+    running console it follows the new boot (as the Setup screen's doctor does), not the cache of the last."""
+    from nodeconsole.actions.session import ActionSession, DoctorFix
+
+    monkeypatch.setenv("NODECONSOLE_STATE_DIR", str(tmp_path / "demo"))
+    reset_demo(bare=True)
+    session = ActionSession.from_seams(demo_host())
+    plan = session.plan(DoctorFix(("iommu",)))
+    assert session.apply(plan).ok
+    app = NodeConsoleApp(demo_host(), interval=0.3)
+    async with app.run_test(size=(160, 40)) as pilot:
+        def top() -> str:
+            return str(app.screen.query_one("#hostline", Static).content)
+
+        assert await wait_until(pilot, lambda: app.polls >= 2 and "IOMMU OFF" in top(), tries=200), top()
+        reboot_demo()
+        assert await wait_until(pilot, lambda: "IOMMU on" in top(), tries=200), top()
+        assert app.snapshot is not None and app.snapshot.iommu.enabled
