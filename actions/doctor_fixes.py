@@ -25,6 +25,7 @@ from nodeconsole.actions.live_steps import UNITS, page_text
 from nodeconsole.actions.plan import Check, Op, Plan, RequestError, build_step
 from nodeconsole.console.doctor import bootloader as bl
 from nodeconsole.console.doctor import facts
+from nodeconsole.console.doctor.checks_proxmox import PVE_BY_HAND
 from nodeconsole.console.doctor.model import CHECK_IDS, ROLES
 from nodeconsole.console.doctor.run import ROLE_ONLY
 from nodeconsole.console.grub_config import edit_cmdline, grub_files, grub_sources
@@ -68,13 +69,7 @@ BY_HAND: dict[str, tuple[str, str]] = {
     "secure-guest": ("secure guests are a firmware and kernel-parameter decision",
                      "turn SEV (AMD) or TDX (Intel) on in the firmware setup, then kvm_amd.sev=1 or "
                      "kvm_intel.tdx=1 on the kernel command line, and reboot"),
-    "pve-vfio": ("which GPUs a Proxmox host keeps and which its VMs take is the admin's choice",
-                 "bind the GPUs the VMs take to vfio-pci at boot (driverctl set-override ADDRESS vfio-pci, or "
-                 "options vfio-pci ids= with softdep nvidia pre: vfio-pci when no kept GPU shares the model)"),
-    "pve-mappings": ("a resource mapping names the cluster's hardware", "edit the mapping to this node's devices "
-                     "(Datacenter → Resource Mappings)"),
-    "pve-hookscripts": ("a hookscript is the admin's own program", "put the script back, or take it out of the VM's "
-                        "config (qm set VMID --delete hookscript)"),
+    **PVE_BY_HAND,  # Proxmox VE's checks
 }
 PLANNABLE = tuple(i for i in CHECK_IDS if i not in BY_HAND)
 

@@ -145,6 +145,23 @@ def _health(states: list[dict[str, Any]], reasons: list[dict[str, Any]], host: C
                           "reasons": sorted(set(why.get((h.instance, addr), [])))}
 
 
+def _version_drift(ordered: list[Host]) -> dict[str, Any]:
+    """The majority of each drift field, each host's drift from it noted; libvirt's version counts only
+    among libvirt hosts (a Proxmox VE host has none)."""
+    majority: dict[str, Any] = {}
+    for name in DRIFT_FIELDS:
+        # libvirt's version is a libvirt host's: a Proxmox VE host (no libvirt) is not drift from it
+        among = [h for h in ordered if name != "libvirt" or h.hypervisor == "libvirt"]
+        maj = _majority([h.value(name) for h in among])
+        majority[name] = maj
+        if maj is None:
+            continue
+        for h in among:
+            if h.value(name) != maj:
+                h.drift.append({"field": name, "value": h.value(name), "majority": maj})
+    return majority
+
+
 def fleet_report(fetch: Fetch) -> dict[str, Any]:
     """Ask Prometheus (through `fetch`) and build {"hosts": [...], "majority": {...}}."""
     res = {key: fetch(q) for key, q in QUERIES.items()}
@@ -182,17 +199,7 @@ def fleet_report(fetch: Fetch) -> dict[str, Any]:
         host(s).sources_down.append(str(s.get("metric", {}).get("source", "")))
 
     ordered = [hosts[k] for k in sorted(hosts)]
-    majority: dict[str, Any] = {}
-    for name in DRIFT_FIELDS:
-        # libvirt's version is a libvirt host's: a Proxmox VE host (no libvirt) is not drift from it
-        among = [h for h in ordered if name != "libvirt" or h.hypervisor == "libvirt"]
-        maj = _majority([h.value(name) for h in among])
-        majority[name] = maj
-        if maj is None:
-            continue
-        for h in among:
-            if h.value(name) != maj:
-                h.drift.append({"field": name, "value": h.value(name), "majority": maj})
+    majority = _version_drift(ordered)
     checks = sorted({c for h in ordered for c in h.doctor})
     doctor_major: dict[str, str | None] = {}
     for c in checks:

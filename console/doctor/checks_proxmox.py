@@ -27,6 +27,18 @@ STORAGE_CFG = "etc/pve/storage.cfg"
 DEFAULT_DIRS = {"local": "/var/lib/vz"}  # Proxmox's own `dir: local` when storage.cfg says nothing of it
 
 
+# What to do by hand (no plan fixes these): (why no plan, what to do), for actions/doctor_fixes.py's BY_HAND
+PVE_BY_HAND: dict[str, tuple[str, str]] = {
+    "pve-vfio": ("which GPUs a Proxmox host keeps and which its VMs take is the admin's choice",
+                 "bind the GPUs the VMs take to vfio-pci at boot (driverctl set-override ADDRESS vfio-pci, or "
+                 "options vfio-pci ids= with softdep nvidia pre: vfio-pci when no kept GPU shares the model)"),
+    "pve-mappings": ("a resource mapping names the cluster's hardware", "edit the mapping to this node's devices "
+                     "(Datacenter → Resource Mappings)"),
+    "pve-hookscripts": ("a hookscript is the admin's own program", "put the script back, or take it out of the VM's "
+                        "config (qm set VMID --delete hookscript)"),
+}
+
+
 def is_proxmox(ctx: Context) -> bool:
     return ctx.files.isdir(facts.PVE_QEMU_SERVER)
 

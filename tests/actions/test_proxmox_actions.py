@@ -109,6 +109,7 @@ def test_a_locked_vm_is_refused_at_plan_time_by_every_plan_that_changes_it(pve):
     _refused(("pin", "111", "--cpus", "56-59"), why, fix)
     _refused(("vgpu", "create", "2", "1110", "--vm", "build-1"), why, fix)
     _refused(("nic", "passthrough", "0000:1a:00.4", "--vm", "build-1"), why, fix)
+    _refused(("prepare", "build-1", "--gpus", "1"), why, fix)
     assert {p.name: p.read_bytes() for p in pve.iterdir()} == before
     rc, out, _ = cli("pin", "--all", "--demo")
     assert "VM build-1 is left out" not in out  # it holds no GPU: not in pin --all anyway
