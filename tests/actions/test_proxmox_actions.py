@@ -111,8 +111,14 @@ def test_a_locked_vm_is_refused_at_plan_time_by_every_plan_that_changes_it(pve):
     _refused(("nic", "passthrough", "0000:1a:00.4", "--vm", "build-1"), why, fix)
     _refused(("prepare", "build-1", "--gpus", "1"), why, fix)
     assert {p.name: p.read_bytes() for p in pve.iterdir()} == before
-    rc, out, _ = cli("pin", "--all", "--demo")
-    assert "VM build-1 is left out" not in out  # it holds no GPU: not in pin --all anyway
+
+
+
+def test_pin_all_leaves_a_locked_vm_out(pve):
+    (pve / "104.conf").write_text((pve / "104.conf").read_text() + "lock: migrate\n")  # vgpu-desk-2: unpinned GPU VM
+    rc, out, err = cli("pin", "--all", "--demo")
+    assert rc == 0 and "  - VM vgpu-desk-2 is left out: VM 104 is locked (migrate)\n" in out, out + err
+    assert "qm set 104" not in out
 
 
 def test_a_locked_vm_holding_the_gpu_refuses_its_release(pve):
