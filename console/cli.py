@@ -34,13 +34,13 @@ KNOWN_COMMANDS = frozenset({"snapshot", "demo", "doctor", "events", "capture", "
 # Names of the subcommands that change the host: actions/cli/ registers them into this parser (the full
 # command). Named here only to say, when the base entry is asked for one, where it is.
 CHANGE_COMMANDS = frozenset({"passthrough", "release", "log", "undo", "nccl", "pin", "mig", "vgpu", "nic", "gpu",
-                             "place"})
+                             "place", "prepare"})
 PLANNING_COMMANDS = frozenset({"place"})  # of those, the read-only ones (they use actions/ to plan)
 # Registers more subcommands (calls `subcommand`): the change commands of actions/cli/.
 Loader = Callable[[], None]
 # The order `--help` lists the subcommands in (whichever module registers them).
 ORDER = ("demo", "snapshot", "passthrough", "release", "log", "undo", "nccl", "pin", "mig", "vgpu", "doctor",
-         "events", "capture", "nic", "diff", "exporter", "fleet", "reboot-impact", "gpu", "place")
+         "events", "capture", "nic", "diff", "exporter", "fleet", "reboot-impact", "gpu", "place", "prepare")
 
 
 def build_parser(load: bool = True, more: Loader | None = None) -> argparse.ArgumentParser:

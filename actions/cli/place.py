@@ -49,15 +49,9 @@ def configure(p: argparse.ArgumentParser) -> None:
 def run_place(args: argparse.Namespace) -> int:
     from nodeconsole.actions.host import ActionHost
     from nodeconsole.actions.placement import PlacementError, place
-    from nodeconsole.console.collector import Collector
 
-    seams = seams_from_args(args)
-    collector = Collector(seams)
-    try:
-        snap = collector.collect()
-    finally:
-        collector.close()
-    host = ActionHost.from_seams(seams)
+    host = ActionHost.from_seams(seams_from_args(args))
+    snap = host.snapshot()
     configs = vm_definitions(host, snap)
     try:
         placement = place(snap, host.root, args.gpus, with_nic=args.with_nic, vm=args.vm,

@@ -4,9 +4,9 @@ a running VM's definition for its next start, then the check passes; undo gives 
 hugepage counts and the boot loader's files back exactly."""
 from __future__ import annotations
 
+from nodeconsole.actions.host import ActionHost
 from nodeconsole.actions.progress import DONE
 from nodeconsole.actions.session import ActionSession, DoctorFix, Undo
-from nodeconsole.console.collector import Collector
 from nodeconsole.console.doctor.run import run_doctor
 from nodeconsole.console.seams import demo_host
 from tests.actions.test_passthrough import changed, tree_state
@@ -16,13 +16,9 @@ PAGES0 = "root/sys/devices/system/node/node0/hugepages/hugepages-1048576kB/nr_hu
 
 
 def _check(state):
-    seams = demo_host(state)
-    collector = Collector(seams)
-    try:
-        snap = collector.collect()
-    finally:
-        collector.close()
-    return run_doctor(snap, seams.root, "mixed", ()).check("vm-memory"), snap
+    host = ActionHost.from_seams(demo_host(state))
+    snap = host.snapshot()
+    return run_doctor(snap, host.root, "mixed", ()).check("vm-memory"), snap
 
 
 def test_vm_memory_fix_resizes_every_vm_it_names_and_undo_is_exact(tmp_path):
