@@ -25,6 +25,7 @@ from nodeconsole.actions.live_steps import UNITS, page_text
 from nodeconsole.actions.plan import Check, Op, Plan, RequestError, build_step
 from nodeconsole.console.doctor import bootloader as bl
 from nodeconsole.console.doctor import facts
+from nodeconsole.console.doctor.checks_proxmox import PVE_BY_HAND
 from nodeconsole.console.doctor.model import CHECK_IDS, ROLES
 from nodeconsole.console.doctor.run import ROLE_ONLY
 from nodeconsole.console.grub_config import edit_cmdline, grub_files, grub_sources
@@ -68,6 +69,7 @@ BY_HAND: dict[str, tuple[str, str]] = {
     "secure-guest": ("secure guests are a firmware and kernel-parameter decision",
                      "turn SEV (AMD) or TDX (Intel) on in the firmware setup, then kvm_amd.sev=1 or "
                      "kvm_intel.tdx=1 on the kernel command line, and reboot"),
+    **PVE_BY_HAND,  # Proxmox VE's checks
 }
 PLANNABLE = tuple(i for i in CHECK_IDS if i not in BY_HAND)
 

@@ -64,7 +64,8 @@ def holder_checks(host: ActionHost, snap: HostSnapshot, gpu: Gpu, members: list[
                and any(h.type == "pci" and h.address in members for h in v.hostdevs)]
     if running:
         checks.append(Check("no running VM uses the GPU", False, f"VM {', '.join(running)} is running with it",
-                            f"shut {'it' if len(running) == 1 else 'them'} down first (virsh shutdown NAME)"))
+                            f"shut {'it' if len(running) == 1 else 'them'} down first ("
+                            f"{'; '.join(host.command_hint('shutdown', n) for n in running)})"))
     for a in members:
         pf = snap.pci(a)
         if pf is None or not pf.vfs:

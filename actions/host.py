@@ -16,6 +16,7 @@ from nodeconsole.console.host_seams import CommandRunner, KernelWriter
 from nodeconsole.console.root import Root
 from nodeconsole.console.seams import Seams
 from nodeconsole.console.vms.backend import VmBackend
+from nodeconsole.console.vms.hints import command_hint
 
 if TYPE_CHECKING:
     from nodeconsole.console.model import HostSnapshot
@@ -53,6 +54,13 @@ class ActionHost:
         """The host's VM backend (console/vms/backend.py), in the VM model's terms: what actions change VM
         definitions through (`domains` is the same object, the field's older name)."""
         return self.domains
+
+    def command_hint(self, kind: str, vm: str = "NAME", **args: str) -> str:
+        """What an admin types for `kind` on `vm` in this host's hypervisor tool (virsh, qm: the VM
+        backend says; console/vms/hints.py), for a plan's fix or step text."""
+        if self.domains is not None:
+            return self.domains.command_hint(kind, vm, **args)
+        return command_hint("libvirt", kind, vm, **args)
 
     @property
     def root(self) -> Root:

@@ -25,6 +25,7 @@ from nodeconsole.actions.plan import (
     vms_known_check,
 )
 from nodeconsole.actions.targets import VFIO, add_steps, resolve_vm, source_checks, vms_with
+from nodeconsole.actions.vm_guard import vm_change_checks
 from nodeconsole.console.argtypes import did_you_mean
 from nodeconsole.console.audit_log import AuditRecord
 from nodeconsole.console.hosttext import visible
@@ -168,8 +169,8 @@ def _vfs_checks(host: ActionHost, snap: HostSnapshot, plan: Plan, nic: Nic, coun
         plan.checks.append(Check(
             "no VM holds a VF that goes away", False,
             f"{who(held)}: changing the count removes every VF of {pf} (Linux takes a new count only from 0)",
-            "take the VFs out of those VMs first (`nodeconsole undo` of the change that gave them, or virsh "
-            "detach-device VM --config), then plan again"))
+            "take the VFs out of those VMs first (`nodeconsole undo` of the change that gave them, or "
+            + "; ".join(host.command_hint("detach", n) for n in sorted(held)) + "), then plan again"))
         return []
     plan.checks += unreadable_vm_check(unreadable)
     if going:
@@ -269,6 +270,7 @@ def plan_nic_passthrough(host: ActionHost, snap: HostSnapshot, vf_text: str, vm:
                 rebuild=lambda: plan_nic_passthrough(host, host.snapshot(), vf.address, vm))
     plan.checks += source_checks(snap)
     plan.checks += vms_known_check(snap, f"VF {vf.address}")
+    plan.checks += vm_change_checks(host, target, gives_device=True)
     if host.vms is None:
         plan.checks.append(Check("libvirt reachable", False, "this host has no libvirt connection", "pass --libvirt URI"))
     if not plan.ok:
@@ -324,7 +326,7 @@ def nic_for_gpu(host: ActionHost, snap: HostSnapshot, gpu: Gpu, vm: str, allow_f
     across = [v.address if v else n.address for n, v in held_by_vm if distance_to(n, gpu.address) == "SYS"]
     if across and not mine:
         plan.notes.append(f"VM {vm} also holds {', '.join(across)}, across the sockets from GPU {gpu.index}: once it "
-                          "has the VF beside the GPU, take that out of its definition (virsh detach-device)")
+                          f"has the VF beside the GPU, take that out of its definition ({host.command_hint('detach', vm)})")
     if mine:
         n, v = mine[0]
         plan.notes.append(f"VM {vm} already holds {v.address if v else n.address} ({n.label}, "

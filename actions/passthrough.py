@@ -11,7 +11,6 @@ closest known GPUs and VMs for a typo.
 from __future__ import annotations
 
 import re
-import shlex
 
 from nodeconsole.actions.gpu_holders import STUB_DRIVERS, config_only, driver_of, holder_checks
 from nodeconsole.actions.gpu_names import with_gpu_name
@@ -43,6 +42,7 @@ from nodeconsole.actions.targets import (
     source_checks,
     vms_with,
 )
+from nodeconsole.actions.vm_guard import vm_change_checks
 from nodeconsole.console.iommu import blocker_reasons
 from nodeconsole.console.model import Gpu, HostSnapshot, Vm
 
@@ -96,6 +96,10 @@ def plan_passthrough(host: ActionHost, snap: HostSnapshot, gpu_text: str, vm: st
     plan = Plan(action="passthrough", title=title, request=request,
                 rebuild=lambda: plan_passthrough(host, host.snapshot(), gpu.address, vm, persist, with_nic,
                                                  allow_far_nic))
+    if target is not None:  # a locked VM or a template: refused before anything else
+        plan.checks += vm_change_checks(host, target, gives_device=True)
+        if not plan.ok:
+            return plan
     members, in_configs, mig_ops = _passthrough_checks(host, snap, gpu, vm, plan)
     if not plan.ok:
         return plan
@@ -233,11 +237,9 @@ def memory_note(host: ActionHost, snap: HostSnapshot, vm: Vm, gpu: Gpu) -> str |
         return None
     held = "the GPU" if len(gpus) == 1 else f"its {len(gpus)} GPUs"
     want_gib = -(-want // 1048576)  # rounded up: the size to give it
-    name = shlex.quote(vm.name)
     return (f"warning: VM {vm.name} has {_gib(vm.memory_kib)} of memory, below {MEMORY_PER_VRAM}× the "
             f"{_gib(vram_kib)} VRAM of {held} ({want_gib} GiB; 2–3× is recommended): data loading may starve "
-            f"the GPU. To give it more: virsh setmaxmem {name} {want_gib}G --config; virsh setmem {name} "
-            f"{want_gib}G --config")
+            f"the GPU. To give it more: {host.command_hint('setmem', vm.name, size=f'{want_gib}G')}")
 
 
 def _gib(kib: int) -> str:

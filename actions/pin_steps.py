@@ -137,16 +137,10 @@ def vm_pins_step(host: ActionHost, op: Op) -> Step | None:
         return f"VM {vm}'s {scope} pins read back as: {describe(now, with_numa)}"
 
     where = "live now (the running VM)" if scope == "live" else "in its persistent config"
-    flag = f"--{scope}"
-    cmds = [f"virsh vcpupin {vm} {v} {s} {flag}" for v, s in target.vcpus]
-    cmds += [f"virsh vcpupin {vm} {v} {_online_text(host)} {flag}  # unpin"
-             for v, _ in current.vcpus if v not in dict(target.vcpus)]
-    if target.emulator or current.emulator:
-        cmds.append(f"virsh emulatorpin {vm} {target.emulator or _online_text(host)} {flag}")
-    if with_numa and target.numa:
-        cmds.append(f"virsh numatune {vm} --mode {target.numa[0] or 'strict'} --nodeset {target.numa[1]} {flag}")
-    elif with_numa and current.numa:
-        cmds.append(f"virsh edit {vm}  # remove <numatune>")
+    try:
+        cmds = cfg.pin_commands(vm, target, current, scope == "live", with_numa, _online_text(host))
+    except VmConfigError as e:
+        raise StepError(str(e)) from None
     return Step(title=f"Pin VM {vm} {where}: {describe(target, with_numa)}",
-                why=f"now: {describe(current, with_numa)}", commands=tuple(cmds), op=dict(op),
+                why=f"now: {describe(current, with_numa)}", commands=cmds, op=dict(op),
                 inverse=current.op(vm, scope, with_numa), apply_fn=apply, verify_fn=verify)

@@ -28,6 +28,7 @@ from nodeconsole.actions.pin_planner import (
 )
 from nodeconsole.actions.pin_steps import LIVE_AND_CONFIG, PinState, describe, pin_scopes, read_state
 from nodeconsole.actions.plan import Check, Plan, RequestError, StepError, build_step
+from nodeconsole.actions.vm_guard import vm_change_checks
 from nodeconsole.console.checks import vm_alignment
 from nodeconsole.console.cpulist import format_cpulist
 from nodeconsole.console.doctor.checks_memory import kept_host_cpus
@@ -104,6 +105,7 @@ def plan_pin(host: ActionHost, snap: HostSnapshot, vm_name: str, cpus: str | Non
     plan = Plan(action="pin", title=title, request=request,
                 rebuild=lambda: plan_pin(host, host.snapshot(), vm.name, cpus, reserve, allow_overlap))
     plan.checks += _host_checks(host, snap)
+    plan.checks += vm_change_checks(host, vm)
     if not plan.ok:
         return plan
     _add_vm(host, snap, topo, plan, vm, prop, source)
@@ -131,6 +133,9 @@ def plan_pin_all(host: ActionHost, snap: HostSnapshot, reserve: str | None = Non
     busy = Busy({c: others for c, pinned in every.cpus.items()
                  if (others := tuple(n for n in pinned if n not in names))}, every.states)
     for vm in todo:
+        if (refused := vm_change_checks(host, vm)):
+            plan.notes.append(f"VM {vm.name} is left out: {refused[0].reason}")
+            continue
         prop = propose(topo, request_for(snap, vm), held, busy, allow_overlap)
         if not prop.ok:
             plan.notes.append(f"VM {vm.name} is left out: {prop.refusal}")
@@ -163,11 +168,10 @@ def _add_vm(host: ActionHost, snap: HostSnapshot, topo: Topology, plan: Plan, vm
         where = pin_scopes(cfg, vm.name, running=vm.state not in INACTIVE)
         live_numa = read_state(cfg, vm.name, "live").numa if "live" in where.scopes else None
     except VmConfigError as e:
-        plan.checks.append(Check(f"{label}'s config readable", False, str(e), "check libvirt (virsh dominfo)"))
+        plan.checks.append(Check(f"{label}'s config readable", False, str(e),
+                                 f"check the VM's config ({host.command_hint('show', vm.name)})"))
         return
-    target = PinState(vcpus=tuple((i, str(c)) for i, c in enumerate(prop.vcpus)),
-                      emulator=format_cpulist(prop.emulator) or None,
-                      numa=(STRICT, format_cpulist(prop.memory_nodes)))
+    target = _target(prop, cfg.whole_process_pins)
     # a running VM's memory mode cannot change (libvirt refuses): its live step keeps the policy alone
     # unless the mode is already strict, and the config carries it to the next start
     live_strict = live_numa is not None and (live_numa[0] or STRICT) == STRICT
@@ -185,16 +189,31 @@ def _add_vm(host: ActionHost, snap: HostSnapshot, topo: Topology, plan: Plan, vm
             step.title = f"Pin VM {vm.name} {LIVE_AND_CONFIG}: {describe(target, with_numa)}"
         step.why = _why(snap, vm, prop)
         if first:
-            step.detail = "\n".join(pin_map(topo, vm, prop))
+            step.detail = "\n".join(pin_map(topo, vm, prop, cfg.whole_process_pins))
             first = False
         plan.steps.append(step)
     plan.notes.append(f"{label} is {vm.state}: {where.says}")
+    if cfg.whole_process_pins:
+        plan.notes.append(f"{cfg.label} pins the whole QEMU process (affinity), not each vCPU: every vCPU and the "
+                          f"emulator threads run on CPU {format_cpulist(prop.vcpus)}, the memory bound to node "
+                          f"{format_cpulist(prop.memory_nodes)}")
     if "live" in where.scopes and not live_strict:
         plan.notes.append(f"{label}: libvirt cannot change the memory policy of a running VM; strict on node "
                           f"{format_cpulist(prop.memory_nodes)} applies from its next start (memory already "
                           "allocated stays where it is)")
     plan.notes += [f"warning: {w}" for w in prop.warnings]
     plan.notes += list(prop.notes)
+
+
+def _target(prop: Proposal, whole_process: bool) -> PinState:
+    """The pins of a proposal: each vCPU on its CPU, the emulator on the reserve; for a hypervisor that pins
+    the whole process (`whole_process`), every vCPU and the emulator on the one set of the vCPUs' CPUs."""
+    numa = (STRICT, format_cpulist(prop.memory_nodes))
+    if whole_process:
+        one = format_cpulist(prop.vcpus)
+        return PinState(vcpus=tuple((i, one) for i in range(len(prop.vcpus))), emulator=one, numa=numa)
+    return PinState(vcpus=tuple((i, str(c)) for i, c in enumerate(prop.vcpus)),
+                    emulator=format_cpulist(prop.emulator) or None, numa=numa)
 
 
 def _why(snap: HostSnapshot, vm: Vm, prop: Proposal) -> str:
@@ -217,13 +236,15 @@ def _cpus_text(topo: Topology, cpus: Iterable[int]) -> str:
     return f"{format_cpulist(cpus)} (node {format_cpulist(n for n in nodes if n >= 0) or '?'})"
 
 
-def pin_map(topo: Topology, vm: Vm, prop: Proposal) -> list[str]:
-    """The before/after map: each vCPU's host CPU(s) now and in the proposal, then emulator and memory."""
+def pin_map(topo: Topology, vm: Vm, prop: Proposal, whole_process: bool = False) -> list[str]:
+    """The before/after map: each vCPU's host CPU(s) now and in the proposal, then emulator and memory
+    (`whole_process`: every vCPU and the emulator on the vCPUs' one CPU set)."""
     before = {p.vcpu: p.cpus for p in vm.pins}
-    rows = [(f"vCPU {i}", _cpus_text(topo, before.get(i, ())), _cpus_text(topo, (c,)))
+    rows = [(f"vCPU {i}", _cpus_text(topo, before.get(i, ())), _cpus_text(topo, prop.vcpus if whole_process else (c,)))
             for i, c in enumerate(prop.vcpus)]
+    emulator = prop.vcpus if whole_process else prop.emulator
     rows.append(("emulator", _cpus_text(topo, vm.emulator_pins) if vm.emulator_pins else "unpinned",
-                 _cpus_text(topo, prop.emulator) if prop.emulator else "unpinned"))
+                 _cpus_text(topo, emulator) if emulator else "unpinned"))
     rows.append(("memory", f"{vm.numa_mode} on node {format_cpulist(vm.numa_nodeset)}" if vm.numa_mode
                  else "no policy", f"{STRICT} on node {format_cpulist(prop.memory_nodes)}"))
     w0 = max(len(r[0]) for r in rows)

@@ -20,13 +20,13 @@ verifies, audits and undoes.
 from __future__ import annotations
 
 import re
-import shlex
 from dataclasses import dataclass
 
 from nodeconsole.actions.host import ActionHost
 from nodeconsole.actions.plan import Check, Op, Plan, RequestError
 from nodeconsole.actions.prepare_ops import definition_ops, device_ops, hugepage_ops, nccl_ops, shape_of
 from nodeconsole.actions.targets import resolve_vm
+from nodeconsole.actions.vm_guard import vm_change_checks
 from nodeconsole.console.cpulist import format_cpulist
 from nodeconsole.console.model import HostSnapshot
 
@@ -87,6 +87,7 @@ def plan_prepare(host: ActionHost, snap: HostSnapshot, vm_name: str, gpus: str, 
     plan = Plan(action=ACTION, title=f"Prepare VM {vm.name} for training", request=request,
                 rebuild=lambda: plan_prepare(host, host.snapshot(), vm.name, gpus, with_nic, vcpus, memory_kib,
                                              memory_factor, hugepages))
+    plan.checks += vm_change_checks(host, vm, gives_device=True)  # locked, or a template: refused
     plan.checks += _vm_checks(host, snap, vm.name, vm.state)
     if not plan.ok:
         return plan
@@ -126,10 +127,9 @@ def _vm_checks(host: ActionHost, snap: HostSnapshot, name: str, state: str) -> l
         out.append(Check("the VMs' definitions are reachable", False, why, "start libvirtd, or pass --libvirt URI"))
         return out
     if state != "shut off":
-        q = shlex.quote(name)
         out.append(Check(f"VM {name} is shut off", False,
                          f"it is {state}: its vCPUs, memory and devices change only while it is off",
-                         f"shut it down first (virsh shutdown {q}; or from the guest), then plan again"))
+                         f"shut it down first ({host.command_hint('shutdown', name)}; or from the guest), then plan again"))
     else:
         out.append(Check(f"VM {name} is shut off", True, "its definition can take every change at once"))
     return out

@@ -36,6 +36,7 @@ from nodeconsole.actions.targets import (
     source_checks,
     vms_with,
 )
+from nodeconsole.actions.vm_guard import vms_change_checks
 from nodeconsole.console.audit_log import AuditRecord
 from nodeconsole.console.model import Gpu, HostSnapshot
 
@@ -65,12 +66,13 @@ def plan_release(host: ActionHost, snap: HostSnapshot, gpu_text: str) -> Plan:
     running = _live_users(snap, members, cfg_only)
     if running:
         plan.checks.append(Check("no running VM uses the GPU", False, f"VM {', '.join(running)} is running with it",
-                                 "shut it down first (virsh shutdown NAME)"))
+                                 f"shut it down first ({'; '.join(host.command_hint('shutdown', n) for n in running)})"))
         return plan
     if cfg_only:
         plan.checks.append(Check("no running VM uses the GPU", True,
                                  f"VM {', '.join(sorted(cfg_only))} holds it in its config only"))
     plan.checks += unreadable_vm_check(unreadable)
+    plan.checks += vms_change_checks(host, snap, in_configs)  # their configs lose the GPU: none locked
     if not plan.ok:
         return plan
     records = passthroughs_in_effect(host, gpu.address)

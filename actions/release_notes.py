@@ -7,8 +7,6 @@ next start does. The release truth tests re-read the host after apply and check 
 """
 from __future__ import annotations
 
-import shlex
-
 from nodeconsole.actions.host import ActionHost
 from nodeconsole.actions.plan import Op
 from nodeconsole.console.model import Gpu
@@ -68,11 +66,10 @@ def kept_notes(host: ActionHost, gpu: Gpu, in_configs: dict[str, list[str]], ops
         if not left:
             continue
         held = "the GPU" if gpu.address in left else ", ".join(left)
-        quoted = shlex.quote(name)
         if all(_managed(host, name, a) for a in left):
             start = f"{name}'s next start takes it from the host again"
         else:
             start = f"{name} cannot start while it is on a host driver (managed='no')"
         notes.append(f"{name}'s config names {held} too; {what} did not put it there: left alone, and {start} "
-                     f"(virsh edit {quoted} to remove it)")
+                     f"({host.command_hint('edit', name)} to remove it)")
     return notes

@@ -30,13 +30,15 @@ def holders(snap: HostSnapshot, g: Gpu) -> dict[str, str]:
             if any(h.type == "pci" and h.address in mine for h in v.hostdevs)}
 
 
-def _vfio_checks(held: dict[str, str]) -> list[Check]:
+def _vfio_checks(host: ActionHost, held: dict[str, str]) -> list[Check]:
     odd = {n: s for n, s in held.items() if s not in ("running", "shut off")}
     if odd:
         listing = ", ".join(f"{n} ({s})" for n, s in sorted(odd.items()))
         return [Check("VMs holding it running or shut off", False,
                       f"{listing}: QEMU keeps the device open while the VM is in that state",
-                      "resume it (virsh resume) or stop it (virsh destroy), then plan again")]
+                      "resume it or stop it (" + "; ".join(f"{host.command_hint('resume', n)} or "
+                                                           f"{host.command_hint('stop', n)}" for n in sorted(odd))
+                      + "), then plan again")]
     running = sorted(n for n, s in held.items() if s == "running")
     return [Check("VMs holding it running or shut off", True,
                   f"{', '.join(running)} running: stopped and started again" if running else "none running")]
@@ -83,7 +85,7 @@ def plan_reset(host: ActionHost, snap: HostSnapshot, gpu_text: str, force: bool 
         if not snap.sources.libvirt.ok:
             return plan
         held = holders(snap, g)
-        plan.checks += _vfio_checks(held)
+        plan.checks += _vfio_checks(host, held)
         method = reset_method(host, g.address)
         plan.checks.append(Check("the kernel can reset it", bool(method), f"reset method: {method}" if method
                                  else "the kernel reports no reset method", "a host reboot resets it"))

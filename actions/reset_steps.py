@@ -88,10 +88,10 @@ def vm_step(host: ActionHost, op: Op) -> Step:
             except VmConfigError as e:
                 raise StepError(str(e)) from None
         return Step(f"Start VM {vm} again and see it running", "it was running before the reset",
-                    (f"virsh start {vm}",), dict(op), None, start, verify, host=host)
+                    (host.command_hint("start", vm),), dict(op), None, start, verify, host=host)
     how = f"destroyed if it has not stopped after {wait_s:g} s" if force else f"up to {wait_s:g} s, else the reset stops"
     return Step(f"Shut VM {vm} down ({how})", f"{vm} holds the GPU: a function in use by a guest is not reset",
-                (f"virsh shutdown {vm}",) + ((f"virsh destroy {vm}",) if force else ()), dict(op),
+                (host.command_hint("shutdown", vm),) + ((host.command_hint("stop", vm),) if force else ()), dict(op),
                 {"kind": "vm_run", "vm": vm, "running": True}, lambda: _stop(host, vm, force, wait_s), verify,
                 host=host)
 

@@ -109,7 +109,7 @@ def vm_shape_step(host: ActionHost, op: Op) -> Step | None:
     later = state != "shut off" and op.get("next_start") is True  # the persistent definition only
     if state != "shut off" and not later:
         raise StepError(f"VM {vm} is {state}: its size and memory layout change only while it is shut off "
-                        f"(virsh shutdown {shlex.quote(vm)})")
+                        f"({host.command_hint('shutdown', vm)})")
     inverse: Op = {"kind": "vm_definition", "vm": vm, "token": saved, "expect": None}
 
     def apply() -> None:

@@ -31,6 +31,7 @@ from nodeconsole.actions.plan import (
     vms_known_check,
 )
 from nodeconsole.actions.targets import resolve_gpu
+from nodeconsole.actions.vm_guard import vm_change_checks, vms_change_checks
 from nodeconsole.console.model import Gpu, HostSnapshot, VgpuInstance, Vm
 from nodeconsole.console.pciaddr import parse_pci_address
 from nodeconsole.console.vms.backend import VmConfigError
@@ -155,8 +156,9 @@ def plan_vgpu_create(host: ActionHost, snap: HostSnapshot, gpu_text: str, type_t
                              f"no instance available: {offer.why_none or 'none left'}",
                              "free one: remove a vGPU of this GPU (nodeconsole vgpu list shows them); a "
                              "MIG-backed type needs a free GPU instance of its profile (nodeconsole mig)"))
-    if vm is not None:
-        plan.checks += vms_known_check(snap, f"VM {vm}'s devices")
+    if target is not None:
+        plan.checks += vms_known_check(snap, f"VM {target.name}'s devices")
+        plan.checks += vm_change_checks(host, target, gives_device=True)
     if vm is not None and host.vms is None:
         plan.checks.append(Check("libvirt reachable", False, "this host has no libvirt connection",
                                  "pass --libvirt URI"))
@@ -211,13 +213,14 @@ def plan_vgpu_remove(host: ActionHost, snap: HostSnapshot, ident: str) -> Plan:
     unreadable: dict[str, str] = {}
     holders = _vms_holding(host, snap, inst.uuid, is_vf, unreadable)
     plan.checks += unreadable_vm_check(unreadable)
+    plan.checks += vms_change_checks(host, snap, holders)
     if not plan.ok:
         return plan
     running = [n for n in holders if (held := snap.vm(n)) is not None and held.state not in ("shut off", "crashed")]
     if running:
         plan.checks.append(Check("no running VM uses the vGPU", False,
                                  f"VM {', '.join(running)} is running with it",
-                                 "shut it down first (virsh shutdown NAME)"))
+                                 f"shut it down first ({'; '.join(host.command_hint('shutdown', n) for n in running)})"))
         return plan
     ops: list[Op] = []
     for name in holders:
@@ -383,8 +386,8 @@ def vm_mdev_step(host: ActionHost, op: Op) -> Step | None:
            f"<address uuid='{uuid}'/></source></hostdev>")
     if present:
         return Step(f"Add vGPU {uuid} to VM {vm}'s config", f"VM {vm} gets the vGPU at its next start",
-                    (f"virsh attach-device {vm} mdev-{uuid}.xml --config",), dict(op, uuid=uuid), inverse,
+                    (host.command_hint("attach_mdev", vm, uuid=uuid),), dict(op, uuid=uuid), inverse,
                     apply, verify, detail=xml)
     return Step(f"Remove vGPU {uuid} from VM {vm}'s config", f"VM {vm} must not claim a vGPU that is gone",
-                (f"virsh detach-device {vm} mdev-{uuid}.xml --config",), dict(op, uuid=uuid), inverse,
+                (host.command_hint("detach_mdev", vm, uuid=uuid),), dict(op, uuid=uuid), inverse,
                 apply, verify)

@@ -3,8 +3,6 @@ the host's VM backend (console/vms/backend.py); a removed device's saved form (a
 exact <hostdev> element) is recorded in the inverse, so an undo puts back exactly what was there."""
 from __future__ import annotations
 
-import shlex
-
 from nodeconsole.actions.host import ActionHost
 from nodeconsole.actions.plan import Op, Step, StepError, step_kind
 from nodeconsole.console.pciaddr import parse_pci_address
@@ -68,19 +66,18 @@ def vm_hostdev_step(host: ActionHost, op: Op) -> Step | None:
             return None
         return f"the config of VM {vm} {'still lacks' if present else 'still has'} hostdev {address}"
 
-    vm_arg = shlex.quote(vm)
     if present:
         title = f"Add {address} to VM {vm}'s config"
         why = (f"VM {vm} gets the device at its next start; managed='yes' lets libvirt keep it on vfio-pci "
                "while the VM runs")
         shown = cfg.hostdev_text(address, managed, element)
-        cmd = f"virsh attach-device {vm_arg} /dev/stdin --config <<'EOF'  # the <hostdev> below, then EOF"
+        cmd = cfg.command_hint("attach_hostdev", vm, address=address)
     else:
         title = f"Remove {address} from VM {vm}'s config"
-        why = (f"VM {vm} must not claim the device once it is given back to the host (by hand: virsh edit "
-               f"{vm_arg}, delete this <hostdev>)")
+        why = (f"VM {vm} must not claim the device once it is given back to the host (by hand: "
+               f"{cfg.command_hint('edit_hostdev', vm)})")
         shown = cfg.hostdev_text(address, managed, taken.token if taken is not None else None)
-        cmd = f"virsh detach-device {vm_arg} /dev/stdin --config <<'EOF'  # the <hostdev> below, then EOF"
+        cmd = cfg.command_hint("detach_hostdev", vm)
     return Step(title=title, why=why, commands=(cmd,), op=dict(op), inverse=inverse, apply_fn=apply,
                 verify_fn=verify, detail=shown)
 

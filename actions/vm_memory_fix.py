@@ -51,7 +51,7 @@ def vm_memory_fix(host: ActionHost, snap: HostSnapshot, have_words: list[str],
         try:
             shape = host.vms.shape(vm.name)
         except VmConfigError as e:
-            out.checks.append(Check(f"VM {vm.name}'s definition readable", False, str(e), "virsh dumpxml VM"))
+            out.checks.append(Check(f"VM {vm.name}'s definition readable", False, str(e), host.command_hint("show", vm.name)))
             continue
         for node, more in sorted(target.more_pages.items()):
             size = target.page_kib or 0

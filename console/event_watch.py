@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import errno
 import os
-import shlex
 import stat
 import time
 from collections import deque
@@ -22,10 +21,11 @@ from nodeconsole.console.events import AER, HOST, XID, KernelEvent, gpu_of, tie_
 from nodeconsole.console.gpu_events import SourceChange
 from nodeconsole.console.health import in_window
 from nodeconsole.console.host_failures import failure
-from nodeconsole.console.model import Gpu, HostSnapshot, Problem, SourceState
+from nodeconsole.console.model import Gpu, HostSnapshot, Problem, SourceState, Vm
 from nodeconsole.console.reboot_impact import impact_sentence
 from nodeconsole.console.root import Root
 from nodeconsole.console.sources.kernel_log import KMSG, KernelLog, LogDenied, host_sources
+from nodeconsole.console.vms.hints import hint_for
 from nodeconsole.console.xid import AER_FATAL, AER_NONFATAL, FALLEN_OFF_BUS, FATAL, RESET_COMMAND, RESET_GPU, lookup
 
 KEEP = 200  # events held (newest)
@@ -83,7 +83,7 @@ def event_problems(gpus: tuple[Gpu, ...], snap: HostSnapshot) -> list[Problem]:
             continue
         ev = alarms[-1]
         when = f" at {ev.when}" if ev.when != "-" else ""
-        running = [v.name for v in snap.vms if v.name in ev.vms and v.state in ("running", "paused")]
+        running = [v for v in snap.vms if v.name in ev.vms and v.state in ("running", "paused")]
         who = f"VM {ev.vm}" if ev.vm else "no VM"
         fix = vm_advice(g, running, ev.action) if running else ev.action
         if "reboot" in ev.action and (hit := impact_sentence(snap)):
@@ -92,17 +92,17 @@ def event_problems(gpus: tuple[Gpu, ...], snap: HostSnapshot) -> list[Problem]:
     return out
 
 
-def vm_advice(g: Gpu, running: list[str], action: str) -> str:
+def vm_advice(g: Gpu, running: list[Vm], action: str) -> str:
     """What to do about an event on a GPU running VMs hold: the host cannot reset it while they run."""
-    names = ", ".join(running)
-    first = shlex.quote(running[0])
+    names = ", ".join(v.name for v in running)
+    first = hint_for(running[0], "shutdown")
     if g.owner.kind in ("mig", "vgpu"):
         many = len(running) > 1
         return (f"VM{'s' if many else ''} {names} use{'' if many else 's'} this GPU: the work on it failed; shut "
-                f"{'them' if many else 'it'} down (`virsh shutdown {first}`) or move {'them' if many else 'it'}, "
+                f"{'them' if many else 'it'} down (`{first}`) or move {'them' if many else 'it'}, "
                 f"then: {action} (it stops every VM on the GPU)")
     advice = (f"VM {names}'s guest drives this GPU: look inside the guest (`nvidia-smi`, its kernel log); to recover, "
-              f"shut the VM down (`virsh shutdown {first}`) — the host cannot reset a GPU a running VM holds — "
+              f"shut the VM down (`{first}`) — the host cannot reset a GPU a running VM holds — "
               f"then: {action}")
     if RESET_GPU.lower() in action.lower():
         advice += f"; or all in one plan: `{RESET_COMMAND} {g.address}` (stops, resets, starts the VM again)"

@@ -60,6 +60,7 @@ class Sample:
     doctor: DoctorReport | None = None
     seconds: float = 0.0
     libvirt_version: str = ""
+    hypervisor: str = "libvirt"  # "libvirt" | "proxmox": the seams' choice (console/seams.py)
 
 
 class Sampler:
@@ -89,7 +90,8 @@ class Sampler:
             except Exception:  # the checks guard themselves; an unexpected failure costs only them
                 report = None
         counts = self._counter.update(self.collector.watch.read, snap.kernel_events, snap)
-        sample = Sample(snap, counts, report, time.monotonic() - t0, self.collector.libvirt_version)
+        sample = Sample(snap, counts, report, time.monotonic() - t0, self.collector.libvirt_version,
+                        self.collector.seams.hypervisor)
         self.latest = sample
         self.ready.set()
         return sample
@@ -149,8 +151,10 @@ def families(sample: Sample | None, now: float | None = None) -> Iterator[Metric
                             "when the latest snapshot was taken (Unix time)", value=snap.taken_at)
     yield GaugeMetricFamily("nodeconsole_snapshot_age_seconds", "seconds since the latest snapshot was taken",
                             value=max(0.0, (time.time() if now is None else now) - snap.taken_at))
-    host = GaugeMetricFamily("nodeconsole_host_info", "host versions", labels=["hostname", "kernel", "driver", "libvirt"])
-    host.add_metric([snap.host.hostname, snap.host.kernel, snap.nvml_driver_version or "", sample.libvirt_version], 1)
+    host = GaugeMetricFamily("nodeconsole_host_info", "host versions and its hypervisor (libvirt or proxmox)",
+                             labels=["hostname", "kernel", "driver", "libvirt", "hypervisor"])
+    host.add_metric([snap.host.hostname, snap.host.kernel, snap.nvml_driver_version or "", sample.libvirt_version,
+                     sample.hypervisor], 1)
     yield host
     yield GaugeMetricFamily("nodeconsole_iommu_enabled", "1 when the IOMMU is on", value=1 if snap.iommu.enabled else 0)
     probs = GaugeMetricFamily("nodeconsole_problems", "problems the console reports, by severity", labels=["severity"])
@@ -228,18 +232,18 @@ def _gpu_families(sample: Sample) -> Iterator[Metric]:
 def _vm_families(snap: HostSnapshot) -> Iterator[Metric]:
     from nodeconsole.console.checks import vm_alignment
 
-    info = GaugeMetricFamily("nodeconsole_vm_info", "a VM and its state", labels=["vm", "state"])
-    vcpus = GaugeMetricFamily("nodeconsole_vm_vcpus", "vCPUs of the VM", labels=["vm"])
-    pinned = GaugeMetricFamily("nodeconsole_vm_pinned", "1 when the VM's vCPUs are pinned", labels=["vm"])
+    info = GaugeMetricFamily("nodeconsole_vm_info", "a VM and its state", labels=["vm", "state", "hypervisor"])
+    vcpus = GaugeMetricFamily("nodeconsole_vm_vcpus", "vCPUs of the VM", labels=["vm", "hypervisor"])
+    pinned = GaugeMetricFamily("nodeconsole_vm_pinned", "1 when the VM's vCPUs are pinned", labels=["vm", "hypervisor"])
     aligned = GaugeMetricFamily("nodeconsole_vm_numa_aligned",
                                 "1 when the VM's vCPUs are pinned on its GPUs' NUMA nodes (no series without a GPU)",
-                                labels=["vm"])
+                                labels=["vm", "hypervisor"])
     cpu = GaugeMetricFamily("nodeconsole_vm_cpu_usage_ratio", "CPU use of the VM in host CPUs (1 = one CPU busy)",
-                            labels=["vm"])
-    mem = GaugeMetricFamily("nodeconsole_vm_memory_bytes", "memory of the VM", labels=["vm"])
+                            labels=["vm", "hypervisor"])
+    mem = GaugeMetricFamily("nodeconsole_vm_memory_bytes", "memory of the VM", labels=["vm", "hypervisor"])
     for v in snap.vms:
-        lb = [v.name]
-        info.add_metric([v.name, v.state], 1)
+        lb = [v.name, v.hypervisor]
+        info.add_metric([v.name, v.state, v.hypervisor], 1)
         vcpus.add_metric(lb, v.vcpus)
         pinned.add_metric(lb, 1 if v.pins else 0)
         al = vm_alignment(snap, v)

@@ -60,6 +60,7 @@ class Host:
     driver: str = ""
     kernel: str = ""
     libvirt: str = ""
+    hypervisor: str = "libvirt"  # host_info's label ("libvirt" from an exporter that predates it)
     gpus_by_owner: dict[str, int] = field(default_factory=dict)
     unhealthy: dict[str, dict[str, Any]] = field(default_factory=dict)  # address → GPU and reasons
     degraded: dict[str, dict[str, Any]] = field(default_factory=dict)
@@ -84,7 +85,7 @@ class Host:
         return self.mig_layout if name == "mig" else str(getattr(self, name))
 
     def to_dict(self) -> dict[str, Any]:
-        return {"instance": self.instance, "hostname": self.hostname,
+        return {"instance": self.instance, "hostname": self.hostname, "hypervisor": self.hypervisor,
                 "versions": {"driver": self.driver, "kernel": self.kernel, "libvirt": self.libvirt},
                 "gpus_by_owner": dict(sorted(self.gpus_by_owner.items())),
                 "unhealthy_gpus": [self.unhealthy[a] for a in sorted(self.unhealthy)],
@@ -144,6 +145,23 @@ def _health(states: list[dict[str, Any]], reasons: list[dict[str, Any]], host: C
                           "reasons": sorted(set(why.get((h.instance, addr), [])))}
 
 
+def _version_drift(ordered: list[Host]) -> dict[str, Any]:
+    """The majority of each drift field, each host's drift from it noted; libvirt's version counts only
+    among libvirt hosts (a Proxmox VE host has none)."""
+    majority: dict[str, Any] = {}
+    for name in DRIFT_FIELDS:
+        # libvirt's version is a libvirt host's: a Proxmox VE host (no libvirt) is not drift from it
+        among = [h for h in ordered if name != "libvirt" or h.hypervisor == "libvirt"]
+        maj = _majority([h.value(name) for h in among])
+        majority[name] = maj
+        if maj is None:
+            continue
+        for h in among:
+            if h.value(name) != maj:
+                h.drift.append({"field": name, "value": h.value(name), "majority": maj})
+    return majority
+
+
 def fleet_report(fetch: Fetch) -> dict[str, Any]:
     """Ask Prometheus (through `fetch`) and build {"hosts": [...], "majority": {...}}."""
     res = {key: fetch(q) for key, q in QUERIES.items()}
@@ -156,6 +174,7 @@ def fleet_report(fetch: Fetch) -> dict[str, Any]:
     for s in res["host"]:
         m, h = s.get("metric", {}), host(s)
         h.hostname, h.driver, h.kernel, h.libvirt = (str(m.get(k, "")) for k in ("hostname", "driver", "kernel", "libvirt"))
+        h.hypervisor = str(m.get("hypervisor") or "libvirt")
     for s in res["gpu"]:
         owner = str(s.get("metric", {}).get("owner", "")) or "unknown"
         h = host(s)
@@ -180,15 +199,7 @@ def fleet_report(fetch: Fetch) -> dict[str, Any]:
         host(s).sources_down.append(str(s.get("metric", {}).get("source", "")))
 
     ordered = [hosts[k] for k in sorted(hosts)]
-    majority: dict[str, Any] = {}
-    for name in DRIFT_FIELDS:
-        maj = _majority([h.value(name) for h in ordered])
-        majority[name] = maj
-        if maj is None:
-            continue
-        for h in ordered:
-            if h.value(name) != maj:
-                h.drift.append({"field": name, "value": h.value(name), "majority": maj})
+    majority = _version_drift(ordered)
     checks = sorted({c for h in ordered for c in h.doctor})
     doctor_major: dict[str, str | None] = {}
     for c in checks:
@@ -200,7 +211,8 @@ def fleet_report(fetch: Fetch) -> dict[str, Any]:
             if h.doctor.get(c, "absent") != maj:
                 h.drift.append({"field": f"doctor:{c}", "value": h.doctor.get(c, "absent"), "majority": maj})
     majority["doctor"] = doctor_major
-    return {"hosts": [h.to_dict() for h in ordered], "majority": majority}
+    kinds = Counter(h.hypervisor for h in ordered)
+    return {"hosts": [h.to_dict() for h in ordered], "majority": majority, "hypervisors": dict(sorted(kinds.items()))}
 
 
 def render_text(report: dict[str, Any]) -> list[str]:
@@ -209,7 +221,9 @@ def render_text(report: dict[str, Any]) -> list[str]:
     if not hosts:
         return ["no host exports nodeconsole metrics to this Prometheus"]
     maj = report["majority"]
-    lines = [f"{len(hosts)} host(s); majority: driver {maj.get('driver') or '-'}, kernel {maj.get('kernel') or '-'}, "
+    kinds = ", ".join(f"{k} {n}" for k, n in report.get("hypervisors", {}).items())
+    lines = [f"{len(hosts)} host(s) ({kinds or 'hypervisors unknown'}); majority: driver {maj.get('driver') or '-'}, "
+             f"kernel {maj.get('kernel') or '-'}, "
              f"libvirt {maj.get('libvirt') or '-'}, MIG {maj.get('mig') or '-'}"]
     for h in hosts:
         owners = ", ".join(f"{k} {v}" for k, v in h["gpus_by_owner"].items()) or "no GPUs"

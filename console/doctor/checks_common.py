@@ -43,6 +43,9 @@ TITLES = {
     "mig-pending": "No MIG mode change is waiting for a GPU reset",
     "vgpu-host": "The vGPU manager is installed and SR-IOV VFs are enabled",
     "vm-memory": "VMs have enough memory for their GPUs, and the host is not overcommitted",
+    "pve-vfio": "Proxmox VE: vfio-pci claims the GPUs the VMs take whole before their own driver",
+    "pve-mappings": "Proxmox VE: the PCI resource mappings of this node match its devices",
+    "pve-hookscripts": "Proxmox VE: every hookscript a VM names is there",
 }
 
 WHY = {
@@ -91,6 +94,11 @@ WHY = {
                  "virtual functions enabled before any vGPU can be created.",
     "vm-memory": "A VM needs 2-3x the memory of its GPUs to stage data for them; VMs committing more "
                  "memory than the host has make the host swap or kill VMs.",
+    "pve-vfio": "Proxmox binds a passed GPU to vfio-pci at the VM's start; when the NVIDIA driver took it at boot "
+                "it has to be torn off a live driver first, which can hang the start or the host.",
+    "pve-mappings": "Proxmox refuses to start a VM whose mapped device no longer matches (\"hardware probably "
+                    "changed\"): a moved or replaced card stops every VM that uses the mapping.",
+    "pve-hookscripts": "A VM whose config names a hookscript that is not there does not start.",
 }
 
 

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import re
-import shlex
 
 from nodeconsole.console.doctor import facts
 from nodeconsole.console.doctor.checks_common import Context, Verdict, active, gib, names
@@ -12,6 +11,7 @@ from nodeconsole.console.iommu import slot_of
 from nodeconsole.console.mig_profiles import table_for_pci_device_id
 from nodeconsole.console.model import Gpu, Vm
 from nodeconsole.console.vm_sizing import MemoryTarget, memory_target
+from nodeconsole.console.vms.hints import hint_for
 
 _GB_IN_NAME = re.compile(r"(\d+)\s*GB", re.I)
 _VGPU_FB = re.compile(r"-(\d+)[A-Z]$")  # "NVIDIA H100XM-3-40C" → 40 (GB of framebuffer)
@@ -134,8 +134,7 @@ def _resize_commands(ctx: Context, v: Verdict, vm: Vm, target: MemoryTarget) -> 
         page = target.page_kib or 0
         now = dict(next((n.hugepages for n in ctx.snap.numa_nodes if n.id == node), ())).get(page, 0)
         out.append(f"echo {now + more} > /{facts.NODE_DIR}/node{node}/hugepages/hugepages-{page}kB/nr_hugepages")
-    name, size = shlex.quote(vm.name), f"{target.size_kib // 1048576}G"
-    return out + [f"virsh setmaxmem {name} {size} --config", f"virsh setmem {name} {size} --config"]
+    return out + hint_for(vm, "setmem", size=f"{target.size_kib // 1048576}G").split("; ")
 
 
 def _host_commit(ctx: Context, v: Verdict) -> None:

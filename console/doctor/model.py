@@ -17,6 +17,7 @@ GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("PCIe", ("acs", "pcie-link")),
     ("GPUs", ("mig-pending", "vgpu-host")),
     ("VMs", ("vm-memory",)),
+    ("Proxmox VE", ("pve-vfio", "pve-mappings", "pve-hookscripts")),  # skipped on other hosts
 )
 CHECK_IDS: tuple[str, ...] = tuple(i for _, ids in GROUPS for i in ids)
 # The checks that concern NVIDIA GPUs: on a host without one they are skipped as not applicable

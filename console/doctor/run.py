@@ -35,6 +35,7 @@ from nodeconsole.console.doctor.checks_memory import (
 )
 from nodeconsole.console.doctor.checks_modules import check_nouveau, check_nvidia_driver, check_vfio_modules
 from nodeconsole.console.doctor.checks_pcie import check_acs, check_pcie_link
+from nodeconsole.console.doctor.checks_proxmox import check_pve_hookscripts, check_pve_mappings, check_pve_vfio
 from nodeconsole.console.doctor.checks_vms import check_vm_memory
 from nodeconsole.console.doctor.files import HostFiles
 from nodeconsole.console.doctor.model import CHECK_IDS, GPU_CHECKS, NO_GPU, ROLES, CheckResult, DoctorReport
@@ -65,6 +66,9 @@ CHECKS: dict[str, Callable[[Context], CheckResult]] = {
     "mig-pending": check_mig_pending,
     "vgpu-host": check_vgpu_host,
     "vm-memory": check_vm_memory,
+    "pve-vfio": check_pve_vfio,
+    "pve-mappings": check_pve_mappings,
+    "pve-hookscripts": check_pve_hookscripts,
 }
 assert tuple(CHECKS) == CHECK_IDS, "every check id has its check, in display order"
 

@@ -96,6 +96,18 @@ class VmBackend(Protocol):
     # True: pins are the whole VM process's (Proxmox VE's `affinity`): `set_pins` takes every vCPU and the
     # emulator on one CPU set only, and a pin plan must propose that (libvirt: False, per-vCPU pins)
     whole_process_pins: bool
+    hypervisor: str  # "libvirt" | "proxmox": whose tool the hints name (console/vms/hints.py)
+
+    def command_hint(self, kind: str, vm: str, **args: str) -> str:
+        """What an admin types for `kind` on `vm` in this hypervisor's tool (console/vms/hints.py's kinds):
+        text for a plan's fix or step, never run."""
+        ...
+
+    def pin_commands(self, vm: str, target: VmPins, current: VmPins, live: bool, memory_policy: bool,
+                     all_cpus: str) -> tuple[str, ...]:
+        """The commands an admin would type to make the pins `target` (from `current`; `all_cpus`: the
+        host's CPU list, for an unpin). VmConfigError when this hypervisor cannot hold such pins."""
+        ...
 
     def reader(self) -> VmReader:
         """A reader of every VM of this host (the collector keeps one)."""

@@ -30,6 +30,7 @@ from nodeconsole.console.libvirt_xml import parse_domain
 from nodeconsole.console.pciaddr import parse_pci_address
 from nodeconsole.console.vms import libvirt_pins, libvirt_shape
 from nodeconsole.console.vms.backend import PinScopes, SavedHostdev, VmConfigError, VmPins, VmShape
+from nodeconsole.console.vms.hints import command_hint
 
 if TYPE_CHECKING:
     from nodeconsole.console.model import Vm
@@ -60,6 +61,7 @@ class DomainConfig:
     label = "libvirt"
     one_state = False  # True: the running and the persistent state are one (the demo's node file)
     whole_process_pins = False  # libvirt pins each vCPU and the emulator apart
+    hypervisor = "libvirt"
     reader_uri: str | None = None  # the libvirt URI the VMs are read through (`reader()`)
 
     def reader(self) -> LibvirtSource:
@@ -138,6 +140,13 @@ class DomainConfig:
 
     def every_cpu(self) -> frozenset[int]:
         return frozenset()
+
+    def command_hint(self, kind: str, vm: str, **args: str) -> str:
+        return command_hint("libvirt", kind, vm, **args)
+
+    def pin_commands(self, vm: str, target: VmPins, current: VmPins, live: bool, memory_policy: bool,
+                     all_cpus: str) -> tuple[str, ...]:
+        return libvirt_pins.pin_commands(vm, target, current, live, memory_policy, all_cpus)
 
     def pins(self, vm: str, live: bool) -> VmPins:
         if live:

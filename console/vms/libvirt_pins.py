@@ -155,3 +155,18 @@ def _caller(vm: str) -> Callable[..., None]:
                 raise VmConfigError(f"libvirt refused to set {what} of the running VM {vm}: "
                                     f"{e2.get_error_message()}") from None
     return call
+
+
+def pin_commands(vm: str, target: VmPins, current: VmPins, live: bool, memory_policy: bool,
+                 all_cpus: str) -> tuple[str, ...]:
+    """The virsh commands that make the pins `target` (from `current`) live or in the config."""
+    flag = "--live" if live else "--config"
+    cmds = [f"virsh vcpupin {vm} {v} {s} {flag}" for v, s in target.vcpus]
+    cmds += [f"virsh vcpupin {vm} {v} {all_cpus} {flag}  # unpin" for v, _ in current.vcpus if v not in dict(target.vcpus)]
+    if target.emulator or current.emulator:
+        cmds.append(f"virsh emulatorpin {vm} {target.emulator or all_cpus} {flag}")
+    if memory_policy and target.numa:
+        cmds.append(f"virsh numatune {vm} --mode {target.numa[0] or 'strict'} --nodeset {target.numa[1]} {flag}")
+    elif memory_policy and current.numa:
+        cmds.append(f"virsh edit {vm}  # remove <numatune>")
+    return tuple(cmds)

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+import shlex
 
 from nodeconsole.console.cpulist import format_cpulist
 from nodeconsole.console.host_seams import CommandRunner
@@ -23,6 +24,7 @@ from nodeconsole.console.model import Vm
 from nodeconsole.console.pciaddr import parse_pci_address
 from nodeconsole.console.root import Root
 from nodeconsole.console.vms.backend import PinScopes, SavedHostdev, VmConfigError, VmPins, VmShape
+from nodeconsole.console.vms.hints import command_hint
 from nodeconsole.console.vms.proxmox import (
     CONF_DIR,
     ProxmoxReader,
@@ -45,6 +47,7 @@ from nodeconsole.console.vms.proxmox_conf import (
 from nodeconsole.console.vms.proxmox_mapping import functions, read_mappings, resolve_hostpci
 from nodeconsole.console.vms.proxmox_pins import pin_args, read_pins
 
+NEXT_START = "only its config changes; the VM takes it at its next start"
 PENDING_SAYS = ("a running Proxmox VM takes a config change at its next start: it waits in the config's "
                 "[PENDING] section until then")
 
@@ -59,6 +62,7 @@ class ProxmoxVms:
     label = "Proxmox VE"
     one_state = False
     whole_process_pins = True  # `affinity`: the whole QEMU process (console/vms/proxmox_pins.py)
+    hypervisor = "proxmox"
 
     def __init__(self, root: Root, commands: CommandRunner | None = None) -> None:
         self.root = root
@@ -110,7 +114,7 @@ class ProxmoxVms:
         return data.decode("utf-8", "surrogateescape") if data is not None else ""
 
     def pin_scopes(self, vm: str, running: bool) -> PinScopes:
-        return PinScopes(("config",), False, PENDING_SAYS if running else "")
+        return PinScopes(("config",), False, PENDING_SAYS if running else NEXT_START)
 
     def every_cpu(self) -> frozenset[int]:
         return frozenset()
@@ -123,6 +127,19 @@ class ProxmoxVms:
         section = conf.main if live else with_pending(conf)
         line = section.get("affinity")
         return read_pins(settings(section, conf.path), line.value if line is not None else None)
+
+    def command_hint(self, kind: str, vm: str, **args: str) -> str:
+        """`qm` naming the VM by its vmid (the name where it has none here: a placeholder)."""
+        vmid = find_vmid(self.root, vm)
+        return command_hint("proxmox", kind, str(vmid) if vmid is not None else vm, **args)
+
+    def pin_commands(self, vm: str, target: VmPins, current: VmPins, live: bool, memory_policy: bool,
+                     all_cpus: str) -> tuple[str, ...]:
+        """`qm set VMID` with the arguments `set_pins` passes (VmConfigError: pins Proxmox cannot hold)."""
+        conf = self._conf(vm)
+        section = with_pending(conf)
+        args = pin_args(section, settings(section, conf.path), target, memory_policy, vm)
+        return (shlex.join(["qm", "set", str(conf.vmid), *args]),) if args else ()
 
     def mdev_hostdevs(self, vm: str) -> set[str]:
         conf = self._conf(vm)
@@ -185,6 +202,8 @@ class ProxmoxVms:
         conf, address = self._conf(vm), parse_pci_address(address)
         if self._holding(conf, address) is not None:
             return
+        if settings(conf.main, conf.path).template:
+            raise VmConfigError(f"VM {conf.vmid} is a template: a template never starts, so it holds no device")
         free = [n for n in range(MAX_HOSTPCI) if n not in _taken(conf)]
         if not free:
             raise VmConfigError(f"VM {conf.vmid} uses hostpci0 to hostpci{MAX_HOSTPCI - 1} already")

@@ -16,6 +16,7 @@ from nodeconsole.actions.interrupt import FAIL_ENV
 from nodeconsole.actions.plan import StepError
 from nodeconsole.actions.reset_steps import vm_step
 from nodeconsole.console.seams import demo_host
+from nodeconsole.console.vms.hints import command_hint
 
 VFIO_GPU, VM = "0000:19:00.0", "train-a"  # GPU 1: on vfio-pci, train-a (running) holds it
 BUSY_GPU = "0000:18:00.0"  # GPU 0: on nvidia, python3 and torchrun use it
@@ -141,6 +142,9 @@ class _DeafGuest:
 
     def run_state(self, vm: str) -> str:
         return self.state
+
+    def command_hint(self, kind: str, vm: str, **args: str) -> str:
+        return command_hint("libvirt", kind, vm, **args)
 
     def shutdown(self, vm: str) -> None:
         self.calls.append("shutdown")

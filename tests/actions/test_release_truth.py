@@ -100,7 +100,7 @@ def test_gpu_in_a_running_vms_live_config_is_refused_then_released_once_it_is_sh
     before = tree_state(host.state_dir)
     plan = plan_release(host, host.snapshot(), IN_VM)
     assert not plan.ok and plan.refusal == "no running VM uses the GPU: VM train-b is running with it"
-    assert [c.fix for c in plan.checks if not c.ok] == ["shut it down first (virsh shutdown NAME)"]
+    assert [c.fix for c in plan.checks if not c.ok] == ["shut it down first (virsh shutdown train-b)"]
     assert Runner(host).run(plan).status != DONE
     assert changed(before, tree_state(host.state_dir)) == set()  # refused: nothing changed
     host.domains.edit("train-b", lambda x: x.replace("<test:runstate>1</test:runstate>",

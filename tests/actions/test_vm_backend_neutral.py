@@ -57,6 +57,14 @@ class DictVms:
 
     label = "dict"
     one_state = False
+    whole_process_pins = False
+    hypervisor = "dict"
+
+    def command_hint(self, kind: str, vm: str, **args: str) -> str:
+        return f"dict {kind} {vm}"
+
+    def pin_commands(self, vm, target, current, live, memory_policy, all_cpus) -> tuple[str, ...]:
+        return (f"dict pin {vm}",)
 
     def __init__(self, vms: dict[str, dict]) -> None:
         self.vms = vms

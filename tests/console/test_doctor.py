@@ -81,6 +81,8 @@ class Tree:
         return Root(self.path)
 
 
+PVE = ("pve-vfio", "pve-mappings", "pve-hookscripts")  # Proxmox VE's checks: skipped on other hosts
+
 def port_config(acs: int | None, kind: int = 6) -> bytes:
     """4096 bytes of a PCIe port's config space: a PCI Express capability (port type `kind`) and, unless
     `acs` is None, an ACS extended capability with that control register."""
@@ -205,12 +207,14 @@ def test_a_ready_host_passes_every_check(t):
     report = doctor(t)
     assert [c.id for c in report.checks] == list(CHECK_IDS)
     got = {c.id: c.status for c in report.checks}
-    assert got == {**dict.fromkeys(CHECK_IDS, "pass"), "vgpu-host": "skip", "secure-guest": "skip"}, [
+    assert got == {**dict.fromkeys(CHECK_IDS, "pass"), "vgpu-host": "skip", "secure-guest": "skip",
+                   **dict.fromkeys(PVE, "skip")}, [
         (c.id, c.finding) for c in report.checks if c.status != "pass"]
     assert report.check("vgpu-host").finding == "no vGPU in use"
-    # both skips are "not applicable", said so: the rest apply
+    # every skip is "not applicable", said so: the rest apply
     assert {c.id: c.applies_why for c in report.checks if not c.applies} == {
-        "vgpu-host": "no vGPU in use", "secure-guest": report.check("secure-guest").finding}
+        "vgpu-host": "no vGPU in use", "secure-guest": report.check("secure-guest").finding,
+        **dict.fromkeys(PVE, "not a Proxmox VE host (no /etc/pve/qemu-server)")}
     assert report.exit_code == 0 and report.boot_id == "11111111-2222-3333-4444-555555555555"
     for c in report.checks:  # every result carries its title and why; passes carry no fix
         assert c.title and c.why and c.finding and (c.fix is None or c.status != "pass")
@@ -222,7 +226,7 @@ def test_roles_skip_what_they_do_not_need(t):
     for role, skipped in (("passthrough", {"mig-pending", "vgpu-host"}), ("mig", {"vfio-modules", "vgpu-host"}),
                           ("vgpu", {"vfio-modules", "mig-pending"})):
         report = doctor(t, role=role)
-        assert {c.id for c in report.checks if c.status == "skip"} == skipped | {"secure-guest"}, role
+        assert {c.id for c in report.checks if c.status == "skip"} == skipped | {"secure-guest"} | set(PVE), role
         for cid in skipped - {"vgpu-host"}:
             c = report.check(cid)
             assert c.finding == c.applies_why == f"not needed for role {role}" and c.applies is False
@@ -239,7 +243,7 @@ def test_role_vgpu_without_a_vgpu_manager_fails(t):
 def test_json_interface(t):
     d = doctor(t).to_dict()
     assert set(d) == {"schema", "role", "boot_id", "summary", "checks", "notes"}
-    assert d["summary"] == {"pass": 20, "warn": 0, "fail": 0, "skip": 2}
+    assert d["summary"] == {"pass": 20, "warn": 0, "fail": 0, "skip": 2 + len(PVE)}
     for c in d["checks"]:
         assert {"id", "group", "title", "status", "finding", "why", "evidence", "fix", "pending", "applies",
                 "applies_why"} <= set(c)
