@@ -81,7 +81,8 @@ async def test_a_console_left_open_across_a_reboot_shows_the_new_boots_iommu(tmp
     reset_demo(bare=True)
     session = ActionSession.from_seams(demo_host())
     plan = session.plan(DoctorFix(("iommu",)))
-    assert session.apply(plan).ok
+    result = session.apply(plan)
+    assert result.ok, result.message
     app = NodeConsoleApp(demo_host(), interval=0.3)
     async with app.run_test(size=(160, 40)) as pilot:
         def top() -> str:
