@@ -207,6 +207,11 @@ class VmBackend(Protocol):
         it changed; VmConfigError with the reason (a bad shape: nothing written)."""
         ...
 
+    def shape_commands(self, vm: str, shape: VmShape) -> tuple[str, ...]:
+        """The commands an admin would type to make the definition's shape `shape` (virsh, qm set): text
+        for a plan's step, never run. VmConfigError when this hypervisor cannot hold the shape."""
+        ...
+
     def check_saved(self, vm: str, token: str) -> str:
         """`token` (e.g. read back from an audit log) checked to be a saved definition of `vm` (libvirt: a
         domain XML of the same name and UUID); the token to `restore`. VmConfigError otherwise."""
