@@ -96,6 +96,7 @@ class VmBackend(Protocol):
     # True: pins are the whole VM process's (Proxmox VE's `affinity`): `set_pins` takes every vCPU and the
     # emulator on one CPU set only, and a pin plan must propose that (libvirt: False, per-vCPU pins)
     whole_process_pins: bool
+    guest_threads: bool  # its definition can give the guest threads per core (libvirt's <topology threads>)
     hypervisor: str  # "libvirt" | "proxmox": whose tool the hints name (console/vms/hints.py)
 
     def command_hint(self, kind: str, vm: str, **args: str) -> str:

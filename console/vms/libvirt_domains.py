@@ -62,6 +62,7 @@ class DomainConfig:
     label = "libvirt"
     one_state = False  # True: the running and the persistent state are one (the demo's node file)
     whole_process_pins = False  # libvirt pins each vCPU and the emulator apart
+    guest_threads = True
     hypervisor = "libvirt"
     reader_uri: str | None = None  # the libvirt URI the VMs are read through (`reader()`)
 

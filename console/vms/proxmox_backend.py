@@ -64,6 +64,7 @@ class ProxmoxVms:
     label = "Proxmox VE"
     one_state = False
     whole_process_pins = True  # `affinity`: the whole QEMU process (console/vms/proxmox_pins.py)
+    guest_threads = False  # sockets and cores only (console/vms/proxmox_shape.py)
     hypervisor = "proxmox"
 
     def __init__(self, root: Root, commands: CommandRunner | None = None) -> None:
