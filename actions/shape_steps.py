@@ -148,5 +148,5 @@ def vm_definition_step(host: ActionHost, op: Op) -> Step | None:
     return Step(title=f"Restore VM {vm}'s definition exactly as it was saved",
                 why="its definition goes back to the bytes saved before the change, if it still is as the "
                     "change left it (checked when this step runs)",
-                commands=("virsh define /dev/stdin <<'EOF'  # the saved definition below, then EOF",),
+                commands=(host.command_hint("restore", vm),),
                 op=dict(op), inverse=inverse, apply_fn=apply, verify_fn=verify, detail=token)

@@ -45,7 +45,28 @@ def test_prepare_train_d_on_proxmox_writes_qm_conf_keys_and_undo_is_byte_exact(p
     assert keys["numa0"] == f"cpus=0-15,hostnodes=1,memory={keys['memory']},policy=bind"
     assert int(keys["memory"]) * 1024 >= 2 * 2 * 81559 * 1024  # twice the pair's VRAM
     assert keys["affinity"] == "56-63,120-127"  # node 1's CPUs, the whole process
+    rc, out, err = cli("undo", "--demo")  # the plan: the saved config goes back through qm set
+    assert rc == 0 and "$ qm set 112 --KEY VALUE … --delete KEY,…" in out and "virsh" not in out, out + err
     rc, out, err = cli("undo", "--demo", "--apply", "--yes")
     assert rc == 0, out + err
     assert conf.read_bytes() == before
+    assert changed(tree, tree_state(pve)) == set()
+
+
+def test_doctor_vm_memory_fix_on_proxmox_resizes_through_qm_set_and_undo_is_byte_exact(pve):
+    confs = pve / "root/etc/pve/qemu-server"
+    before, tree = {p.name: p.read_bytes() for p in confs.iterdir()}, tree_state(pve)
+    rc, out, err = cli("doctor", "--fix", "vm-memory", "--demo")
+    assert rc == 0, out + err
+    assert "$ qm set 100 --memory 163840 --numa0 cpus=0-15,hostnodes=0,memory=163840,policy=bind" in out
+    assert "virsh" not in out
+    rc, out, err = cli("doctor", "--fix", "vm-memory", "--demo", "--apply", "--yes")
+    assert rc == 0, out + err
+    main, _, pending = (confs / "100.conf").read_text().partition("[PENDING]\n")  # train-a runs
+    assert main.rstrip("\n") + "\n" == before["100.conf"].decode()
+    assert pending == "memory: 163840\nnuma0: cpus=0-15,hostnodes=0,memory=163840,policy=bind\n"
+    assert "memory: 163840\n" in (confs / "102.conf").read_text()  # train-c is shut off: at once
+    rc, out, err = cli("undo", "--demo", "--apply", "--yes")
+    assert rc == 0, out + err
+    assert {p.name: p.read_bytes() for p in confs.iterdir()} == before
     assert changed(tree, tree_state(pve)) == set()
