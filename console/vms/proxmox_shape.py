@@ -130,7 +130,7 @@ def restore_args(now: QemuConf, saved: QemuConf, running: bool, vm: str) -> list
         if saved.pending is not None:
             raise VmConfigError(f"VM {vm} is stopped and the saved config has a [PENDING] section: a stopped VM "
                                 f"takes every change at once; {by_hand}")
-        return _diff(main_now, main_saved, main_now)
+        return _diff(main_now, main_saved)
     if main_now != main_saved:
         raise VmConfigError(f"VM {vm} is running and its config's main section differs from the saved one: qm set "
                             f"changes only [PENDING] of a running VM; {by_hand}")
@@ -153,10 +153,12 @@ def _pending_args(now: QemuConf, saved: QemuConf, main: dict[str, str]) -> list[
             deletes.append(k)
         else:
             sets += [f"--{k}", main[k]]  # the main value again: the pending change (or delete) goes
+    order = list(saved.pending.delete) if saved.pending else []  # qm appends deletes in the order given
+    deletes.sort(key=lambda k: order.index(k) if k in order else len(order))
     return sets + (["--delete", ",".join(deletes)] if deletes else [])
 
 
-def _diff(now: dict[str, str], saved: dict[str, str], _main: dict[str, str]) -> list[str]:
+def _diff(now: dict[str, str], saved: dict[str, str]) -> list[str]:
     sets = [a for k in sorted(saved) if now.get(k) != saved[k] for a in (f"--{k}", saved[k])]
     deletes = [k for k in sorted(now) if k not in saved]
     return sets + (["--delete", ",".join(deletes)] if deletes else [])

@@ -102,3 +102,16 @@ def test_a_saved_config_is_checked_and_a_snapshot_difference_is_refused(pve):
     with pytest.raises(VmConfigError, match="snapshots"):
         vms.restore("train-d", before + "\n[before]\ncores: 8\nsnaptime: 1700000000\n")
     assert (pve / "112.conf").read_text() == before
+
+
+def test_a_running_vms_saved_pending_section_comes_back_exactly(pve):
+    vms = _vms()
+    now = vms.shape("db-1")
+    vms.set_shape("db-1", VmShape(vcpus=now.vcpus, memory_kib=2 * now.memory_kib, hugepage_kib=None, numa=None))
+    saved = (pve / "110.conf").read_text()
+    assert "[PENDING]" in saved and "delete: hugepages,numa0,numa" in saved
+    vms.set_shape("db-1", VmShape(vcpus=now.vcpus, memory_kib=now.memory_kib, hugepage_kib=2048,
+                                  numa=("interleave", "0-1")))
+    assert (pve / "110.conf").read_text() != saved
+    vms.restore("db-1", saved)
+    assert (pve / "110.conf").read_text() == saved
