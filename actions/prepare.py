@@ -110,9 +110,12 @@ def plan_prepare(host: ActionHost, snap: HostSnapshot, vm_name: str, gpus: str, 
     ops += device_ops(host, snap, placed, vm.name, plan)
     if not plan.ok:
         return plan
-    shape = shape_of(snap, vm, placed)
+    shape = shape_of(snap, vm, placed, host.vms is None or host.vms.guest_threads)
+    if shape.threads_per_core != placed.threads_per_core and host.vms is not None:
+        plan.notes.append(f"{host.vms.label}'s VM config has sockets and cores, no threads: the guest sees "
+                          f"{shape.vcpus} cores of one thread (its vCPUs still run on the host's sibling threads)")
     ops += definition_ops(host, snap, vm, placed, shape, plan)
-    ops += nccl_ops(host, snap, vm.name, placed)
+    ops += nccl_ops(host, snap, vm.name, placed, plan)
     from nodeconsole.actions.prepare_ops import add_prepare_steps
 
     add_prepare_steps(host, plan, ops)

@@ -83,9 +83,10 @@ def device_ops(host: ActionHost, snap: HostSnapshot, placed: Placement, vm: str,
 
 # -- the definition ------------------------------------------------------------------------------------
 
-def shape_of(snap: HostSnapshot, vm: Vm, placed: Placement) -> VmShape:
+def shape_of(snap: HostSnapshot, vm: Vm, placed: Placement, guest_threads: bool = True) -> VmShape:
     """The VM's new size and memory layout: one node → `<numatune>` strict there; several → a guest NUMA
-    cell per node (its vCPUs and an even share of the memory) bound to it."""
+    cell per node (its vCPUs and an even share of the memory) bound to it. Without `guest_threads` (a
+    hypervisor whose config has no threads per core) the guest's cores have one thread each."""
     from nodeconsole.console.vms.backend import GuestCell, VmShape
 
     page = placed.hugepages.size_kib or None
@@ -100,7 +101,7 @@ def shape_of(snap: HostSnapshot, vm: Vm, placed: Placement) -> VmShape:
                                 memory_kib=share + (placed.memory_kib - share * len(nodes) if i == 0 else 0),
                                 host_nodes=str(n)) for i, n in enumerate(nodes))
     return VmShape(vcpus=placed.vcpus, memory_kib=placed.memory_kib, hugepage_kib=page, numa=numa, cells=cells,
-                   threads_per_core=placed.threads_per_core)
+                   threads_per_core=placed.threads_per_core if guest_threads else 1)
 
 
 def definition_ops(host: ActionHost, snap: HostSnapshot, vm: Vm, placed: Placement, shape: VmShape,
@@ -121,16 +122,32 @@ def definition_ops(host: ActionHost, snap: HostSnapshot, vm: Vm, placed: Placeme
             ops.append({"kind": "vm_hostdev", "vm": vm.name, "address": held, "present": False, "managed": True})
             plan.notes.append(f"{held} ({nic.label}) is across the sockets from every GPU the VM gets: it is "
                               "taken out of the definition (the VF stays on its driver)")
-    ops.append({"kind": "vm_pins", "vm": vm.name, "scope": "config",
-                "vcpus": [[i, str(cpu)] for i, cpu in enumerate(placed.cpus)],
-                "emulator": format_cpulist(placed.emulator) or None})
+    ops.append(_pins_op(host, vm, placed, plan))
     return ops
+
+
+def _pins_op(host: ActionHost, vm: Vm, placed: Placement, plan: Plan) -> Op:
+    """Each vCPU on its CPU and the emulator on the kept cores; where the hypervisor pins the whole process
+    (Proxmox's `affinity`), every vCPU and the emulator on the one set of the placed CPUs, said in the plan."""
+    if host.vms is not None and host.vms.whole_process_pins:
+        one = format_cpulist(placed.cpus)
+        plan.notes.append(f"{host.vms.label} pins the whole QEMU process (affinity), not each vCPU: every vCPU and "
+                          f"the emulator threads run on CPU {one}")
+        return {"kind": "vm_pins", "vm": vm.name, "scope": "config",
+                "vcpus": [[i, one] for i in range(len(placed.cpus))], "emulator": one}
+    return {"kind": "vm_pins", "vm": vm.name, "scope": "config",
+            "vcpus": [[i, str(cpu)] for i, cpu in enumerate(placed.cpus)],
+            "emulator": format_cpulist(placed.emulator) or None}
 
 
 # -- the guest's NCCL files ----------------------------------------------------------------------------
 
-def nccl_ops(host: ActionHost, snap: HostSnapshot, vm: str, placed: Placement) -> list[Op]:
+def nccl_ops(host: ActionHost, snap: HostSnapshot, vm: str, placed: Placement, plan: Plan) -> list[Op]:
     if not placed.gpus:
+        return []
+    if host.vms is not None and host.vms.hypervisor != "libvirt":
+        plan.notes.append(f"the guest's NCCL files are not written on {host.vms.label} yet: its config gives the host "
+                          "devices no guest PCI address until the VM starts")
         return []
     from nodeconsole.actions.nccl.guest_files import guest_files_dir
 

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import hashlib
 import re
-import shlex
 
 from nodeconsole.actions.host import ActionHost
 from nodeconsole.actions.plan import Op, Step, StepError, step_kind
@@ -46,36 +45,6 @@ def _vm(op: Op, kind: str) -> str:
     if not isinstance(vm, str) or not vm:
         raise StepError(f"malformed {kind} operation: 'vm' is not a VM name")
     return vm
-
-
-def shape_commands(vm: str, now: VmShape, target: VmShape) -> tuple[str, ...]:
-    """The virsh commands an admin would type for the parts of the shape that change."""
-    q = shlex.quote(vm)
-    cmds = []
-    if now.vcpus != target.vcpus:
-        cmds += [f"virsh setvcpus {q} {target.vcpus} --config --maximum", f"virsh setvcpus {q} {target.vcpus} --config"]
-    if now.memory_kib != target.memory_kib:
-        size = f"{target.memory_kib >> 20}G" if not target.memory_kib % (1 << 20) else f"{target.memory_kib}K"
-        cmds += [f"virsh setmaxmem {q} {size} --config", f"virsh setmem {q} {size} --config"]
-    if now.hugepage_kib != target.hugepage_kib:
-        cmds.append(f"virsh edit {q}  # <memoryBacking><hugepages><page size='{target.hugepage_kib}' unit='KiB'/>"
-                    "</hugepages></memoryBacking>" if target.hugepage_kib is not None
-                    else f"virsh edit {q}  # remove <hugepages> from <memoryBacking>")
-    key_now, key_target = now.key(), target.key()
-    if key_now[3] != key_target[3]:
-        cmds.append(f"virsh numatune {q} --mode {target.numa[0]} --nodeset {target.numa[1]} --config" if target.numa
-                    else f"virsh edit {q}  # remove <memory> from <numatune>")
-    if key_now[4] != key_target[4]:
-        cells = "".join(f"<cell id='{c.id}' cpus='{c.cpus}' memory='{c.memory_kib}' unit='KiB'/>" for c in target.cells)
-        memnodes = "".join(f"<memnode cellid='{c.id}' mode='strict' nodeset='{c.host_nodes}'/>"
-                           for c in target.cells if c.host_nodes)
-        cmds.append(f"virsh edit {q}  # <cpu><numa>{cells}</numa></cpu>" + (f", <numatune>{memnodes}</numatune>"
-                                                                            if memnodes else "")
-                    if target.cells else f"virsh edit {q}  # remove <numa> from <cpu>, <memnode>s from <numatune>")
-    if now.threads_per_core != target.threads_per_core or (now.vcpus != target.vcpus and target.threads_per_core > 1):
-        cmds.append(f"virsh edit {q}  # <cpu><topology sockets='1' dies='1' "
-                    f"cores='{target.vcpus // target.threads_per_core}' threads='{target.threads_per_core}'/>")
-    return tuple(cmds)
 
 
 def pins_after_shape(pins_step: Step, shape: VmShape) -> Step:
@@ -104,6 +73,7 @@ def vm_shape_step(host: ActionHost, op: Op) -> Step | None:
             return None
         state = cfg.run_state(vm)
         saved = cfg.save(vm)
+        commands = cfg.shape_commands(vm, target)
     except VmConfigError as e:
         raise StepError(str(e)) from None
     later = state != "shut off" and op.get("next_start") is True  # the persistent definition only
@@ -124,7 +94,7 @@ def vm_shape_step(host: ActionHost, op: Op) -> Step | None:
     return Step(title=f"Shape VM {vm}: {target.describe()}" + (f" (its definition: the {state} VM takes it at its "
                                                                "next start)" if later else ""),
                 why=f"now: {now.describe()}",
-                commands=shape_commands(vm, now, target), op=dict(op), inverse=inverse, apply_fn=apply,
+                commands=commands, op=dict(op), inverse=inverse, apply_fn=apply,
                 verify_fn=verify)
 
 
@@ -158,7 +128,7 @@ def vm_definition_step(host: ActionHost, op: Op) -> Step | None:
     if expect is None:
         raise StepError(f"VM {vm}'s definition as the change left it is unknown (the change did not record "
                         "its result): restoring the saved one could throw away other changes; nothing was "
-                        f"changed. Compare by hand (virsh dumpxml --inactive {shlex.quote(vm)})")
+                        f"changed. Compare by hand ({host.command_hint('show', vm)})")
     inverse: Op = {"kind": "vm_definition", "vm": vm, "token": current, "expect": digest(token)}
 
     def apply() -> None:
@@ -169,7 +139,7 @@ def vm_definition_step(host: ActionHost, op: Op) -> Step | None:
         if digest(now) != expect:
             raise StepError(f"VM {vm}'s definition was changed since (sha256 {digest(now)[:12]}…, the change "
                             f"left {expect[:12]}…): restoring the saved one would throw those changes away. "
-                            f"See virsh dumpxml --inactive {shlex.quote(vm)}")
+                            f"See {host.command_hint('show', vm)}")
         cfg.restore(vm, token)
 
     def verify() -> str | None:
@@ -178,5 +148,5 @@ def vm_definition_step(host: ActionHost, op: Op) -> Step | None:
     return Step(title=f"Restore VM {vm}'s definition exactly as it was saved",
                 why="its definition goes back to the bytes saved before the change, if it still is as the "
                     "change left it (checked when this step runs)",
-                commands=("virsh define /dev/stdin <<'EOF'  # the saved definition below, then EOF",),
+                commands=(host.command_hint("restore", vm),),
                 op=dict(op), inverse=inverse, apply_fn=apply, verify_fn=verify, detail=token)

@@ -96,6 +96,7 @@ class VmBackend(Protocol):
     # True: pins are the whole VM process's (Proxmox VE's `affinity`): `set_pins` takes every vCPU and the
     # emulator on one CPU set only, and a pin plan must propose that (libvirt: False, per-vCPU pins)
     whole_process_pins: bool
+    guest_threads: bool  # its definition can give the guest threads per core (libvirt's <topology threads>)
     hypervisor: str  # "libvirt" | "proxmox": whose tool the hints name (console/vms/hints.py)
 
     def command_hint(self, kind: str, vm: str, **args: str) -> str:
@@ -205,6 +206,11 @@ class VmBackend(Protocol):
     def set_shape(self, vm: str, shape: VmShape) -> None:
         """Make the definition's size and memory layout exactly `shape` (the VM shut off), nothing else of
         it changed; VmConfigError with the reason (a bad shape: nothing written)."""
+        ...
+
+    def shape_commands(self, vm: str, shape: VmShape) -> tuple[str, ...]:
+        """The commands an admin would type to make the definition's shape `shape` (virsh, qm set): text
+        for a plan's step, never run. VmConfigError when this hypervisor cannot hold the shape."""
         ...
 
     def check_saved(self, vm: str, token: str) -> str:

@@ -4,7 +4,7 @@ commands); they are text to read, never run. The VM backends say them (`VmBacken
 has only the VM model asks `hint_for(vm, kind)`.
 
 Kinds and their arguments: shutdown, start, stop, resume, show, edit, list, unlock, clone; setmem (size: "64G"); setvcpus
-(n); detach; attach_hostdev (address) / detach_hostdev; attach_mdev / detach_mdev (uuid).
+(n); detach; attach_hostdev (address) / detach_hostdev; attach_mdev / detach_mdev (uuid); restore (a saved definition put back).
 """
 from __future__ import annotations
 
@@ -30,6 +30,7 @@ LIBVIRT = {
     "detach_hostdev": "virsh detach-device {vm} /dev/stdin --config <<'EOF'  # the <hostdev> below, then EOF",
     "attach_mdev": "virsh attach-device {vm} mdev-{uuid}.xml --config",
     "detach_mdev": "virsh detach-device {vm} mdev-{uuid}.xml --config",
+    "restore": "virsh define /dev/stdin <<'EOF'  # the saved definition below, then EOF",
 }
 PROXMOX = {
     "shutdown": "qm shutdown {vm}",
@@ -49,6 +50,7 @@ PROXMOX = {
     "detach_hostdev": "qm set {vm} --delete hostpciN  # the line below",
     "attach_mdev": "qm set {vm} --hostpciN GPU,mdev=TYPE  # vGPU {uuid}",
     "detach_mdev": "qm set {vm} --delete hostpciN  # the line of vGPU {uuid}",
+    "restore": "qm set {vm} --KEY VALUE … --delete KEY,…  # each key that differs from the saved config below",
 }
 TOOLS = {"libvirt": LIBVIRT, "proxmox": PROXMOX}
 

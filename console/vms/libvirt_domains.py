@@ -31,6 +31,7 @@ from nodeconsole.console.pciaddr import parse_pci_address
 from nodeconsole.console.vms import libvirt_pins, libvirt_shape
 from nodeconsole.console.vms.backend import PinScopes, SavedHostdev, VmConfigError, VmPins, VmShape
 from nodeconsole.console.vms.hints import command_hint
+from nodeconsole.console.vms.shape_hints import virsh_shape_commands
 
 if TYPE_CHECKING:
     from nodeconsole.console.model import Vm
@@ -61,6 +62,7 @@ class DomainConfig:
     label = "libvirt"
     one_state = False  # True: the running and the persistent state are one (the demo's node file)
     whole_process_pins = False  # libvirt pins each vCPU and the emulator apart
+    guest_threads = True
     hypervisor = "libvirt"
     reader_uri: str | None = None  # the libvirt URI the VMs are read through (`reader()`)
 
@@ -147,6 +149,9 @@ class DomainConfig:
     def pin_commands(self, vm: str, target: VmPins, current: VmPins, live: bool, memory_policy: bool,
                      all_cpus: str) -> tuple[str, ...]:
         return libvirt_pins.pin_commands(vm, target, current, live, memory_policy, all_cpus)
+
+    def shape_commands(self, vm: str, shape: VmShape) -> tuple[str, ...]:
+        return virsh_shape_commands(vm, self.shape(vm), shape)
 
     def pins(self, vm: str, live: bool) -> VmPins:
         if live:

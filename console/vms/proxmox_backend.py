@@ -7,9 +7,9 @@ The definition read and changed here is the config as the VM's next start takes 
 [PENDING] over it (libvirt's persistent definition). `qm set` on a running VM leaves the change in
 [PENDING] until the restart (`pin_scopes` says so; the snapshot shows the pending keys).
 
-Pins are the whole process's (`affinity`, `numa0`: console/vms/proxmox_pins.py). Not made yet (VmConfigError
-"not yet on Proxmox: …", nothing changed): mdev vGPUs, restoring a whole config, run-state changes (qm
-start/shutdown/stop).
+Pins are the whole process's (`affinity`, `numa0`: console/vms/proxmox_pins.py). Sizes and memory layouts,
+and the exact put-back of a saved config: console/vms/proxmox_shape.py. Not made yet (VmConfigError "not yet
+on Proxmox: …", nothing changed): mdev vGPUs, run-state changes (qm start/shutdown/stop).
 """
 from __future__ import annotations
 
@@ -17,7 +17,6 @@ import hashlib
 import re
 import shlex
 
-from nodeconsole.console.cpulist import format_cpulist
 from nodeconsole.console.host_seams import CommandRunner
 from nodeconsole.console.hosttext import visible
 from nodeconsole.console.model import Vm
@@ -40,14 +39,17 @@ from nodeconsole.console.vms.proxmox_conf import (
     MAX_HOSTPCI,
     QemuConf,
     Section,
+    parse_conf,
     parse_hostpci,
     settings,
     with_pending,
 )
 from nodeconsole.console.vms.proxmox_mapping import functions, read_mappings, resolve_hostpci
 from nodeconsole.console.vms.proxmox_pins import pin_args, read_pins
+from nodeconsole.console.vms.proxmox_shape import read_shape, restore_args, shape_args
 
 NEXT_START = "only its config changes; the VM takes it at its next start"
+MAX_SAVED = 1 << 20  # a saved config larger than this is no qemu-server config
 PENDING_SAYS = ("a running Proxmox VM takes a config change at its next start: it waits in the config's "
                 "[PENDING] section until then")
 
@@ -62,6 +64,7 @@ class ProxmoxVms:
     label = "Proxmox VE"
     one_state = False
     whole_process_pins = True  # `affinity`: the whole QEMU process (console/vms/proxmox_pins.py)
+    guest_threads = False  # sockets and cores only (console/vms/proxmox_shape.py)
     hypervisor = "proxmox"
 
     def __init__(self, root: Root, commands: CommandRunner | None = None) -> None:
@@ -229,23 +232,54 @@ class ProxmoxVms:
         self._qm_set(conf, [f"--{key}", value])
 
     def shape(self, vm: str) -> VmShape:
-        """The VM's size and memory layout as its next start takes them (the model's reading of the config)."""
-        got = self.vm(vm)
-        if got is None:
-            raise VmConfigError(f"no VM {vm} on this Proxmox host")
-        numa = (got.numa_mode or "strict", format_cpulist(got.numa_nodeset)) if got.numa_nodeset else None
-        return VmShape(vcpus=got.vcpus, memory_kib=got.memory_kib, hugepage_kib=got.hugepages_kib, numa=numa,
-                       threads_per_core=max(1, got.threads_per_core))
+        """The VM's size and memory layout as its next start takes them (console/vms/proxmox_shape.py)."""
+        return read_shape(self._conf(vm))
 
-    # -- changes: not made yet -------------------------------------------------------------------------
+    def _shape_args(self, vm: str, shape: VmShape) -> tuple[QemuConf, list[str]]:
+        conf = self._conf(vm)
+        problems = shape.problems()
+        if problems:
+            raise VmConfigError(f"VM {vm}: " + "; ".join(problems))
+        section = with_pending(conf)
+        return conf, shape_args(section, settings(section, conf.path), shape, vm)
+
     def set_shape(self, vm: str, shape: VmShape) -> None:
-        raise not_yet(f"resizing {vm} (qm set --cores/--memory/--numa/--hugepages)")
+        """`qm set` with the shape's arguments (a running VM takes them at its next start: [PENDING])."""
+        conf, args = self._shape_args(vm, shape)
+        if args:
+            self._qm_set(conf, args)
+
+    def shape_commands(self, vm: str, shape: VmShape) -> tuple[str, ...]:
+        """`qm set VMID` with the arguments `set_shape` passes (VmConfigError: a shape Proxmox cannot hold)."""
+        conf, args = self._shape_args(vm, shape)
+        return (shlex.join(["qm", "set", str(conf.vmid), *args]),) if args else ()
 
     def check_saved(self, vm: str, token: str) -> str:
-        raise not_yet(f"restoring the config of {vm}")
+        """`token` checked to be a saved config of this VM: at most 1 MiB, parsing as a qemu-server config
+        without a line Proxmox would skip, naming this VM."""
+        conf = self._conf(vm)
+        if len(token.encode("utf-8", "surrogateescape")) > MAX_SAVED:
+            raise VmConfigError(f"the saved config of VM {conf.vmid} is over 1 MiB: not a qemu-server config")
+        saved = parse_conf(conf.vmid, conf.path, token)
+        if saved.errors:
+            raise VmConfigError(f"the saved config of VM {conf.vmid} does not parse: {visible(saved.errors[0])}")
+        name = saved.main.get("name")
+        if (name.value if name else f"vm{conf.vmid}") != (settings(conf.main, conf.path).name or f"vm{conf.vmid}"):
+            raise VmConfigError(f"the saved config names another VM than {conf.vmid}")
+        return token
 
     def restore(self, vm: str, token: str) -> None:
-        raise not_yet(f"restoring the config of {vm}")
+        """The config back to exactly `token`'s bytes through `qm set`/`--delete` (proxmox_shape.py's
+        restore_args), verified byte for byte; VmConfigError when it cannot be or does not read back so."""
+        conf = self._conf(vm)
+        token = self.check_saved(vm, token)
+        running = running_pid(self.root, conf.vmid) is not None
+        args = restore_args(conf, parse_conf(conf.vmid, conf.path, token), running, vm)
+        if args:
+            self._qm_set(conf, args)
+        if self.save(vm) != token:
+            raise VmConfigError(f"VM {conf.vmid}'s config reads back different from the saved one after "
+                                f"`qm set`: compare it by hand (qm config {conf.vmid} --current 0)")
 
     def set_pins(self, vm: str, pins: VmPins, live: bool, memory_policy: bool) -> None:
         """`affinity` and `numa`/`numa0` as `pins` say (console/vms/proxmox_pins.py: only pins of the whole

@@ -39,7 +39,7 @@ def _one_set(pins: VmPins, vcpus: int, vm: str) -> str | None:
     emulator = frozenset(parse_libvirt_set(pins.emulator)) if pins.emulator else None
     if not pins.vcpus and emulator is None:
         return None
-    if len(sets) == 1 and len(pins.vcpus) == vcpus and emulator == next(iter(sets)):
+    if len(sets) == 1 and len(pins.vcpus) >= vcpus and emulator == next(iter(sets)):  # >=: a shape first
         return pins.vcpus[0][1]
     raise VmConfigError(f"VM {vm}: Proxmox pins the whole QEMU process to one CPU set (`affinity`), every vCPU and "
                         "the emulator together, not each apart; these pins differ. By hand: `qm set VMID --affinity "

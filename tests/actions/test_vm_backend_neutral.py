@@ -58,6 +58,7 @@ class DictVms:
     label = "dict"
     one_state = False
     whole_process_pins = False
+    guest_threads = True
     hypervisor = "dict"
 
     def command_hint(self, kind: str, vm: str, **args: str) -> str:
@@ -136,6 +137,9 @@ class DictVms:
         d = self._get(vm)
         return VmShape.from_dict(d["shape"]) if "shape" in d else \
             VmShape(vcpus=d["vcpus"], memory_kib=d["memory_kib"], hugepage_kib=None, numa=None)
+
+    def shape_commands(self, vm: str, shape: VmShape) -> tuple[str, ...]:
+        return (f"dict shape {vm}",)
 
     def set_shape(self, vm: str, shape: VmShape) -> None:
         self.calls.append("set_shape")
@@ -257,6 +261,7 @@ def test_a_dict_backend_serves_a_shape_and_its_exact_undo(host):
                     cells=(GuestCell(0, "0", 2 << 20, "0"), GuestCell(1, "1", 2 << 20, "1")))
     op = {"kind": "vm_shape", "vm": "build-1", "shape": shape.to_dict()}
     step = build_step(h, op)
+    assert step is not None and step.commands == ("dict shape build-1",)  # the backend says its commands
     res = Runner(h).run(Plan(action="shape", title="shape build-1", request={}, steps=[step]))
     assert res.status == DONE, res.message
     assert backend.shape("build-1") == shape and backend.vm("build-1").vcpus == 2
