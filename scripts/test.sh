@@ -38,6 +38,7 @@ rc=0
 # The screens' tests once more with stock Textual (NODECONSOLE_STOCK_TEXTUAL=1: no screens/fast/), when
 # the whole suite was asked for (no arguments); the tests of screens/fast/ itself are deselected there.
 if [ "$#" -eq 0 ]; then
+  rm -rf "$base/pytest"  # the first run's trees: room for the second on a memory file system
   echo "--- tests/screens with stock Textual (--stock-textual) ---"
   .venv/bin/python -m pytest -q -p no:cacheprovider --basetemp="$base/pytest-stock" ${workers[@]+"${workers[@]}"} \
     --stock-textual tests/screens || rc=$?
