@@ -102,7 +102,9 @@ def plan_prepare(host: ActionHost, snap: HostSnapshot, vm_name: str, gpus: str, 
                                  "node" if memory else "see `nodeconsole place --gpus N` for what stands in the way; "
                                  "free a GPU, or ask for fewer"))
         return plan
-    plan.checks.append(Check(f"room for {what} on this host", True, "; ".join(placed.reasons) or "yes"))
+    # the set's topology in the check; how it was sized (vCPUs, memory, pages) in the notes
+    plan.checks.append(Check(f"room for {what} on this host", True, "; ".join(placed.reasons[:3]) or "yes"))
+    plan.notes += [f"place: {r}" for r in placed.reasons[3:]]
     plan.title = _title(vm.name, placed)
     plan.request["placement"] = placed.to_dict()
     ops: list[Op] = []
