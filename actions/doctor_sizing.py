@@ -16,6 +16,7 @@ from nodeconsole.console.doctor import facts
 from nodeconsole.console.doctor.checks_memory import TRAINING_SHARE, training_pages
 from nodeconsole.console.model import HostSnapshot, Vm
 from nodeconsole.console.root import Root
+from nodeconsole.console.vm_sizing import memory_nodes
 
 GIB_KIB = 1048576
 
@@ -32,9 +33,6 @@ class HugepageNeeds:
     notes: list[str] = field(default_factory=list)
 
 
-SPREAD_MODES = ("strict", "restrictive", "interleave")  # numatune modes that keep memory on the nodeset
-
-
 def default_page_kib(root: Root) -> int:
     """The kernel's default hugepage size (/proc/meminfo Hugepagesize), 2 MiB when unreadable."""
     for line in (root.read("proc/meminfo") or "").splitlines():
@@ -42,16 +40,6 @@ def default_page_kib(root: Root) -> int:
         if key.strip() == "Hugepagesize" and value.split() and value.split()[0].isdigit():
             return int(value.split()[0])
     return 2048
-
-
-def vm_memory_nodes(snap: HostSnapshot, vm: Vm, nodes: list[int]) -> list[int]:
-    """The NUMA nodes a VM's memory comes from (as the doctor's hugepages check counts them): its
-    numatune node set when the mode keeps memory there, else every node with memory (spread)."""
-    if vm.numa_mode in SPREAD_MODES and vm.numa_nodeset:
-        chosen = [n for n in vm.numa_nodeset if n in nodes]
-        if chosen:
-            return chosen
-    return nodes
 
 
 def _candidates(snap: HostSnapshot, default: int, out: HugepageNeeds,
@@ -159,7 +147,7 @@ def _vm_pages(snap: HostSnapshot, asking: list[tuple[Vm, int]], nodes: list[int]
     for vm, size in sorted(asking, key=lambda a: a[0].name):
         if size != out.size_kib:
             continue
-        where = vm_memory_nodes(snap, vm, nodes)
+        where = memory_nodes(snap, vm)  # the nodes its memory comes from (console/vm_sizing.py)
         for n in where:
             need[n] += vm.memory_kib / len(where)
             users[n].append(vm.name)

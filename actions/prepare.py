@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from nodeconsole.actions.host import ActionHost
 from nodeconsole.actions.plan import Check, Op, Plan, RequestError
@@ -29,6 +30,9 @@ from nodeconsole.actions.targets import resolve_vm
 from nodeconsole.actions.vm_guard import vm_change_checks
 from nodeconsole.console.cpulist import format_cpulist
 from nodeconsole.console.model import HostSnapshot
+
+if TYPE_CHECKING:
+    from nodeconsole.actions.placement import Placement
 
 ACTION = "prepare"
 HUGEPAGE_SIZES = {"1G": 1048576, "2M": 2048, "none": 0}
@@ -140,7 +144,7 @@ def _vm_checks(host: ActionHost, snap: HostSnapshot, name: str, state: str) -> l
     return out
 
 
-def _title(vm: str, placed) -> str:  # placed: Placement
+def _title(vm: str, placed: Placement) -> str:
     gib = placed.memory_kib / 1048576
     nodes = format_cpulist(placed.nodes) or "?"
     gpus = f"{len(placed.gpus)} GPU(s)" + (f" with {sum(1 for n in placed.nics if n)} NIC VF(s)" if placed.nics else "")

@@ -21,8 +21,7 @@ from nodeconsole.console.doctor.files import (
 from nodeconsole.console.doctor.model import CheckResult, Evidence, Fix
 from nodeconsole.console.model import Gpu, HostSnapshot, Vm
 from nodeconsole.console.root import Root
-
-SPREAD_MODES = ("strict", "restrictive", "interleave")  # numatune modes that keep memory on the nodeset
+from nodeconsole.console.vm_sizing import memory_nodes
 
 
 def _size_name(kib: int) -> str:
@@ -30,14 +29,8 @@ def _size_name(kib: int) -> str:
 
 
 def vm_memory_nodes(ctx: Context, vm: Vm) -> list[int]:
-    """The NUMA nodes a VM's memory comes from: its numatune nodeset (strict, restrictive, interleave),
-    else every node with memory (spread)."""
-    nodes = [n.id for n in ctx.snap.numa_nodes if n.memory_kib > 0 and n.online]
-    if vm.numa_mode in SPREAD_MODES and vm.numa_nodeset:
-        chosen = [n for n in vm.numa_nodeset if n in nodes]
-        if chosen:
-            return chosen
-    return nodes
+    """The NUMA nodes a VM's memory comes from (console/vm_sizing.py `memory_nodes`)."""
+    return list(memory_nodes(ctx.snap, vm))
 
 
 # -- hugepages ----------------------------------------------------------------------------------------
